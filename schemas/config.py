@@ -1,0 +1,85 @@
+"""Connection settings shared by every side of the pipeline.
+
+One `StreamConfig` carries where the stack is (bootstrap servers, registry
+URL), the topic prefix and the security settings. It lives in `schemas/`
+because producer, consumers and infra all need it and `schemas` is the one
+package they may all import.
+
+Precedence: explicit argument > environment (`RLMESH_STREAM_*`) > default
+(the local stack `rlmesh-stream infra up` starts).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_REGISTRY_URL = "http://127.0.0.1:8081/apis/ccompat/v7"
+DEFAULT_TOPIC_PREFIX = "rlmesh.runtime"
+
+ENV_PREFIX = "RLMESH_STREAM_"
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Where the stack is and how to talk to it.
+
+    Secret fields (`sasl_password`, `registry_password`) are excluded from
+    `repr` so that logging a config never prints them.
+    """
+
+    bootstrap: str = DEFAULT_BOOTSTRAP
+    registry_url: str = DEFAULT_REGISTRY_URL
+    topic_prefix: str = DEFAULT_TOPIC_PREFIX
+    security_protocol: str | None = None  # PLAINTEXT, SASL_SSL, SASL_PLAINTEXT, SSL
+    sasl_mechanism: str | None = None  # e.g. SCRAM-SHA-512
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_ca_location: str | None = None
+    registry_username: str | None = None
+    registry_password: str | None = field(default=None, repr=False)
+    registry_ca_location: str | None = None
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, **overrides: Any
+    ) -> StreamConfig:
+        """Build from `RLMESH_STREAM_<FIELD>` variables; non-None overrides win."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw:
+                values[f.name] = raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def with_prefix(self, topic_prefix: str) -> StreamConfig:
+        return replace(self, topic_prefix=topic_prefix)
+
+    def kafka_config(self) -> dict[str, Any]:
+        """librdkafka settings for a client of this stack (security included)."""
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap}
+        optional = {
+            "security.protocol": self.security_protocol,
+            "sasl.mechanism": self.sasl_mechanism,
+            "sasl.username": self.sasl_username,
+            "sasl.password": self.sasl_password,
+            "ssl.ca.location": self.ssl_ca_location,
+        }
+        conf.update({k: v for k, v in optional.items() if v is not None})
+        return conf
+
+    def registry_config(self) -> dict[str, Any]:
+        """Settings for `confluent_kafka.schema_registry.SchemaRegistryClient`."""
+        conf: dict[str, Any] = {"url": self.registry_url}
+        if self.registry_username is not None:
+            conf["basic.auth.user.info"] = (
+                f"{self.registry_username}:{self.registry_password or ''}"
+            )
+        if self.registry_ca_location is not None:
+            conf["ssl.ca.location"] = self.registry_ca_location
+        return conf
