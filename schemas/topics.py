@@ -1,0 +1,94 @@
+"""Topic, key and subject naming: one topic per event type, keyed by session id.
+
+Topic: `{prefix}.{event}` (prefix default `rlmesh.runtime`). Key: the
+event's `session_id` as UTF-8, so all of a session's events share a partition
+number across topics (co-partitioning with the murmur2 partitioner). Subject:
+TopicNameStrategy, `{topic}-value`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from schemas import events as ev
+from schemas.config import DEFAULT_TOPIC_PREFIX
+
+
+class EventType(enum.Enum):
+    """Every runtime event the pipeline carries; the value is the topic suffix."""
+
+    ENV_CONNECTED = "env_connected"
+    MODEL_CONNECTED = "model_connected"
+    SESSION_STARTED = "session_started"
+    SESSION_ENDED = "session_ended"
+    SESSION_FAILED = "session_failed"
+    LOG = "log"
+    EPISODE_STARTED = "episode_started"
+    EPISODE_COMPLETED = "episode_completed"
+    ACTION_RECEIVED = "action_received"
+    STEP_COMPLETED = "step_completed"
+    OBSERVATION_EMITTED = "observation_emitted"
+    RELAY_ADVISORY = "relay_advisory"
+    TELEMETRY_SNAPSHOT = "telemetry_snapshot"
+
+    @property
+    def event_class(self) -> type[ev.RuntimeEvent]:
+        return _CLASSES[self]
+
+    def topic(self, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
+        return topic_name(prefix, self)
+
+    @classmethod
+    def of(cls, event: ev.RuntimeEvent) -> EventType:
+        """The event type of an event instance."""
+        try:
+            return _BY_CLASS[type(event)]
+        except KeyError:
+            raise TypeError(f"not a runtime event: {type(event).__name__}") from None
+
+
+_CLASSES: dict[EventType, type[ev.RuntimeEvent]] = {
+    EventType.ENV_CONNECTED: ev.EnvConnectedEvent,
+    EventType.MODEL_CONNECTED: ev.ModelConnectedEvent,
+    EventType.SESSION_STARTED: ev.SessionStartedEvent,
+    EventType.SESSION_ENDED: ev.SessionEndedEvent,
+    EventType.SESSION_FAILED: ev.SessionFailedEvent,
+    EventType.LOG: ev.LogEvent,
+    EventType.EPISODE_STARTED: ev.EpisodeStartedEvent,
+    EventType.EPISODE_COMPLETED: ev.EpisodeCompletedEvent,
+    EventType.ACTION_RECEIVED: ev.ActionReceivedEvent,
+    EventType.STEP_COMPLETED: ev.StepCompletedEvent,
+    EventType.OBSERVATION_EMITTED: ev.ObservationEmittedEvent,
+    EventType.RELAY_ADVISORY: ev.RelayAdvisoryEvent,
+    EventType.TELEMETRY_SNAPSHOT: ev.TelemetrySnapshotEvent,
+}
+_BY_CLASS: dict[type, EventType] = {cls: et for et, cls in _CLASSES.items()}
+
+EVENT_TYPES: tuple[EventType, ...] = tuple(EventType)
+
+
+def topic_name(prefix: str, event_type: EventType) -> str:
+    return f"{prefix}.{event_type.value}"
+
+
+def all_topics(prefix: str = DEFAULT_TOPIC_PREFIX) -> list[str]:
+    """The event topics of one deployment, in a stable order."""
+    return [topic_name(prefix, et) for et in EVENT_TYPES]
+
+
+def event_type_of_topic(topic: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> EventType:
+    """Inverse of `topic_name`; raises ValueError for a topic outside the prefix."""
+    head, _, suffix = topic.rpartition(".")
+    if head != prefix:
+        raise ValueError(f"topic {topic!r} is not under prefix {prefix!r}")
+    return EventType(suffix)
+
+
+def subject_name(topic: str) -> str:
+    """TopicNameStrategy: the value schema's subject for a topic."""
+    return f"{topic}-value"
+
+
+def record_key(event: ev.RuntimeEvent) -> bytes:
+    """The Kafka key of an event: its session id as UTF-8."""
+    return event.session_id.encode("utf-8")
