@@ -18,9 +18,9 @@ COMMANDS: dict[str, str] = {
     "schemas": "schemas.cli:schemas",
     "simulate": "producer.cli:simulate",
     "consume": "consumers.cli:consume",
-    "report": "consumers.cli:report",
-    "tail": "consumers.cli:tail",
-    "join": "consumers.cli:join",
+    "report": "consumers.report_cli:report",
+    "tail": "consumers.tail:tail",
+    "join": "consumers.join_cli:join",
     "demo": "infra.demo:demo",
 }
 
