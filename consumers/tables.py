@@ -1,0 +1,434 @@
+"""The tables the consumers build: one declarative definition, rendered per SQL dialect.
+
+Why declarative: every table is written by order-independent upserts. Each
+column says how a new partial row merges into the stored one (`Merge`), and
+the same rule is applied twice: in Python, to pre-merge the rows of one batch
+(an `INSERT ... ON CONFLICT DO UPDATE` may not touch one row twice), and in
+SQL, to merge the batch into the table. So any arrival order of a session's
+events, across topics and batches, yields the same row.
+
+The analysis engineer's reports read these tables by these names. Types are
+portable between DuckDB and PostgreSQL; JSON is `JSON` in DuckDB and `JSONB`
+in PostgreSQL.
+
+Nullable keys: a whole-env session has no lane (`lane` NULL), but key columns
+cannot be NULL, so keyed tables carry `lane_key = COALESCE(lane, -1)` in the
+primary key next to the nullable `lane`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Dialect(enum.Enum):
+    DUCKDB = "duckdb"
+    POSTGRES = "postgresql"
+
+
+class Merge(enum.Enum):
+    """How an incoming partial row's value merges into the stored value."""
+
+    FIRST = "first"  # keep the stored value; fill it when still NULL
+    LAST = "last"  # take the incoming value unless it is NULL
+    SUM = "sum"  # add (counters; exact because every record is applied once)
+    MIN = "min"  # smallest non-NULL
+    MAX = "max"  # largest non-NULL
+    RANK = "rank"  # the value with the higher rank in `Column.ranks` (a status)
+    DERIVED = "derived"  # recomputed from other merged columns (`Column.derive`)
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # TEXT, BIGINT, INTEGER, DOUBLE, BOOLEAN, TIMESTAMPTZ, JSON
+    merge: Merge = Merge.FIRST
+    nullable: bool = True
+    ranks: tuple[str, ...] = ()  # for Merge.RANK: lowest precedence first
+    # for Merge.DERIVED: a Python function of the merged row and the SQL
+    # expression of the same, over the merged values of other columns
+    derive: Callable[[Mapping[str, Any]], Any] | None = None
+    derive_sql: str = ""
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...]
+    doc: str = ""
+    column_by_name: dict[str, Column] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "column_by_name", {c.name: c for c in self.columns})
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def key_of(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(row[k] for k in self.primary_key)
+
+
+@dataclass(frozen=True)
+class View:
+    name: str
+    sql: str
+    doc: str = ""
+
+
+_TYPES: dict[Dialect, dict[str, str]] = {
+    Dialect.DUCKDB: {"DOUBLE": "DOUBLE", "JSON": "JSON"},
+    Dialect.POSTGRES: {"DOUBLE": "DOUBLE PRECISION", "JSON": "JSONB"},
+}
+
+
+def sql_type(column: Column, dialect: Dialect) -> str:
+    return _TYPES[dialect].get(column.type, column.type)
+
+
+# --------------------------------------------------------------------------- merges
+
+
+def merge_value(column: Column, old: Any, new: Any) -> Any:
+    """The Python twin of `merge_sql`: merge one column of two partial rows."""
+    m = column.merge
+    if m is Merge.FIRST:
+        return old if old is not None else new
+    if m is Merge.LAST:
+        return new if new is not None else old
+    if m is Merge.SUM:
+        return (old or 0) + (new or 0)
+    if m is Merge.MIN:
+        return new if old is None or (new is not None and new < old) else old
+    if m is Merge.MAX:
+        return new if old is None or (new is not None and new > old) else old
+    if m is Merge.RANK:
+        return new if _rank(column, new) > _rank(column, old) else old
+    return old  # DERIVED: recomputed by merge_rows
+
+
+def _rank(column: Column, value: Any) -> int:
+    return column.ranks.index(value) if value in column.ranks else -1
+
+
+def merge_rows(table: Table, old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge two partial rows of the same key, exactly as the SQL upsert does."""
+    merged = {c.name: merge_value(c, old.get(c.name), new.get(c.name)) for c in table.columns}
+    return finish_row(table, merged)
+
+
+def finish_row(table: Table, row: dict[str, Any]) -> dict[str, Any]:
+    """Fill the derived columns of a (merged) row."""
+    for c in table.columns:
+        if c.merge is Merge.DERIVED and c.derive is not None:
+            row[c.name] = c.derive(row)
+    return row
+
+
+def merge_sql(table: Table, column: Column) -> str:
+    """SQL for `SET column = ...` in `ON CONFLICT DO UPDATE`: stored is `t.c`, new `excluded.c`."""
+    t, n, c = table.name, "excluded", column.name
+    old, new = f"{t}.{c}", f"{n}.{c}"
+    m = column.merge
+    if m is Merge.FIRST:
+        return f"COALESCE({old}, {new})"
+    if m is Merge.LAST:
+        return f"COALESCE({new}, {old})"
+    if m is Merge.SUM:
+        return f"COALESCE({old}, 0) + COALESCE({new}, 0)"
+    if m is Merge.MIN:
+        return (f"CASE WHEN {old} IS NULL OR ({new} IS NOT NULL AND {new} < {old}) "
+                f"THEN {new} ELSE {old} END")
+    if m is Merge.MAX:
+        return (f"CASE WHEN {old} IS NULL OR ({new} IS NOT NULL AND {new} > {old}) "
+                f"THEN {new} ELSE {old} END")
+    if m is Merge.RANK:
+        return (f"CASE WHEN {rank_sql(column, new)} > {rank_sql(column, old)} "
+                f"THEN {new} ELSE {old} END")
+    # DERIVED: derive_sql names merged columns as {col}; substitute their merge expressions
+    exprs = {other.name: f"({merge_sql(table, other)})" for other in table.columns
+             if other.merge is not Merge.DERIVED}
+    return column.derive_sql.format(**exprs)
+
+
+def rank_sql(column: Column, expr: str) -> str:
+    whens = " ".join(f"WHEN '{v}' THEN {i}" for i, v in enumerate(column.ranks))
+    return f"(CASE {expr} {whens} ELSE -1 END)"
+
+
+# --------------------------------------------------------------------------- DDL
+
+
+def create_table_sql(table: Table, dialect: Dialect) -> str:
+    cols = ",\n  ".join(
+        f"{c.name} {sql_type(c, dialect)}{'' if c.nullable else ' NOT NULL'}"
+        for c in table.columns
+    )
+    return (f"CREATE TABLE IF NOT EXISTS {table.name} (\n  {cols},\n"
+            f"  PRIMARY KEY ({', '.join(table.primary_key)})\n)")
+
+
+def add_column_sql(table: Table, column: Column, dialect: Dialect) -> str:
+    """Migration: a column added to a table definition is added to an existing table."""
+    return f"ALTER TABLE {table.name} ADD COLUMN {column.name} {sql_type(column, dialect)}"
+
+
+def upsert_sql(table: Table, source: str) -> str:
+    """Merge the staged rows of `source` (same columns) into `table`."""
+    names = ", ".join(table.column_names)
+    sets = ",\n  ".join(f"{c.name} = {merge_sql(table, c)}"
+                        for c in table.columns if c.name not in table.primary_key)
+    return (f"INSERT INTO {table.name} ({names})\nSELECT {names} FROM {source}\n"
+            f"ON CONFLICT ({', '.join(table.primary_key)}) DO UPDATE SET\n  {sets}")
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _route(merge: Merge = Merge.FIRST, key: bool = False) -> tuple[Column, ...]:
+    """The route columns every table slices by (`RuntimeEnvContext`)."""
+    return (
+        Column("env_id", "TEXT", merge, nullable=not key),
+        Column("env_component_id", "TEXT", merge),
+        Column("model_component_id", "TEXT", merge, nullable=not key),
+        Column("lane", "INTEGER", merge, doc="NULL for a whole-env session"),
+    )
+
+
+EPISODE_STATUSES = ("running", "abandoned", "completed")  # lowest precedence first
+SESSION_STATUSES = ("running", "ended", "failed")
+
+EPISODES = Table(
+    "episodes",
+    (
+        Column("session_id", "TEXT", nullable=False),
+        Column("episode_record_id", "TEXT", nullable=False),
+        Column("episode_id", "TEXT"),
+        *_route(),
+        Column("episode_index", "BIGINT"),
+        Column("env_index", "INTEGER"),
+        Column("seed", "BIGINT"),
+        Column("trial_index", "BIGINT", doc="u64 in Rust; fits BIGINT below 2**63"),
+        Column("started_from_auto_reset", "BOOLEAN"),
+        Column("status", "TEXT", Merge.RANK, ranks=EPISODE_STATUSES,
+               doc="completed > abandoned (its session ended or failed first) > running"),
+        Column("step_count", "BIGINT"),
+        Column("cumulative_reward", "DOUBLE"),
+        Column("terminated", "BOOLEAN"),
+        Column("truncated", "BOOLEAN"),
+        Column("success", "BOOLEAN"),
+        Column("duration_ms", "BIGINT"),
+        Column("predict_ms", "DOUBLE"),
+        Column("step_ms", "DOUBLE"),
+        Column("final_info", "JSON", doc="MetaMap as JSON; bytes as base64 strings"),
+        Column("started_at", "TIMESTAMPTZ", Merge.MIN, doc="episode_started record timestamp"),
+        Column("completed_at", "TIMESTAMPTZ", Merge.MIN,
+               doc="episode_completed record timestamp"),
+    ),
+    ("session_id", "episode_record_id"),
+    "One row per episode, merged from episode_started and episode_completed in any order.",
+)
+
+EPISODE_SESSION_ENDS = Table(
+    "episode_session_ends",
+    (
+        Column("session_id", "TEXT", nullable=False),
+        Column("ended_at", "TIMESTAMPTZ", Merge.MIN),
+        Column("status", "TEXT", Merge.RANK, ranks=SESSION_STATUSES),
+    ),
+    ("session_id",),
+    "The episodes builder's own record of which sessions ended or failed, so an episode "
+    "read after its session's end is still marked abandoned (no cross-builder reads).",
+)
+
+SESSIONS = Table(
+    "sessions",
+    (
+        Column("session_id", "TEXT", nullable=False),
+        *_route(),
+        Column("status", "TEXT", Merge.RANK, ranks=SESSION_STATUSES,
+               doc="failed > ended > running"),
+        Column("reason", "TEXT", Merge.LAST),
+        Column("total_steps", "BIGINT", Merge.LAST),
+        Column("total_episodes", "BIGINT", Merge.LAST),
+        Column("started_at", "TIMESTAMPTZ", Merge.MIN),
+        Column("ended_at", "TIMESTAMPTZ", Merge.MIN),
+        Column("env_connected_at", "TIMESTAMPTZ", Merge.MIN),
+        Column("model_connected_at", "TIMESTAMPTZ", Merge.MIN),
+    ),
+    ("session_id",),
+    "One row per session: route, lifecycle times, how it ended.",
+)
+
+ADVISORIES = Table(
+    "advisories",
+    (
+        Column("session_id", "TEXT", nullable=False),
+        Column("leg", "TEXT", nullable=False),
+        Column("severity", "TEXT", nullable=False),
+        Column("message", "TEXT", nullable=False),
+        Column("count", "BIGINT", Merge.SUM),
+        Column("first_seen", "TIMESTAMPTZ", Merge.MIN),
+        Column("last_seen", "TIMESTAMPTZ", Merge.MAX),
+        *_route(),
+    ),
+    ("session_id", "leg", "severity", "message"),
+    "One row per distinct relay advisory of a session.",
+)
+
+
+def _ratio(num: str, den: str = "count") -> tuple[Callable[[Mapping[str, Any]], Any], str]:
+    def derive(row: Mapping[str, Any]) -> Any:
+        d = row.get(den) or 0
+        return row[num] / d if d else None
+
+    return derive, f"{{{num}}} / NULLIF({{{den}}}, 0)"
+
+
+def _weighted(name: str, doc: str) -> tuple[Column, Column]:
+    derive, derive_sql = _ratio(f"{name}_total")
+    return (
+        Column(f"{name}_total", "DOUBLE", Merge.SUM, doc=f"sum of count * {name} (internal)"),
+        Column(name, "DOUBLE", Merge.DERIVED, derive=derive, derive_sql=derive_sql, doc=doc),
+    )
+
+
+TELEMETRY_ROLLUPS = Table(
+    "telemetry_rollups",
+    (
+        Column("window_start", "TIMESTAMPTZ", nullable=False),
+        Column("window_end", "TIMESTAMPTZ"),
+        *_route(key=True),
+        Column("lane_key", "INTEGER", nullable=False, doc="COALESCE(lane, -1), for the key"),
+        Column("op", "TEXT", nullable=False),
+        Column("component", "TEXT", nullable=False),
+        Column("metric", "TEXT", nullable=False),
+        Column("kind", "TEXT"),
+        Column("count", "BIGINT", Merge.SUM, doc="samples in the window (exact)"),
+        Column("row_count", "BIGINT", Merge.SUM, doc="snapshot rows merged into this rollup"),
+        *_weighted("avg", "count-weighted mean of the rows' avg: exact"),
+        *_weighted("p50", "count-weighted mean of the rows' p50: an estimate"),
+        *_weighted("p95", "count-weighted mean of the rows' p95: an estimate"),
+        *_weighted("p99", "count-weighted mean of the rows' p99: an estimate"),
+        Column("max_p99", "DOUBLE", Merge.MAX, doc="largest row p99: an upper bound of p99"),
+    ),
+    ("window_start", "env_id", "model_component_id", "lane_key", "op", "component", "metric"),
+    "Window telemetry per tumbling window (by record timestamp) and route/op/component/metric. "
+    "Percentile estimator: the count-weighted mean of the rows' percentiles. The q-quantile "
+    "of a mixture always lies between the smallest and the largest of its parts' "
+    "q-quantiles, so the estimate's error is at most (max - min) of the merged rows' "
+    "percentiles, plus each row's own reservoir-sampling error; it is exact when one row "
+    "makes the window. max_p99 is an upper bound of the window's true p99 (up to sampling).",
+)
+
+TELEMETRY_SESSIONS = Table(
+    "telemetry_sessions",
+    (
+        Column("session_id", "TEXT", nullable=False),
+        Column("op", "TEXT", nullable=False),
+        Column("component", "TEXT", nullable=False),
+        Column("metric", "TEXT", nullable=False),
+        Column("kind", "TEXT", Merge.LAST),
+        Column("count", "BIGINT", Merge.LAST),
+        Column("avg", "DOUBLE", Merge.LAST),
+        Column("p50", "DOUBLE", Merge.LAST),
+        Column("p95", "DOUBLE", Merge.LAST),
+        Column("p99", "DOUBLE", Merge.LAST),
+        *_route(),
+    ),
+    ("session_id", "op", "component", "metric"),
+    "The exact Session-horizon snapshot rows, one per session and op/component/metric.",
+)
+
+STEPS = Table(
+    "steps",
+    (
+        Column("session_id", "TEXT", nullable=False),
+        Column("step", "BIGINT", nullable=False),
+        Column("slot", "INTEGER", nullable=False, doc="position in the step's per-lane vectors"),
+        Column("episode_id", "TEXT", doc="from action_received's per-lane episode_ids"),
+        Column("episode_record_id", "TEXT"),
+        *_route(),
+        Column("reward", "DOUBLE"),
+        Column("terminated", "BOOLEAN"),
+        Column("truncated", "BOOLEAN"),
+        Column("autoreset_roll", "BOOLEAN"),
+        Column("predict_ms", "DOUBLE"),
+        Column("step_ms", "DOUBLE"),
+        Column("completed_at", "TIMESTAMPTZ", Merge.MIN),
+    ),
+    ("session_id", "step", "slot"),
+    "Optional (off by default): one row per lane-step, from step_completed and action_received.",
+)
+
+DELIVERY_SEQUENCES = Table(
+    "delivery_sequences",
+    (
+        Column("producer_id", "TEXT", nullable=False),
+        Column("seq", "BIGINT", nullable=False),
+        Column("copies", "BIGINT", Merge.SUM, doc="records seen with this sequence"),
+        Column("first_topic", "TEXT"),
+    ),
+    ("producer_id", "seq"),
+    "Every producer sequence number seen, once, with how often. Shared by all consumer "
+    "processes, so gaps are computed over the whole fleet's topics, not one process's share.",
+)
+
+DELIVERY_PRODUCERS = View(
+    "delivery_producers",
+    "SELECT producer_id,\n"
+    "  SUM(copies) AS records,\n"
+    "  COUNT(*) AS distinct_sequences,\n"
+    "  MIN(seq) AS min_seq,\n"
+    "  MAX(seq) AS max_seq,\n"
+    "  MAX(seq) + 1 - COUNT(*) AS gaps,\n"
+    "  SUM(copies) - COUNT(*) AS duplicates\n"
+    "FROM delivery_sequences GROUP BY producer_id",
+    "Per producer id: records read, sequence gaps (sequences start at 0, so missing "
+    "numbers below max_seq) and duplicate records.",
+)
+
+DEAD_LETTERS = Table(
+    "dead_letters",
+    (
+        Column("topic", "TEXT", nullable=False),
+        Column("partition_id", "INTEGER", nullable=False),
+        Column("record_offset", "BIGINT", nullable=False),
+        Column("builder", "TEXT"),
+        Column("error", "TEXT"),
+        Column("seen_at", "TIMESTAMPTZ", Merge.MIN),
+    ),
+    ("topic", "partition_id", "record_offset"),
+    "Records that could not be decoded (also sent to the dead-letter topic).",
+)
+
+CONSUMER_OFFSETS = Table(
+    "consumer_offsets",
+    (
+        Column("builder", "TEXT", nullable=False),
+        Column("topic", "TEXT", nullable=False),
+        Column("partition_id", "INTEGER", nullable=False),
+        Column("next_offset", "BIGINT", Merge.LAST, nullable=False),
+        Column("group_id", "TEXT", Merge.LAST),
+        Column("updated_at", "TIMESTAMPTZ", Merge.LAST),
+    ),
+    ("builder", "topic", "partition_id"),
+    "The next offset each builder applies per partition, written in the same transaction "
+    "as the rows: the source of truth for where to resume (Kafka commits are for lag tools).",
+)
+
+TABLES: tuple[Table, ...] = (
+    EPISODES, EPISODE_SESSION_ENDS, SESSIONS, ADVISORIES, TELEMETRY_ROLLUPS,
+    TELEMETRY_SESSIONS, STEPS, DELIVERY_SEQUENCES, DEAD_LETTERS, CONSUMER_OFFSETS,
+)
+VIEWS: tuple[View, ...] = (DELIVERY_PRODUCERS,)
+TABLES_BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}
+
+
+def create_view_sql(view: View) -> str:
+    return f"CREATE OR REPLACE VIEW {view.name} AS\n{view.sql}"
