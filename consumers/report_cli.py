@@ -1,0 +1,91 @@
+"""`rlmesh-stream report ...`: fleet reports read from the table store.
+
+Reports only read: they open DuckDB read-only and PostgreSQL in read-only
+transactions, so running one next to a live consumer can never corrupt it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from consumers.reports import (
+    FORMATS,
+    Report,
+    StoreError,
+    advisory_report,
+    episode_report,
+    gate_failed,
+    open_store,
+    render,
+)
+from consumers.reports.store import Store
+
+DEFAULT_SINK = "duckdb://rlmesh-stream.duckdb"
+
+GATE_EXIT_CODE = 3
+"""Exit status of `report advisories --fail-on` when the gate trips.
+
+Distinct from 1 (the report itself failed) and 2 (bad usage), so an eval
+pipeline can tell "the model saw converted data" from "the report broke".
+"""
+
+
+def _common(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+                        help="Write the report to FILE instead of standard output.")(func)
+    func = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
+                        show_default=True, help="Output format.")(func)
+    func = click.option("--sink", envvar="RLMESH_STREAM_SINK", default=DEFAULT_SINK,
+                        show_default=True, show_envvar=True,
+                        help="Store URL: duckdb:///path.duckdb or postgresql://...")(func)
+    return func
+
+
+def _run(sink: str, build: Callable[[Store], Report]) -> Report:
+    try:
+        with open_store(sink) as store:
+            return build(store)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _emit(report: Report, fmt: str, output: Path | None) -> None:
+    if output is not None:
+        output.write_text(render(report, fmt), encoding="utf-8")
+        click.echo(f"wrote {fmt} report to {output}", err=True)
+    else:
+        color = fmt == "table" and sys.stdout.isatty()
+        click.echo(render(report, fmt, color=color), nl=False)
+
+
+@click.group()
+def report() -> None:
+    """Reports over the consumed tables (advisories, delivery, episodes)."""
+
+
+@report.command("advisories")
+@_common
+@click.option("--fail-on", type=click.Choice(["caution", "info"]), default=None,
+              help=f"Exit with status {GATE_EXIT_CODE} when any advisory is this severe "
+                   "or worse ('info' trips on info and caution).")
+def advisories_cmd(sink: str, fmt: str, output: Path | None, fail_on: str | None) -> None:
+    """Relay advisories grouped by env, model and leg, caution first."""
+    rep = _run(sink, advisory_report)
+    _emit(rep, fmt, output)
+    if gate_failed(rep, fail_on):
+        tripped = [r for r in rep.rows if gate_failed(Report(rep.name, "", [], [r]), fail_on)]
+        click.echo(f"advisory gate: {len(tripped)} advisory group(s) at '{fail_on}' or worse",
+                   err=True)
+        sys.exit(GATE_EXIT_CODE)
+
+
+@report.command("episodes")
+@_common
+def episodes_cmd(sink: str, fmt: str, output: Path | None) -> None:
+    """Episode counts, success rate, reward and timings per env and model."""
+    _emit(_run(sink, episode_report), fmt, output)

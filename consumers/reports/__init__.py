@@ -1,0 +1,23 @@
+"""Reports over the tables the consumers build: advisories, delivery, episodes.
+
+Each report is a query plus a `Report` value; `render` turns it into a
+terminal table, Markdown, JSON or a standalone HTML page.
+"""
+
+from consumers.reports.advisories import advisory_report, gate_failed
+from consumers.reports.episodes import episode_report
+from consumers.reports.model import Column, Report
+from consumers.reports.render import FORMATS, render
+from consumers.reports.store import StoreError, open_store
+
+__all__ = [
+    "FORMATS",
+    "Column",
+    "Report",
+    "StoreError",
+    "advisory_report",
+    "episode_report",
+    "gate_failed",
+    "open_store",
+    "render",
+]

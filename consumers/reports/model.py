@@ -1,0 +1,82 @@
+"""A report as data: the one shape every renderer (table, markdown, JSON, HTML) draws.
+
+Keeping queries and presentation apart means each report is written once and
+every output format shows the same rows in the same order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Align = Literal["left", "right"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: `key` in the row dicts, `label` shown to people."""
+
+    key: str
+    label: str
+    align: Align = "left"
+    kind: Literal["text", "int", "float", "percent", "time"] = "text"
+
+
+@dataclass
+class Report:
+    """Rows plus what a reader needs to interpret them.
+
+    `row_classes` tags rows for emphasis (e.g. "caution"), aligned with `rows`;
+    `summary` is a few labelled figures shown above the table.
+    """
+
+    name: str
+    title: str
+    columns: list[Column]
+    rows: list[dict[str, Any]]
+    row_classes: list[str] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    empty_message: str = "No rows."
+
+    def row_class(self, index: int) -> str:
+        return self.row_classes[index] if index < len(self.row_classes) else ""
+
+
+def format_value(value: Any, kind: str) -> str:
+    """Human text for a cell; the JSON renderer keeps raw values instead."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if kind == "percent":
+        return f"{100 * float(value):.1f}%"
+    if kind == "float":
+        return f"{float(value):.3f}" if abs(float(value)) < 1e6 else f"{float(value):.3g}"
+    if kind == "int":
+        return f"{int(value):,}"
+    if kind == "time" or isinstance(value, dt.datetime):
+        return format_time(value)
+    return str(value)
+
+
+def format_time(value: Any) -> str:
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC)
+            return value.strftime("%Y-%m-%d %H:%M:%SZ")
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return str(value)
+
+
+def json_value(value: Any) -> Any:
+    """A JSON-safe form of a cell: ISO-8601 instants, None for NaN, floats for decimals."""
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+        return value.isoformat()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if hasattr(value, "is_finite"):  # decimal.Decimal from PostgreSQL aggregates
+        return float(value)
+    return value
