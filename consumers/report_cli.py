@@ -18,6 +18,7 @@ from consumers.reports import (
     Report,
     StoreError,
     advisory_report,
+    delivery_report,
     episode_report,
     gate_failed,
     open_store,
@@ -89,3 +90,10 @@ def advisories_cmd(sink: str, fmt: str, output: Path | None, fail_on: str | None
 def episodes_cmd(sink: str, fmt: str, output: Path | None) -> None:
     """Episode counts, success rate, reward and timings per env and model."""
     _emit(_run(sink, episode_report), fmt, output)
+
+
+@report.command("delivery")
+@_common
+def delivery_cmd(sink: str, fmt: str, output: Path | None) -> None:
+    """Records, sequence gaps and duplicates per producer id."""
+    _emit(_run(sink, delivery_report), fmt, output)

@@ -5,6 +5,7 @@ terminal table, Markdown, JSON or a standalone HTML page.
 """
 
 from consumers.reports.advisories import advisory_report, gate_failed
+from consumers.reports.delivery import delivery_report
 from consumers.reports.episodes import episode_report
 from consumers.reports.model import Column, Report
 from consumers.reports.render import FORMATS, render
@@ -16,6 +17,7 @@ __all__ = [
     "Report",
     "StoreError",
     "advisory_report",
+    "delivery_report",
     "episode_report",
     "gate_failed",
     "open_store",

@@ -1,7 +1,7 @@
 """Hand-built DuckDB stores for the analysis tests.
 
-Tables follow the table contract (column names fixed by the consumers'
-builders). Rows are written by the tests themselves, so every expected number
+Tables are created from the consumers' table definitions (`consumers.tables`).
+Rows are written by the tests themselves, so every expected number
 in a test can be worked out by hand from the rows it inserted.
 """
 
@@ -15,32 +15,7 @@ from typing import Any
 
 import duckdb
 
-DDL = """
-CREATE TABLE IF NOT EXISTS episodes (
-    session_id VARCHAR NOT NULL, episode_record_id VARCHAR NOT NULL,
-    episode_id VARCHAR, env_id VARCHAR, env_component_id VARCHAR,
-    model_component_id VARCHAR, lane BIGINT, episode_index BIGINT, env_index INTEGER,
-    seed BIGINT, trial_index UBIGINT, started_from_auto_reset BOOLEAN,
-    status VARCHAR, step_count BIGINT, cumulative_reward DOUBLE,
-    terminated BOOLEAN, truncated BOOLEAN, success BOOLEAN, duration_ms BIGINT,
-    predict_ms DOUBLE, step_ms DOUBLE, final_info JSON,
-    started_at TIMESTAMPTZ, completed_at TIMESTAMPTZ,
-    PRIMARY KEY (session_id, episode_record_id)
-);
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id VARCHAR PRIMARY KEY, env_id VARCHAR, env_component_id VARCHAR,
-    model_component_id VARCHAR, lane BIGINT, status VARCHAR, reason VARCHAR,
-    total_steps BIGINT, total_episodes BIGINT, started_at TIMESTAMPTZ,
-    ended_at TIMESTAMPTZ, env_connected_at TIMESTAMPTZ, model_connected_at TIMESTAMPTZ
-);
-CREATE TABLE IF NOT EXISTS advisories (
-    session_id VARCHAR NOT NULL, leg VARCHAR NOT NULL, severity VARCHAR NOT NULL,
-    message VARCHAR NOT NULL, "count" BIGINT, first_seen TIMESTAMPTZ,
-    last_seen TIMESTAMPTZ, env_id VARCHAR, env_component_id VARCHAR,
-    model_component_id VARCHAR, lane BIGINT,
-    PRIMARY KEY (session_id, leg, severity, message)
-);
-"""
+from consumers.tables import TABLES, VIEWS, Dialect, create_table_sql, create_view_sql
 
 T0 = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -53,7 +28,10 @@ def at(seconds: float) -> dt.datetime:
 def make_store(path: Path) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(str(path))
     con.execute("SET TimeZone = 'UTC'")
-    con.execute(DDL)
+    for table in TABLES:  # the consumers' own DDL, so reports meet the real schema
+        con.execute(create_table_sql(table, Dialect.DUCKDB))
+    for view in VIEWS:
+        con.execute(create_view_sql(view))
     return con
 
 

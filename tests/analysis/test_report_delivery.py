@@ -1,0 +1,56 @@
+"""`rlmesh-stream report delivery`: gaps and duplicates per producer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from analysis.stores import insert, make_store
+from consumers.report_cli import report
+
+
+@pytest.fixture
+def sink(tmp_path: Path) -> str:
+    path = tmp_path / "delivery.duckdb"
+    con = make_store(path)
+    insert(con, "delivery_sequences", [
+        # "clean": 0..3 once each
+        *({"producer_id": "clean", "seq": s, "copies": 1} for s in range(4)),
+        # "lossy": 0, 1, 4 (2 and 3 missing), 1 seen twice
+        {"producer_id": "lossy", "seq": 0, "copies": 1},
+        {"producer_id": "lossy", "seq": 1, "copies": 2},
+        {"producer_id": "lossy", "seq": 4, "copies": 1},
+    ])
+    insert(con, "dead_letters", [{"topic": "t", "partition_id": 0, "record_offset": 7}])
+    con.close()
+    return f"duckdb://{path}"
+
+
+def _doc(sink: str) -> dict:
+    result = CliRunner().invoke(report, ["delivery", "--sink", sink, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_producers_with_problems_come_first(sink: str) -> None:
+    assert [r["producer_id"] for r in _doc(sink)["rows"]] == ["lossy", "clean"]
+
+
+def test_gaps_and_duplicates_per_producer(sink: str) -> None:
+    lossy, clean = _doc(sink)["rows"]
+    assert (lossy["records"], lossy["gaps"], lossy["duplicates"]) == (4, 2, 1)
+    assert (clean["records"], clean["gaps"], clean["duplicates"]) == (4, 0, 0)
+
+
+def test_summary_totals_missing_records_and_dead_letters(sink: str) -> None:
+    summary = _doc(sink)["summary"]
+    assert (summary["missing records"], summary["duplicate records"]) == (2, 1)
+    assert summary["dead letters"] == 1
+
+
+def test_html_marks_producers_with_gaps(sink: str) -> None:
+    out = CliRunner().invoke(report, ["delivery", "--sink", sink, "--format", "html"]).stdout
+    assert out.count('<tr class="caution">') == 1
