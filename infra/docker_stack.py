@@ -1,0 +1,53 @@
+"""The same stack from containers, for machines that have a Docker engine.
+
+Used by the test fixtures when RLMESH_STREAM_STACK=docker and an engine answers. Not
+exercised on our own machines (no engine there); `docker-compose.yml` beside this
+file is the equivalent for people.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from infra.artifacts import APICURIO_VERSION, KAFKA_VERSION
+from infra.registry import CCOMPAT_PATH
+
+KAFKA_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
+REGISTRY_IMAGE = f"apicurio/apicurio-registry:{APICURIO_VERSION}"
+
+
+def docker_engine_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception:
+        return False
+    return True
+
+
+@contextmanager
+def docker_stack() -> Iterator[tuple[str, str]]:
+    """Yield (bootstrap, registry_url) of a Kafka + Apicurio pair of containers."""
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.network import Network
+    from testcontainers.core.waiting_utils import wait_for_logs
+    from testcontainers.kafka import KafkaContainer
+
+    with Network() as network:
+        kafka = KafkaContainer(KAFKA_IMAGE).with_kraft().with_network(network)
+        kafka.with_network_aliases("kafka")
+        with kafka:
+            registry = (
+                DockerContainer(REGISTRY_IMAGE)
+                .with_network(network)
+                .with_env("APICURIO_STORAGE_KIND", "kafkasql")
+                .with_env("APICURIO_KAFKASQL_BOOTSTRAP_SERVERS", "kafka:9092")
+                .with_exposed_ports(8080)
+            )
+            with registry:
+                wait_for_logs(registry, "started in", timeout=180)
+                host = registry.get_container_host_ip()
+                port = registry.get_exposed_port(8080)
+                yield kafka.get_bootstrap_server(), f"http://{host}:{port}{CCOMPAT_PATH}"

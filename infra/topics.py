@@ -1,0 +1,124 @@
+"""Creating the event topics with the settings the pipeline relies on.
+
+`ensure_topics` is idempotent: a topic that exists is left alone, and any setting that
+differs from what we would create (partitions, replication factor, retention, maximum
+message size) is reported as drift rather than "fixed": changing partition counts
+reshuffles keys across partitions and breaks per-session ordering, so that decision
+belongs to a person.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from schemas.config import StreamConfig
+
+DEFAULT_PARTITIONS = 12
+DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
+# Observation payloads (image frames, batched vectors) can run to megabytes; the broker's
+# 1 MiB default would reject them. The local broker accepts batches up to 16 MiB.
+DEFAULT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+MAX_REPLICATION_FACTOR = 3
+
+
+def event_topics(prefix: str) -> list[str]:
+    """The event topics of one deployment, as the schema contract names them."""
+    from schemas.topics import all_topics
+
+    return all_topics(prefix)
+
+
+@dataclass(frozen=True)
+class TopicDrift:
+    topic: str
+    setting: str
+    expected: str
+    actual: str
+
+    def __str__(self) -> str:
+        return f"{self.topic}: {self.setting} is {self.actual}, expected {self.expected}"
+
+
+@dataclass
+class TopicsReport:
+    created: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    drift: list[TopicDrift] = field(default_factory=list)
+
+    @property
+    def drifted_topics(self) -> list[str]:
+        return sorted({d.topic for d in self.drift})
+
+
+def ensure_topics(
+    config: StreamConfig,
+    partitions: int = DEFAULT_PARTITIONS,
+    replication_factor: int | None = None,
+    retention_ms: int = DEFAULT_RETENTION_MS,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    topics: Sequence[str] | None = None,
+    timeout: float = 30.0,
+) -> TopicsReport:
+    """Create the missing topics (default: every event topic under `config.topic_prefix`).
+
+    `replication_factor` defaults to min(3, live brokers), so the same call works on
+    the one-node local stack and on a production cluster.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    names = list(topics) if topics is not None else event_topics(config.topic_prefix)
+    # log_level 4: keep librdkafka's warnings and errors, drop its shutdown notices.
+    admin = AdminClient({**config.kafka_config(), "log_level": 4})
+    metadata = admin.list_topics(timeout=timeout)
+    rf = replication_factor or min(MAX_REPLICATION_FACTOR, len(metadata.brokers))
+    settings = {"retention.ms": str(retention_ms), "max.message.bytes": str(max_message_bytes)}
+
+    report = TopicsReport()
+    missing = [n for n in names if n not in metadata.topics]
+    existing = [n for n in names if n in metadata.topics]
+    if missing:
+        futures = admin.create_topics(
+            [NewTopic(n, num_partitions=partitions, replication_factor=rf, config=settings)
+             for n in missing],
+            request_timeout=timeout,
+        )
+        for name, future in futures.items():
+            try:
+                future.result(timeout)
+                report.created.append(name)
+            except KafkaException as exc:
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise
+                existing.append(name)  # created concurrently by someone else: check it
+    if existing:
+        metadata = admin.list_topics(timeout=timeout)
+        for name in existing:
+            found = _drift(admin, metadata.topics[name], partitions, rf, settings, timeout)
+            report.drift.extend(found)
+            if not found:
+                report.unchanged.append(name)
+    return report
+
+
+def _drift(admin: object, topic_md: object, partitions: int, rf: int,
+           settings: dict[str, str], timeout: float) -> list[TopicDrift]:
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    assert isinstance(admin, AdminClient)
+    name: str = topic_md.topic  # type: ignore[attr-defined]
+    parts = topic_md.partitions  # type: ignore[attr-defined]
+    drift: list[TopicDrift] = []
+    if len(parts) != partitions:
+        drift.append(TopicDrift(name, "partitions", str(partitions), str(len(parts))))
+    actual_rf = len(next(iter(parts.values())).replicas) if parts else 0
+    if actual_rf != rf:
+        drift.append(TopicDrift(name, "replication factor", str(rf), str(actual_rf)))
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    configs = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
+    for key, expected in settings.items():
+        actual = configs[key].value if key in configs else None
+        if actual != expected:
+            drift.append(TopicDrift(name, key, expected, str(actual)))
+    return drift

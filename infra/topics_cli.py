@@ -1,0 +1,50 @@
+"""`rlmesh-stream topics create`: the event topics, idempotently, with drift reported.
+
+Exit status: 0 when every topic exists with the wanted settings (created now or
+before), 3 when some existing topic differs (drift is reported, nothing is changed).
+"""
+
+from __future__ import annotations
+
+import click
+
+from infra.topics import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_PARTITIONS,
+    DEFAULT_RETENTION_MS,
+    ensure_topics,
+)
+from schemas.cli_options import stream_options
+from schemas.config import StreamConfig
+
+DRIFT_EXIT_CODE = 3
+
+
+@click.group()
+def topics() -> None:
+    """Manage the event topics."""
+
+
+@topics.command()
+@stream_options
+@click.option("--partitions", type=int, default=DEFAULT_PARTITIONS, show_default=True)
+@click.option("--replication-factor", type=int, default=None,
+              help="[default: min(3, live brokers)]")
+@click.option("--retention-ms", type=int, default=DEFAULT_RETENTION_MS, show_default=True)
+@click.option("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
+              show_default=True, help="Largest record batch a topic accepts.")
+def create(config: StreamConfig, partitions: int, replication_factor: int | None,
+           retention_ms: int, max_message_bytes: int) -> None:
+    """Create the event topics under --topic-prefix; existing ones are checked, not changed."""
+    report = ensure_topics(config, partitions=partitions, replication_factor=replication_factor,
+                           retention_ms=retention_ms, max_message_bytes=max_message_bytes)
+    for name in report.created:
+        click.echo(f"created   {name}")
+    for name in report.unchanged:
+        click.echo(f"exists    {name}")
+    for drift in report.drift:
+        click.echo(f"DRIFT     {drift}", err=True)
+    click.echo(f"{len(report.created)} created, {len(report.unchanged)} unchanged, "
+               f"{len(report.drifted_topics)} drifted")
+    if report.drift:
+        raise SystemExit(DRIFT_EXIT_CODE)
