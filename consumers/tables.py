@@ -38,6 +38,7 @@ class Merge(enum.Enum):
     MIN = "min"  # smallest non-NULL
     MAX = "max"  # largest non-NULL
     RANK = "rank"  # the value with the higher rank in `Column.ranks` (a status)
+    FOLLOWS = "follows"  # the value of the row whose `Column.follows` status ranks higher
     DERIVED = "derived"  # recomputed from other merged columns (`Column.derive`)
 
 
@@ -48,6 +49,7 @@ class Column:
     merge: Merge = Merge.FIRST
     nullable: bool = True
     ranks: tuple[str, ...] = ()  # for Merge.RANK: lowest precedence first
+    follows: str = ""  # for Merge.FOLLOWS: the RANK column whose winner this value follows
     # for Merge.DERIVED: a Python function of the merged row and the SQL
     # expression of the same, over the merged values of other columns
     derive: Callable[[Mapping[str, Any]], Any] | None = None
@@ -94,9 +96,15 @@ def sql_type(column: Column, dialect: Dialect) -> str:
 # --------------------------------------------------------------------------- merges
 
 
-def merge_value(column: Column, old: Any, new: Any) -> Any:
-    """The Python twin of `merge_sql`: merge one column of two partial rows."""
+def merge_value(column: Column, old: Any, new: Any, new_wins: bool = False) -> Any:
+    """The Python twin of `merge_sql`: merge one column of two partial rows.
+
+    `new_wins` is only read by Merge.FOLLOWS: whether the new row's status outranks.
+    """
     m = column.merge
+    if m is Merge.FOLLOWS:
+        first, second = (new, old) if new_wins else (old, new)
+        return first if first is not None else second
     if m is Merge.FIRST:
         return old if old is not None else new
     if m is Merge.LAST:
@@ -118,7 +126,13 @@ def _rank(column: Column, value: Any) -> int:
 
 def merge_rows(table: Table, old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """Merge two partial rows of the same key, exactly as the SQL upsert does."""
-    merged = {c.name: merge_value(c, old.get(c.name), new.get(c.name)) for c in table.columns}
+    merged = {}
+    for c in table.columns:
+        new_wins = False
+        if c.merge is Merge.FOLLOWS:
+            status = table.column_by_name[c.follows]
+            new_wins = _rank(status, new.get(c.follows)) > _rank(status, old.get(c.follows))
+        merged[c.name] = merge_value(c, old.get(c.name), new.get(c.name), new_wins)
     return finish_row(table, merged)
 
 
@@ -150,6 +164,11 @@ def merge_sql(table: Table, column: Column) -> str:
     if m is Merge.RANK:
         return (f"CASE WHEN {rank_sql(column, new)} > {rank_sql(column, old)} "
                 f"THEN {new} ELSE {old} END")
+    if m is Merge.FOLLOWS:
+        status = table.column_by_name[column.follows]
+        wins = (f"{rank_sql(status, f'{n}.{status.name}')} > "
+                f"{rank_sql(status, f'{t}.{status.name}')}")
+        return f"CASE WHEN {wins} THEN COALESCE({new}, {old}) ELSE COALESCE({old}, {new}) END"
     # DERIVED: derive_sql names merged columns as {col}; substitute their merge expressions
     exprs = {other.name: f"({merge_sql(table, other)})" for other in table.columns
              if other.merge is not Merge.DERIVED}
@@ -253,9 +272,9 @@ SESSIONS = Table(
         *_route(),
         Column("status", "TEXT", Merge.RANK, ranks=SESSION_STATUSES,
                doc="failed > ended > running"),
-        Column("reason", "TEXT", Merge.LAST),
-        Column("total_steps", "BIGINT", Merge.LAST),
-        Column("total_episodes", "BIGINT", Merge.LAST),
+        Column("reason", "TEXT", Merge.FOLLOWS, follows="status"),
+        Column("total_steps", "BIGINT", Merge.FOLLOWS, follows="status"),
+        Column("total_episodes", "BIGINT", Merge.FOLLOWS, follows="status"),
         Column("started_at", "TIMESTAMPTZ", Merge.MIN),
         Column("ended_at", "TIMESTAMPTZ", Merge.MIN),
         Column("env_connected_at", "TIMESTAMPTZ", Merge.MIN),

@@ -1,0 +1,28 @@
+"""Advisories: one row per (session_id, leg, severity, message), counted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import ClassVar
+
+from consumers.builders.base import Builder, PartialRow
+from consumers.records import Record, enum_text, route_columns
+from consumers.tables import ADVISORIES, Table
+from schemas import events as ev
+from schemas.topics import EventType
+
+
+class AdvisoriesBuilder(Builder):
+    name = "advisories"
+    event_types: ClassVar[frozenset[EventType]] = frozenset({EventType.RELAY_ADVISORY})
+    tables: ClassVar[tuple[Table, ...]] = (ADVISORIES,)
+
+    def rows(self, record: Record) -> Iterator[PartialRow]:
+        e = record.event
+        if isinstance(e, ev.RelayAdvisoryEvent):
+            yield ADVISORIES, {
+                "session_id": e.session_id, "leg": enum_text(e.leg),
+                "severity": enum_text(e.advisory.severity), "message": e.advisory.message,
+                "count": 1, "first_seen": record.timestamp, "last_seen": record.timestamp,
+                **route_columns(e.route),
+            }

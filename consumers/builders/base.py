@@ -1,0 +1,69 @@
+"""A builder: which topics it reads, which tables it writes, and its reducer.
+
+Builders are pure: `rows(record)` turns one record into partial rows (only
+the columns that record knows; the rest None), and `reduce` pre-merges a
+batch's partial rows per key with the tables' merge rules. All state lives in
+the sink's tables, so a builder process can die at any instant and a restart
+from the sink's offsets yields the same tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from consumers.records import Record
+from consumers.tables import Table, finish_row, merge_rows
+from schemas.topics import EventType
+
+PartialRow = tuple[Table, dict[str, Any]]
+
+
+class Builder:
+    """Base class; subclasses set the class attributes and implement `rows`."""
+
+    name: ClassVar[str]
+    event_types: ClassVar[frozenset[EventType]]
+    tables: ClassVar[tuple[Table, ...]]
+    needs_decode: ClassVar[bool] = True
+    # statements run after the batch's upserts, in the same transaction;
+    # `{stage:<table>}` names the relation holding this batch's rows of <table>
+    after_sql: ClassVar[tuple[str, ...]] = ()
+
+    def topics_of(self, prefix: str) -> list[str]:
+        return sorted(et.topic(prefix) for et in self.event_types)
+
+    def rows(self, record: Record) -> Iterator[PartialRow]:
+        raise NotImplementedError
+
+
+@dataclass
+class Reduced:
+    """A batch reduced to one merged row per key, per table."""
+
+    rows: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = field(default_factory=dict)
+
+    def add(self, table: Table, row: dict[str, Any]) -> None:
+        full = {c: row.get(c) for c in table.column_names}
+        by_key = self.rows.setdefault(table.name, {})
+        key = table.key_of(full)
+        old = by_key.get(key)
+        by_key[key] = finish_row(table, full) if old is None else merge_rows(table, old, full)
+
+    def sorted_rows(self, table: Table) -> list[dict[str, Any]]:
+        """Rows in key order, so concurrent writers lock rows in one order (no deadlocks)."""
+        by_key = self.rows.get(table.name, {})
+        return [by_key[k] for k in sorted(by_key, key=_sort_key)]
+
+
+def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple((v is None, v) for v in key)
+
+
+def reduce(builder: Builder, records: Iterable[Record], into: Reduced | None = None) -> Reduced:
+    reduced = into if into is not None else Reduced()
+    for record in records:
+        for table, row in builder.rows(record):
+            reduced.add(table, row)
+    return reduced

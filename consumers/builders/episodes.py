@@ -1,0 +1,109 @@
+"""Episodes: one row per (session_id, episode_record_id), whatever order events arrive in.
+
+`episode_started` and `episode_completed` each fill their half of the row;
+status ranks completed > abandoned > running. An episode is abandoned when its
+session ended or failed without it completing: the builder keeps its own
+`episode_session_ends` and, after each batch, marks the still-running episodes
+of ended sessions that the batch touched. That covers both orders: a session
+end read after its episodes, and episodes read after their session's end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import ClassVar
+
+from consumers.builders.base import Builder, PartialRow
+from consumers.records import Record, meta_json, route_columns
+from consumers.tables import EPISODE_SESSION_ENDS, EPISODES, STEPS, Table
+from schemas import events as ev
+from schemas.topics import EventType
+
+ABANDON_SQL = """
+UPDATE episodes SET status = 'abandoned'
+WHERE status = 'running'
+  AND session_id IN (SELECT session_id FROM episode_session_ends)
+  AND session_id IN (SELECT session_id FROM {stage:episodes}
+                     UNION SELECT session_id FROM {stage:episode_session_ends})
+"""
+
+
+class EpisodesBuilder(Builder):
+    name = "episodes"
+    event_types: ClassVar[frozenset[EventType]] = frozenset({
+        EventType.EPISODE_STARTED, EventType.EPISODE_COMPLETED,
+        EventType.SESSION_ENDED, EventType.SESSION_FAILED,
+    })
+    tables: ClassVar[tuple[Table, ...]] = (EPISODES, EPISODE_SESSION_ENDS)
+    after_sql = (ABANDON_SQL,)
+
+    def rows(self, record: Record) -> Iterator[PartialRow]:
+        e = record.event
+        if isinstance(e, ev.EpisodeStartedEvent):
+            yield EPISODES, {
+                "session_id": e.session_id, "episode_record_id": e.episode_record_id,
+                "episode_id": e.episode_id, **route_columns(e.route),
+                "episode_index": e.episode_index, "env_index": e.env_index,
+                "seed": e.seed, "trial_index": e.trial_index,
+                "started_from_auto_reset": e.started_from_auto_reset,
+                "status": "running", "started_at": record.timestamp,
+            }
+        elif isinstance(e, ev.EpisodeCompletedEvent):
+            yield EPISODES, {
+                "session_id": e.session_id, "episode_record_id": e.episode_record_id,
+                "episode_id": e.episode_id, **route_columns(e.route),
+                "episode_index": e.episode_index, "env_index": e.env_index,
+                "seed": e.seed, "trial_index": e.trial_index, "status": "completed",
+                "step_count": e.step_count, "cumulative_reward": e.cumulative_reward,
+                "terminated": e.terminated, "truncated": e.truncated, "success": e.success,
+                "duration_ms": e.duration_ms, "predict_ms": e.predict_ms,
+                "step_ms": e.step_ms, "final_info": meta_json(e.final_info),
+                "completed_at": record.timestamp,
+            }
+        elif isinstance(e, ev.SessionEndedEvent | ev.SessionFailedEvent):
+            status = "ended" if isinstance(e, ev.SessionEndedEvent) else "failed"
+            yield EPISODE_SESSION_ENDS, {
+                "session_id": e.session_id, "ended_at": record.timestamp, "status": status,
+            }
+
+
+class EpisodesWithStepsBuilder(EpisodesBuilder):
+    """Episodes plus the optional `steps` table: one row per lane-step.
+
+    A step's reward and flags come from `step_completed`; the lane's episode
+    ids from `action_received` of the same step (its per-lane vectors), since
+    `step_completed` names only the primary lane's episode.
+    """
+
+    event_types: ClassVar[frozenset[EventType]] = EpisodesBuilder.event_types | {
+        EventType.STEP_COMPLETED, EventType.ACTION_RECEIVED,
+    }
+    tables: ClassVar[tuple[Table, ...]] = (*EpisodesBuilder.tables, STEPS)
+
+    def rows(self, record: Record) -> Iterator[PartialRow]:
+        e = record.event
+        if isinstance(e, ev.StepCompletedEvent):
+            route = route_columns(e.route)
+            for slot, reward in enumerate(e.rewards):
+                yield STEPS, {
+                    "session_id": e.session_id, "step": e.step, "slot": slot, **route,
+                    "reward": reward, "terminated": _at(e.terminated, slot),
+                    "truncated": _at(e.truncated, slot),
+                    "autoreset_roll": _at(e.autoreset_roll, slot),
+                    "predict_ms": e.predict_ms, "step_ms": e.step_ms,
+                    "completed_at": record.timestamp,
+                }
+        elif isinstance(e, ev.ActionReceivedEvent):
+            route = route_columns(e.route)
+            for slot, record_id in enumerate(e.episode_record_ids):
+                yield STEPS, {
+                    "session_id": e.session_id, "step": e.step, "slot": slot, **route,
+                    "episode_id": _at(e.episode_ids, slot) or None,
+                    "episode_record_id": record_id or None,
+                }
+        else:
+            yield from super().rows(record)
+
+
+def _at(values: list[bool] | list[str], i: int) -> bool | str | None:
+    return values[i] if i < len(values) else None

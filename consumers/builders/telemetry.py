@@ -1,0 +1,63 @@
+"""Telemetry: window rollups per tumbling window, and the exact per-session rows.
+
+Window-horizon snapshots are folded into `telemetry_rollups` by the record
+timestamp's tumbling window: counts summed, averages count-weighted (exact),
+percentiles estimated (see `consumers.tables.TELEMETRY_ROLLUPS`). Session-horizon
+snapshots are cumulative and exact, so they are stored as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import ClassVar
+
+from consumers.builders.base import Builder, PartialRow
+from consumers.records import Record, enum_text, route_columns
+from consumers.tables import TELEMETRY_ROLLUPS, TELEMETRY_SESSIONS, Table
+from schemas import events as ev
+from schemas.telemetry import Horizon
+from schemas.topics import EventType
+
+DEFAULT_WINDOW = timedelta(minutes=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def window_start(ts: datetime, window: timedelta) -> datetime:
+    """The start of the tumbling window holding `ts` (windows aligned to the epoch)."""
+    return _EPOCH + ((ts - _EPOCH) // window) * window
+
+
+class TelemetryBuilder(Builder):
+    name = "telemetry"
+    event_types: ClassVar[frozenset[EventType]] = frozenset({EventType.TELEMETRY_SNAPSHOT})
+    tables: ClassVar[tuple[Table, ...]] = (TELEMETRY_ROLLUPS, TELEMETRY_SESSIONS)
+
+    def __init__(self, window: timedelta = DEFAULT_WINDOW) -> None:
+        self.window = window
+
+    def rows(self, record: Record) -> Iterator[PartialRow]:
+        e = record.event
+        if not isinstance(e, ev.TelemetrySnapshotEvent):
+            return
+        route = route_columns(e.route)
+        if e.snapshot.horizon is Horizon.SESSION:
+            for r in e.snapshot.rows:
+                yield TELEMETRY_SESSIONS, {
+                    "session_id": e.session_id, "op": r.source.op,
+                    "component": r.source.component, "metric": r.metric.name,
+                    "kind": enum_text(r.metric.kind), "count": r.count, "avg": r.avg,
+                    "p50": r.p50, "p95": r.p95, "p99": r.p99, **route,
+                }
+            return
+        start = window_start(record.timestamp, self.window)
+        for r in e.snapshot.rows:
+            yield TELEMETRY_ROLLUPS, {
+                "window_start": start, "window_end": start + self.window, **route,
+                "lane_key": -1 if e.route.lane is None else e.route.lane,
+                "op": r.source.op, "component": r.source.component, "metric": r.metric.name,
+                "kind": enum_text(r.metric.kind), "count": r.count, "row_count": 1,
+                "avg_total": r.count * r.avg, "p50_total": r.count * r.p50,
+                "p95_total": r.count * r.p95, "p99_total": r.count * r.p99,
+                "max_p99": r.p99,
+            }

@@ -1,0 +1,66 @@
+"""What a builder sees of one Kafka record, and the value conversions rows need.
+
+A builder never touches a `confluent_kafka.Message`: the runtime turns each
+message into a `Record` (decoded event, where it came from, its timestamp and
+headers), so builders stay pure functions from records to partial rows.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+from schemas.events import RuntimeEnvContext, RuntimeEvent
+from schemas.topics import EventType
+
+
+@dataclass(slots=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: datetime  # the record timestamp (producer create time), UTC
+    event_type: EventType
+    event: RuntimeEvent | None  # None for builders that read headers only
+    headers: dict[str, bytes] = field(default_factory=dict)
+
+
+def timestamp_of(ms: int) -> datetime:
+    """A Kafka record timestamp (ms since the epoch) as an aware UTC datetime."""
+    return datetime.fromtimestamp(ms / 1000.0, tz=UTC)
+
+
+def route_columns(route: RuntimeEnvContext) -> dict[str, Any]:
+    return {
+        "env_id": route.env_id,
+        "env_component_id": route.env_component_id,
+        "model_component_id": route.model_component_id,
+        "lane": route.lane,
+    }
+
+
+def enum_text(value: Any) -> str:
+    """An enum's wire value; decoders keep room for unknown variants as plain strings."""
+    return str(value.value) if isinstance(value, Enum) else str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON (and JSONB) have no NaN or infinity
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def meta_json(meta: dict[str, Any] | None) -> str | None:
+    """A MetaMap as JSON text: bytes as base64, non-finite floats as strings."""
+    return None if meta is None else json.dumps(_jsonable(meta), sort_keys=True)

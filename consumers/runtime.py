@@ -1,0 +1,433 @@
+"""The consumer runtime every builder shares: read, reduce, write rows + offsets at once.
+
+Modelled on quixstreams' sinks: records are buffered per topic partition and
+flushed at a checkpoint (every `checkpoint_interval` seconds or `max_batch`
+records), here as ONE sink transaction holding every builder's rows and every
+partition's next offset. On each (re)assignment the runtime seeks to the
+offsets stored in the sink, not Kafka's: the sink is the source of truth, so a
+crash at any instant leaves the tables as if each record was applied exactly
+once. Offsets are also committed to Kafka after each checkpoint, so lag tools
+see the group's progress.
+
+Records that cannot be decoded go to the dead-letter topic and the
+`dead_letters` table; a registry that is down makes the runtime rewind to the
+last checkpoint and retry with back-off, never skip.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from consumers.builders import Builder, Reduced, reduce
+from consumers.deadletter import DeadLetter, DeadLetterQueue
+from consumers.progress import Progress
+from consumers.records import Record, timestamp_of
+from consumers.sinks import OffsetConflict, OffsetUpdate, Sink, SinkBatch
+from schemas.config import StreamConfig
+from schemas.errors import DecodeError, RegistryUnavailableError
+from schemas.topics import EventType, event_type_of_topic
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+class Decoder(Protocol):
+    def decode(self, value: bytes) -> Any: ...
+
+
+@dataclass
+class RuntimeOptions:
+    group_id: str
+    from_beginning: bool = False
+    until_end: bool = False
+    max_batch: int = 20_000  # records per checkpoint
+    checkpoint_interval: float = 1.0  # seconds between checkpoints
+    poll_batch: int = 2_000
+    poll_timeout: float = 0.1
+    dlq_topic: str | None = None  # default: {prefix}.dlq
+    instance_id: str | None = None  # static group membership: a restart takes over at once
+    kafka_overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CheckpointInfo:
+    """What one committed checkpoint applied (for progress and latency measurement)."""
+
+    records: int
+    committed_at: float  # time.time() right after the sink's commit
+    records_by_builder: dict[str, list[Record]]
+
+
+class _RegistryDown(Exception):
+    pass
+
+
+class ConsumerRuntime:
+    """One consumer process: a group member running one or more builders."""
+
+    def __init__(
+        self,
+        config: StreamConfig,
+        builders: list[Builder],
+        sink: Sink,
+        options: RuntimeOptions,
+        *,
+        decoder: Decoder | None = None,
+        progress: Progress | None = None,
+        on_checkpoint: Callable[[CheckpointInfo], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.builders = builders
+        self.sink = sink
+        self.options = options
+        self.progress = progress
+        self.on_checkpoint = on_checkpoint
+        self._decoder = decoder
+        prefix = config.topic_prefix
+        self.topics = sorted({t for b in builders for t in b.topics_of(prefix)})
+        self._builders_of: dict[str, list[Builder]] = {
+            t: [b for b in builders if t in b.topics_of(prefix)] for t in self.topics
+        }
+        self._event_type: dict[str, EventType] = {
+            t: event_type_of_topic(t, prefix) for t in self.topics
+        }
+        self._needs_decode = {t: any(b.needs_decode for b in bs)
+                              for t, bs in self._builders_of.items()}
+        self.dlq = DeadLetterQueue(config, options.dlq_topic or f"{prefix}.dlq")
+        # per builder, per partition: the next offset the sink has applied (as stored)
+        self._stored: dict[str, dict[TP, int]] = {b.name: {} for b in builders}
+        self._assigned: set[TP] = set()
+        self._next: dict[TP, int] = {}  # next offset to take from Kafka per partition
+        self._ends: dict[TP, int] = {}  # --until-end: the end offset seen at assignment
+        self._buffer: list[Record | DeadLetter] = []
+        self._last_flush = time.monotonic()
+        self._rewind = False
+        self._stopping = False
+        self.events = 0  # records applied (committed) by this process
+        self.dead_letters = 0
+        self.consumer: Consumer | None = None
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def stop(self, *_: Any) -> None:
+        """Ask the loop to finish its checkpoint and leave the group."""
+        self._stopping = True
+
+    def run(self) -> None:
+        signal.signal(signal.SIGTERM, self.stop)
+        self.consumer = Consumer(self._kafka_config())
+        self.consumer.subscribe(self.topics, on_assign=self._on_assign,
+                                on_revoke=self._on_revoke, on_lost=self._on_lost)
+        backoff = 0.5
+        try:
+            while not self._stopping:
+                if self._rewind:
+                    self._do_rewind()
+                messages = self.consumer.consume(self.options.poll_batch,
+                                                 self.options.poll_timeout)
+                try:
+                    for message in messages:
+                        self._ingest(message)
+                    backoff = 0.5
+                except _RegistryDown as exc:
+                    self._flush()  # what was decoded before the outage is good
+                    log.warning("schema registry unavailable (%s); retrying in %.1fs, "
+                                "nothing skipped", exc, backoff)
+                    if self.progress:
+                        self.progress.note(f"registry unavailable, retrying in {backoff:.1f}s")
+                    self._rewind = True
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 10.0)
+                    continue
+                if self._checkpoint_due():
+                    self._flush()
+                if self.progress:
+                    self.progress.update(self.events, self._lag())
+                if self.options.until_end and self._at_end():
+                    break
+            self._flush()
+        finally:
+            if self.progress:
+                self.progress.update(self.events, self._lag())
+                self.progress.close()
+            self.consumer.close()
+            self.dlq.close()
+
+    def _kafka_config(self) -> dict[str, Any]:
+        conf = {
+            **self.config.kafka_config(),
+            "group.id": self.options.group_id,
+            "partition.assignment.strategy": "cooperative-sticky",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest" if self.options.from_beginning else "latest",
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 100,
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 1_000,
+        }
+        if self.options.instance_id:
+            conf["group.instance.id"] = self.options.instance_id
+        conf.update(self.options.kafka_overrides)
+        return conf
+
+    # -- rebalancing ----------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Seek every newly assigned partition to the offset stored in the sink."""
+        for b in self.builders:
+            self._stored[b.name] = self.sink.load_offsets(b.name)
+        assign = []
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            start = self._start_offset(key)
+            assign.append(TopicPartition(tp.topic, tp.partition, start))
+            self._assigned.add(key)
+            if start >= 0:
+                self._next[key] = start
+            else:
+                self._next.pop(key, None)
+            if self.options.until_end:
+                low, high = consumer.get_watermark_offsets(tp, timeout=10)
+                self._ends[key] = high
+                if start == OFFSET_BEGINNING:
+                    self._next[key] = low
+                elif start == OFFSET_END:
+                    self._next[key] = high
+        consumer.incremental_assign(assign)
+        log.info("assigned %s", sorted(k for k in self._assigned))
+
+    def _start_offset(self, key: TP) -> int:
+        stored = [self._stored[b.name].get(key) for b in self._builders_of[key[0]]]
+        known = [o for o in stored if o is not None]
+        if known and len(known) == len(stored):
+            return min(known)
+        if self.options.from_beginning:
+            return OFFSET_BEGINNING
+        return min(known) if known else OFFSET_END
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Checkpoint what was read before the partitions go to another member."""
+        self._flush()
+        self._forget(partitions)
+        consumer.incremental_unassign(partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions lost without a revoke: their buffered records must not be written."""
+        self._buffer.clear()
+        self._forget(partitions)
+        self._rewind = True
+        consumer.incremental_unassign(partitions)
+
+    def _forget(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            self._assigned.discard(key)
+            self._next.pop(key, None)
+            self._ends.pop(key, None)
+
+    def _do_rewind(self) -> None:
+        """Drop the buffer and go back to the sink's offsets for every assigned partition."""
+        assert self.consumer is not None
+        self._buffer.clear()
+        for b in self.builders:
+            self._stored[b.name] = self.sink.load_offsets(b.name)
+        for key in sorted(self._assigned):
+            start = self._start_offset(key)
+            try:
+                self.consumer.seek(TopicPartition(key[0], key[1], start))
+            except KafkaException as exc:  # not fetching yet: assign again at the offset
+                log.debug("seek %s failed (%s); reassigning", key, exc)
+                self.consumer.incremental_unassign([TopicPartition(*key)])
+                self.consumer.incremental_assign([TopicPartition(key[0], key[1], start)])
+            if start >= 0:
+                self._next[key] = start
+            else:
+                self._next.pop(key, None)
+        self._rewind = False
+
+    # -- reading --------------------------------------------------------------------
+
+    def _ingest(self, message: Message) -> None:
+        error = message.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                if error.fatal():
+                    raise KafkaException(error)
+                log.warning("consumer error: %s", error)
+            return
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        assert topic is not None and partition is not None and offset is not None
+        key = (topic, partition)
+        if key not in self._assigned:
+            return  # fetched before a revoke
+        expected = self._next.get(key)
+        if expected is not None and offset < expected:
+            return  # already buffered or applied
+        raw_headers = _headers(message)
+        headers = {k: v for k, v in raw_headers if v is not None}
+        value = message.value()
+        event = None
+        if self._needs_decode[topic]:
+            try:
+                event = self._decoder_().decode(value if isinstance(value, bytes) else b"")
+            except RegistryUnavailableError as exc:
+                raise _RegistryDown(str(exc)) from exc
+            except DecodeError as exc:
+                self._next[key] = offset + 1
+                self._buffer.append(DeadLetter(
+                    topic, partition, offset, f"{type(exc).__name__}: {exc}",
+                    message.key(), value if isinstance(value, bytes) else None,
+                    raw_headers))
+                return
+        self._next[key] = offset + 1
+        ts_ms = message.timestamp()[1]
+        self._buffer.append(Record(topic, partition, offset, timestamp_of(ts_ms),
+                                   self._event_type[topic], event, headers))
+
+    def _decoder_(self) -> Decoder:
+        if self._decoder is None:
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+
+            from schemas.serde import EventDecoder
+
+            self._decoder = EventDecoder(SchemaRegistryClient(self.config.registry_config()))
+        return self._decoder
+
+    # -- checkpoints ----------------------------------------------------------------
+
+    def _checkpoint_due(self) -> bool:
+        return len(self._buffer) >= self.options.max_batch or (
+            bool(self._buffer)
+            and time.monotonic() - self._last_flush >= self.options.checkpoint_interval)
+
+    def _flush(self) -> None:
+        """Apply the buffer: every builder's rows and every offset in one transaction."""
+        self._last_flush = time.monotonic()
+        if not self._buffer:
+            return
+        batch, by_builder, progress = self._build_batch()
+        dead = [d for d in self._buffer if isinstance(d, DeadLetter)]
+        if dead:
+            self.dlq.send(dead)  # before the offsets move: at least once in the topic
+        for attempt in range(1, 6):
+            try:
+                self.sink.apply(batch)
+                break
+            except OffsetConflict as exc:
+                log.warning("checkpoint dropped: %s", exc)
+                self._rewind = True
+                self._buffer.clear()
+                return
+            except Exception as exc:
+                if attempt == 5 or not _transient(exc):
+                    raise
+                log.warning("sink write failed (%s); retrying (%d/5)", exc, attempt)
+                time.sleep(0.2 * attempt)
+        committed_at = time.time()
+        for u in batch.offsets:
+            self._stored[u.builder][(u.topic, u.partition)] = u.next_offset
+        count = sum(1 for r in self._buffer if isinstance(r, Record))
+        self.events += len(self._buffer)
+        self.dead_letters += len(dead)
+        self._buffer.clear()
+        self._commit_to_kafka(progress)
+        if self.on_checkpoint:
+            self.on_checkpoint(CheckpointInfo(count, committed_at, by_builder))
+
+    def _build_batch(self) -> tuple[SinkBatch, dict[str, list[Record]], dict[TP, int]]:
+        batch = SinkBatch(group_id=self.options.group_id)
+        progress: dict[TP, int] = {}
+        for item in self._buffer:
+            key = (item.topic, item.partition)
+            progress[key] = max(progress.get(key, 0), item.offset + 1)
+        by_builder: dict[str, list[Record]] = {}
+        for b in self.builders:
+            stored = self._stored[b.name]
+            mine = [r for r in self._buffer if isinstance(r, Record)
+                    and r.topic in self._builders_of and b in self._builders_of[r.topic]
+                    and r.offset >= stored.get((r.topic, r.partition), -1)]
+            by_builder[b.name] = mine
+            reduced: Reduced = reduce(b, mine)
+            for table in b.tables:
+                batch.rows[table] = reduced.sorted_rows(table)
+            batch.after_sql.extend(b.after_sql)
+            for key, nxt in sorted(progress.items()):
+                if b not in self._builders_of[key[0]]:
+                    continue
+                old = stored.get(key)
+                if old is None or nxt > old:
+                    batch.offsets.append(OffsetUpdate(b.name, key[0], key[1], old, nxt))
+        for d in self._buffer:
+            if isinstance(d, DeadLetter):
+                names = ",".join(b.name for b in self._builders_of[d.topic])
+                batch.add_dead_letter(names, d.topic, d.partition, d.offset, d.error)
+        return batch, by_builder, progress
+
+    def _commit_to_kafka(self, progress: dict[TP, int]) -> None:
+        """Mirror the sink's offsets into the group, for lag tools only."""
+        assert self.consumer is not None
+        offsets = [TopicPartition(t, p, o) for (t, p), o in progress.items()
+                   if (t, p) in self._assigned]
+        if offsets:
+            try:
+                self.consumer.commit(offsets=offsets, asynchronous=True)
+            except KafkaException as exc:
+                log.debug("kafka commit failed (harmless, the sink has the offsets): %s", exc)
+
+    # -- offline mode and progress ---------------------------------------------------
+
+    def _at_end(self) -> bool:
+        """Every assigned partition has reached the end offset seen at assignment."""
+        if not self._assigned or self._buffer:
+            return False
+        return all(self._next.get(k, -1) >= self._ends.get(k, 0) for k in self._assigned)
+
+    def _lag(self) -> int | None:
+        if self.consumer is None or not self._assigned:
+            return None
+        total = 0
+        for key in self._assigned:
+            try:
+                _, high = self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+            except KafkaException:
+                return None
+            high = max(high, self._ends.get(key, -1))
+            if high < 0:
+                return None
+            total += max(0, high - self._next.get(key, high))
+        return total
+
+
+def _transient(exc: Exception) -> bool:
+    """A sink failure worth retrying: lost connection, deadlock, serialization failure."""
+    name = type(exc).__name__
+    return name in {"OperationalError", "DeadlockDetected", "SerializationFailure",
+                    "TransactionConflict"} or "Conflict" in name
+
+
+
+def _headers(message: Message) -> list[tuple[str, bytes | None]]:
+    """A message's headers as (name, bytes) pairs (the producer writes bytes)."""
+    raw = message.headers() or []
+    pairs = list(raw.items()) if isinstance(raw, dict) else raw
+    out: list[tuple[str, bytes | None]] = []
+    for name, value in pairs:
+        out.append((name, value.encode() if isinstance(value, str) else value))
+    return out

@@ -1,0 +1,26 @@
+"""Sinks by URL: `duckdb:///path.duckdb` (the embedded default) or `postgresql://...`."""
+
+from __future__ import annotations
+
+from consumers.sinks.base import OffsetConflict, OffsetUpdate, Sink, SinkBatch
+
+
+def open_sink(url: str) -> Sink:
+    """Open (and migrate) the sink a `--sink` URL names."""
+    sink: Sink
+    if url.startswith("duckdb://"):
+        from consumers.sinks.duckdb_sink import DuckDBSink
+
+        path = url[len("duckdb://"):]
+        sink = DuckDBSink(path or ":memory:")
+    elif url.startswith(("postgresql://", "postgres://")):
+        from consumers.sinks.postgres_sink import PostgresSink
+
+        sink = PostgresSink(url)
+    else:
+        raise ValueError(f"unsupported sink URL {url!r}: use duckdb:///path or postgresql://")
+    sink.migrate()
+    return sink
+
+
+__all__ = ["OffsetConflict", "OffsetUpdate", "Sink", "SinkBatch", "open_sink"]

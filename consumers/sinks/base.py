@@ -1,0 +1,152 @@
+"""The sink contract: a batch's rows and its consumed offsets in one transaction.
+
+Exactly once, by construction: the runtime resumes from `load_offsets`, and
+`apply` writes rows and offsets atomically, so a crash before the commit
+leaves neither and a crash after leaves both. Offsets are also *fenced*: each
+update names the offset the writer expects to be stored, and the transaction
+is rolled back (`OffsetConflict`) when another process moved it meanwhile (a
+zombie after a rebalance), so two processes never apply the same records.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from consumers.tables import (
+    CONSUMER_OFFSETS,
+    DEAD_LETTERS,
+    TABLES,
+    VIEWS,
+    Dialect,
+    Table,
+    View,
+    add_column_sql,
+    create_table_sql,
+    create_view_sql,
+)
+
+TopicPartition = tuple[str, int]
+
+
+class OffsetConflict(RuntimeError):
+    """Another writer moved a stored offset: this batch must not be applied."""
+
+
+@dataclass(frozen=True)
+class OffsetUpdate:
+    builder: str
+    topic: str
+    partition: int
+    expected: int | None  # the stored next offset this batch starts from; None: no row yet
+    next_offset: int
+
+
+@dataclass
+class SinkBatch:
+    """What one checkpoint writes: merged rows per table, post-statements, offsets."""
+
+    rows: dict[Table, list[dict[str, Any]]] = field(default_factory=dict)
+    after_sql: list[str] = field(default_factory=list)
+    offsets: list[OffsetUpdate] = field(default_factory=list)
+    group_id: str = ""
+
+    def add_dead_letter(self, builder: str, topic: str, partition: int, offset: int,
+                        error: str) -> None:
+        self.rows.setdefault(DEAD_LETTERS, []).append({
+            "topic": topic, "partition_id": partition, "record_offset": offset,
+            "builder": builder, "error": error, "seen_at": datetime.now(UTC),
+        })
+
+
+class Sink(abc.ABC):
+    dialect: Dialect
+
+    def migrate(self, tables: tuple[Table, ...] = TABLES,
+                views: tuple[View, ...] = VIEWS) -> None:
+        """Create missing tables and views, and add columns new to a definition."""
+        with self._transaction():
+            self._lock_for_migration()
+            for table in tables:
+                self._execute(create_table_sql(table, self.dialect))
+                present = self._columns_of(table.name)
+                for column in table.columns:
+                    if column.name not in present:
+                        self._execute(add_column_sql(table, column, self.dialect))
+            for view in views:
+                self._execute(create_view_sql(view))
+
+    def load_offsets(self, builder: str) -> dict[TopicPartition, int]:
+        """The next offset to apply per partition for this builder, as stored."""
+        rows = self.query(
+            f"SELECT topic, partition_id, next_offset FROM {CONSUMER_OFFSETS.name} "
+            "WHERE builder = %s", (builder,))
+        return {(str(t), int(p)): int(o) for t, p, o in rows}
+
+    def apply(self, batch: SinkBatch) -> None:
+        """Write the batch and its offsets atomically; OffsetConflict leaves nothing."""
+        with self._transaction():
+            now = datetime.now(UTC)
+            for u in batch.offsets:  # first: fail fast, and lock offsets before rows
+                self._fence(u, batch.group_id, now)
+            stages = self._stage(batch.rows)
+            for table, stage in stages.items():
+                if batch.rows.get(table):
+                    self._upsert(table, stage)
+            for sql in batch.after_sql:
+                for t, stage in stages.items():
+                    sql = sql.replace(f"{{stage:{t.name}}}", stage)
+                self._execute(sql)
+
+    def _fence(self, u: OffsetUpdate, group_id: str, now: datetime) -> None:
+        if u.expected is None:
+            sql = (f"INSERT INTO {CONSUMER_OFFSETS.name} (builder, topic, partition_id, "
+                   "next_offset, group_id, updated_at) VALUES (%s, %s, %s, %s, %s, %s) "
+                   "ON CONFLICT DO NOTHING RETURNING 1")
+            params: tuple[Any, ...] = (u.builder, u.topic, u.partition, u.next_offset,
+                                       group_id, now)
+        else:
+            sql = (f"UPDATE {CONSUMER_OFFSETS.name} SET next_offset = %s, group_id = %s, "
+                   "updated_at = %s WHERE builder = %s AND topic = %s AND partition_id = %s "
+                   "AND next_offset = %s RETURNING 1")
+            params = (u.next_offset, group_id, now, u.builder, u.topic, u.partition,
+                      u.expected)
+        if not self._execute_returning(sql, params):
+            raise OffsetConflict(
+                f"{u.builder} {u.topic}[{u.partition}]: stored offset is no longer "
+                f"{u.expected}; another consumer has applied these records")
+
+    # -- dialect-specific -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Run a read in its own transaction (placeholders are `%s`)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @abc.abstractmethod
+    def _transaction(self) -> Any: ...
+
+    @abc.abstractmethod
+    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> None: ...
+
+    @abc.abstractmethod
+    def _execute_returning(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        ...
+
+    @abc.abstractmethod
+    def _columns_of(self, table: str) -> set[str]: ...
+
+    @abc.abstractmethod
+    def _stage(self, rows: dict[Table, list[dict[str, Any]]]) -> dict[Table, str]:
+        """Load the batch's rows into staging relations; return their names."""
+
+    @abc.abstractmethod
+    def _upsert(self, table: Table, stage: str) -> None: ...
+
+    @abc.abstractmethod
+    def _lock_for_migration(self) -> None:
+        """Serialise concurrent migrations (several processes starting at once)."""
