@@ -1,0 +1,133 @@
+"""`rlmesh-stream join`: episodes next to the training log that produced their policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from consumers.join import (
+    LOG_FORMATS,
+    TRAIN_PREFIX,
+    JoinError,
+    JoinResult,
+    JoinSpec,
+    LogColumns,
+    aggregate,
+    connect,
+    export,
+    run_join,
+    write_table,
+)
+from consumers.report_cli import DEFAULT_SINK
+from consumers.reports import FORMATS, Column, Report, StoreError, render
+
+
+@click.command()
+@click.option("--sink", envvar="RLMESH_STREAM_SINK", default=DEFAULT_SINK, show_default=True,
+              show_envvar=True, help="Store URL (DuckDB; PostgreSQL through DuckDB's "
+                                     "postgres extension when installed).")
+@click.option("--log", "log_path", required=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Training log: JSONL, CSV or Parquet.")
+@click.option("--log-format", type=click.Choice(LOG_FORMATS), default=None,
+              help="Format of the log (default: from its suffix).")
+@click.option("--by", "mode", type=click.Choice(["key", "asof"]), default="key",
+              show_default=True,
+              help="key: episode model id = the log's checkpoint; asof: the latest log row "
+                   "at or before each episode's time.")
+@click.option("--episode-key", default="model_component_id", show_default=True,
+              help="Episode column matched to the checkpoint column (--by key).")
+@click.option("--episode-time", type=click.Choice(["started_at", "completed_at"]),
+              default="started_at", show_default=True,
+              help="Episode time matched against the log's time (--by asof).")
+@click.option("--step-column", default="step", show_default=True)
+@click.option("--time-column", default="time", show_default=True)
+@click.option("--checkpoint-column", default="checkpoint", show_default=True)
+@click.option("--metric", default="loss", show_default=True,
+              help="Training metric column shown next to each checkpoint ('' for none).")
+@click.option("--log-timezone", default=None,
+              help="IANA zone of log timestamps written without a UTC offset (e.g. UTC).")
+@click.option("--epoch-unit", type=click.Choice(["s", "ms", "us"]), default="s",
+              show_default=True, help="Unit of numeric (epoch) log times.")
+@click.option("--table", default=None,
+              help="Write the joined episodes into the store as this table "
+                   "(needs the store's write lock).")
+@click.option("--export", "export_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Write the joined episodes to a .csv or .parquet file.")
+@click.option("--plot", "plot_prefix", type=click.Path(path_type=Path), default=None,
+              help="Write PREFIX.png and PREFIX.svg: success and reward per checkpoint "
+                   "against training step, the metric on a second axis.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
+              show_default=True, help="Format of the per-checkpoint summary.")
+def join(sink: str, log_path: Path, log_format: str | None, mode: str, episode_key: str,
+         episode_time: str, step_column: str, time_column: str, checkpoint_column: str,
+         metric: str, log_timezone: str | None, epoch_unit: str, table: str | None,
+         export_path: Path | None, plot_prefix: Path | None, fmt: str) -> None:
+    """Join the episode table with a training log and summarise per checkpoint."""
+    spec = JoinSpec(
+        mode="key" if mode == "key" else "asof",
+        log=log_path,
+        columns=LogColumns(step_column, time_column, checkpoint_column, metric or None),
+        log_format=log_format,
+        episode_key=episode_key,
+        episode_time="completed_at" if episode_time == "completed_at" else "started_at",
+        log_timezone=log_timezone,
+        epoch_unit=epoch_unit,
+    )
+    try:
+        con = connect(sink, writable=table is not None)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        result = run_join(con, spec)
+        rows = aggregate(con, spec, result)
+        if table:
+            write_table(con, table)
+        if export_path:
+            export(con, export_path)
+    except JoinError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        con.close()
+
+    click.echo(result.summary(), err=True)
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
+    if table:
+        click.echo(f"wrote table {table} ({result.matched} rows) to the store", err=True)
+    if export_path:
+        click.echo(f"exported {result.matched} joined episodes to {export_path}", err=True)
+    if plot_prefix:
+        from consumers.plots import plot_checkpoints  # matplotlib only when plotting
+
+        paths = plot_checkpoints(rows, plot_prefix, metric_name=spec.columns.metric,
+                                 title=f"Evaluation vs training ({log_path.name})")
+        click.echo("wrote plot " + ", ".join(str(p) for p in paths), err=True)
+    click.echo(render(checkpoint_report(rows, spec, result), fmt), nl=False)
+
+
+def checkpoint_report(rows: list[dict[str, Any]], spec: JoinSpec,
+                      result: JoinResult) -> Report:
+    """The per-checkpoint aggregate as a report, rendered like the other reports."""
+    label = spec.columns.metric or "metric"
+    by_checkpoint = result.group_column == TRAIN_PREFIX + spec.columns.checkpoint
+    group = "Checkpoint" if by_checkpoint else "Log step"
+    return Report(
+        name="join",
+        title="Episodes per checkpoint",
+        columns=[
+            Column("checkpoint", group),
+            Column("step", "Training step", "right", "int"),
+            Column("metric", label, "right", "float"),
+            Column("episodes", "Episodes", "right", "int"),
+            Column("completed", "Completed", "right", "int"),
+            Column("success_rate", "Success", "right", "percent"),
+            Column("mean_reward", "Mean reward", "right", "float"),
+            Column("std_reward", "Std reward", "right", "float"),
+            Column("mean_step_ms", "Mean step ms", "right", "float"),
+        ],
+        rows=[dict(r) for r in rows],
+        empty_message="No episode matched the training log.",
+    )
