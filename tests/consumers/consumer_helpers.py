@@ -1,0 +1,114 @@
+"""Helpers of the consumer tests: topics, a plain publishing hooks object, offline runs.
+
+`PlainKafkaHooks` publishes what the simulator emits exactly as the contract
+says (Confluent-framed value from `EventSerializer`, key = session id, the
+`schemas.headers` headers with a per-producer sequence) through a plain
+`confluent_kafka.Producer`, so the consumer tests depend on the contract, not
+on the producer package's internals.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from consumers.builders import make_builders
+from consumers.runtime import CheckpointInfo, ConsumerRuntime, RuntimeOptions
+from consumers.sinks import Sink, open_sink
+from infra.topics import ensure_topics
+from schemas import events as ev
+from schemas import headers as h
+from schemas.config import StreamConfig
+from schemas.serde import EventSerializer
+from schemas.topics import EventType
+
+_CALLBACKS = {et.value: et for et in EventType} | {"on_telemetry": EventType.TELEMETRY_SNAPSHOT}
+
+
+def create_topics(config: StreamConfig, partitions: int = 4) -> None:
+    ensure_topics(config, partitions=partitions, replication_factor=1)
+
+
+class PlainKafkaHooks:
+    """The runtime callbacks, each publishing its event to its topic."""
+
+    def __init__(self, config: StreamConfig, *, drop_leaves: bool = True,
+                 producer_id: str | None = None) -> None:
+        self.config = config
+        self.serializer = EventSerializer(SchemaRegistryClient(config.registry_config()),
+                                          topic_prefix=config.topic_prefix)
+        self.producer = Producer({**config.kafka_config(), "linger.ms": 20,
+                                  "enable.idempotence": True,
+                                  "queue.buffering.max.messages": 1_000_000})
+        self.drop_leaves = drop_leaves
+        self.producer_id = producer_id or uuid.uuid4().hex
+        self.seq = 0
+        self.sent: list[tuple[EventType, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in _CALLBACKS:
+            raise AttributeError(name)
+        et = _CALLBACKS[name]
+        return lambda event: self.publish(et, event)
+
+    def publish(self, et: EventType, event: Any, *, seq: int | None = None) -> None:
+        if self.drop_leaves:  # small events: the payload leaves are not what is tested
+            if isinstance(event, ev.ObservationEmittedEvent):
+                event.observation = event.raw_observation = None
+            elif isinstance(event, ev.ActionReceivedEvent):
+                event.action = event.raw_action = None
+        self.produce_raw(et, event.session_id, self.serializer.serialize(event), seq=seq)
+        self.sent.append((et, event))
+
+    def produce_raw(self, et: EventType, key: str, value: bytes, *,
+                    seq: int | None = None) -> None:
+        number = self.seq if seq is None else seq
+        if seq is None:
+            self.seq += 1
+        headers = [(h.EVENT_TYPE, et.value.encode()), (h.CONTRACT, h.CONTRACT_VERSION.encode()),
+                   (h.PRODUCER_ID, self.producer_id.encode()), (h.SEQUENCE, str(number).encode())]
+        while True:
+            try:
+                self.producer.produce(et.topic(self.config.topic_prefix), key=key.encode(),
+                                      value=value, headers=headers)
+                break
+            except BufferError:
+                self.producer.poll(0.05)
+        self.producer.poll(0)
+
+    def flush(self) -> None:
+        assert self.producer.flush(60) == 0
+
+
+def run_offline(config: StreamConfig, sink_url: str, builders: Iterable[str] = ("all",), *,
+                group_id: str | None = None, sink: Sink | None = None,
+                on_checkpoint: Any = None, **options: Any) -> ConsumerRuntime:
+    """Run builders in this process from the beginning until the end, as `--until-end`."""
+    store = sink or open_sink(sink_url)
+    names = list(builders)
+    runtime = ConsumerRuntime(
+        config, make_builders(names, steps=options.pop("steps", False)), store,
+        RuntimeOptions(group_id=group_id or f"g-{uuid.uuid4().hex[:8]}", from_beginning=True,
+                       until_end=True, **options),
+        on_checkpoint=on_checkpoint)
+    try:
+        runtime.run()
+    finally:
+        if sink is None:
+            store.close()
+    return runtime
+
+
+def query(sink_url: str, sql: str) -> list[tuple[Any, ...]]:
+    store = open_sink(sink_url)
+    try:
+        return store.query(sql)
+    finally:
+        store.close()
+
+
+__all__ = ["CheckpointInfo", "PlainKafkaHooks", "create_topics", "query", "run_offline"]
