@@ -9,8 +9,19 @@ belongs to a person.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    ClusterMetadata,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+    TopicMetadata,
+)
 
 from schemas.config import StreamConfig
 
@@ -65,9 +76,6 @@ def ensure_topics(
     `replication_factor` defaults to min(3, live brokers), so the same call works on
     the one-node local stack and on a production cluster.
     """
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     names = list(topics) if topics is not None else event_topics(config.topic_prefix)
     # log_level 4: keep librdkafka's warnings and errors, drop its shutdown notices.
     admin = AdminClient({**config.kafka_config(), "log_level": 4})
@@ -92,9 +100,14 @@ def ensure_topics(
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
                     raise
                 existing.append(name)  # created concurrently by someone else: check it
+    # Metadata lags creation by a moment; callers (and the drift check) need the topics
+    # visible, so wait for that rather than hand back topics a producer cannot see yet.
+    metadata = _wait_until_visible(admin, report.created + existing, timeout)
     if existing:
-        metadata = admin.list_topics(timeout=timeout)
         for name in existing:
+            if name not in metadata.topics:
+                raise KafkaException(f"topic {name} exists but its metadata did not appear "
+                                     f"within {timeout} s")
             found = _drift(admin, metadata.topics[name], partitions, rf, settings, timeout)
             report.drift.extend(found)
             if not found:
@@ -102,13 +115,21 @@ def ensure_topics(
     return report
 
 
-def _drift(admin: object, topic_md: object, partitions: int, rf: int,
-           settings: dict[str, str], timeout: float) -> list[TopicDrift]:
-    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+def _wait_until_visible(admin: AdminClient, names: list[str], timeout: float) -> ClusterMetadata:
+    deadline = time.monotonic() + timeout
+    while True:
+        metadata = admin.list_topics(timeout=timeout)
+        visible = {n for n in names if n in metadata.topics and metadata.topics[n].error is None
+                   and metadata.topics[n].partitions}
+        if len(visible) == len(set(names)) or time.monotonic() > deadline:
+            return metadata
+        time.sleep(0.2)
 
-    assert isinstance(admin, AdminClient)
-    name: str = topic_md.topic  # type: ignore[attr-defined]
-    parts = topic_md.partitions  # type: ignore[attr-defined]
+
+def _drift(admin: AdminClient, topic_md: TopicMetadata, partitions: int, rf: int,
+           settings: dict[str, str], timeout: float) -> list[TopicDrift]:
+    name = str(topic_md.topic)
+    parts = topic_md.partitions
     drift: list[TopicDrift] = []
     if len(parts) != partitions:
         drift.append(TopicDrift(name, "partitions", str(partitions), str(len(parts))))
