@@ -6,6 +6,7 @@ what is tested is the fold from events to rows.
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -73,7 +74,7 @@ def _build(tmp_path: Any, builder: Builder, batches: list[list[Record]], name: s
 
 def _batches(records: list[Record], cuts: list[int]) -> list[list[Record]]:
     bounds = sorted({0, len(records), *[c % (len(records) + 1) for c in cuts]})
-    return [records[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [records[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 IN_ORDER = [_record(e, i) for i, e in enumerate(EPISODE_EVENTS)]
