@@ -93,8 +93,10 @@ def plot_checkpoints(rows: Sequence[dict[str, Any]], out_prefix: Path, *,
 
     out_prefix.parent.mkdir(parents=True, exist_ok=True)
     paths = [out_prefix.with_suffix(".png"), out_prefix.with_suffix(".svg")]
-    for path in paths:
-        fig.savefig(path)
+    # SVG text stays <text> (searchable, selectable) rather than glyph outlines.
+    with plt.rc_context({"svg.fonttype": "none"}):
+        for path in paths:
+            fig.savefig(path)
     plt.close(fig)
     return paths
 

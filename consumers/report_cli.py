@@ -26,7 +26,8 @@ from consumers.reports import (
 )
 from consumers.reports.store import Store
 
-DEFAULT_SINK = "duckdb://rlmesh-stream.duckdb"
+DEFAULT_SINK = "duckdb:///rlmesh.duckdb"
+"""The store `rlmesh-stream consume` writes by default (`consumers.cli.DEFAULT_SINK`)."""
 
 GATE_EXIT_CODE = 3
 """Exit status of `report advisories --fail-on` when the gate trips.

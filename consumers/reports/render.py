@@ -118,6 +118,7 @@ th, td { padding:8px 12px; border-bottom:1px solid var(--line); text-align:left;
   vertical-align:top; }
 th { background:#fafbfc; font-size:12px; color:var(--muted); text-transform:uppercase;
   letter-spacing:.04em; position:sticky; top:0; }
+td.time { white-space:nowrap; }
 td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap; }
 tr:last-child td { border-bottom:none; }
 tr.caution td { background:var(--caution-bg); }
@@ -171,7 +172,8 @@ def render_html(report: Report, *, generated_at: dt.datetime | None = None) -> s
                 text = esc(format_value(row.get(col.key), col.kind))
                 if col.key == "severity" and row.get(col.key):
                     text = f'<span class="badge {esc(str(row[col.key]))}">{text}</span>'
-                cls = ' class="num"' if col.align == "right" else ""
+                cls = (' class="num"' if col.align == "right"
+                       else ' class="time"' if col.kind == "time" else "")
                 parts.append(f"<td{cls}>{text}</td>")
             parts.append("</tr>")
         parts.append("</tbody></table>")

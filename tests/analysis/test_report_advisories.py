@@ -174,3 +174,10 @@ def test_a_missing_store_is_a_clear_error(tmp_path: Path) -> None:
         report, ["advisories", "--sink", f"duckdb://{tmp_path}/nope.duckdb"])
     assert result.exit_code == 1
     assert "no DuckDB store at" in result.stderr
+
+
+def test_reports_read_the_store_consume_writes_by_default() -> None:
+    from consumers.cli import DEFAULT_SINK as CONSUME_DEFAULT
+    from consumers.report_cli import DEFAULT_SINK as REPORT_DEFAULT
+
+    assert REPORT_DEFAULT == CONSUME_DEFAULT
