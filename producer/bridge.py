@@ -1,0 +1,330 @@
+"""`rlmesh_bridge`: the rlmesh Python SDK's `RunHooks` turned into runtime events.
+
+`rlmesh.run(model, env, hooks=rlmesh_bridge(hooks, env_id=..., model_component_id=...))`
+publishes, for one run, the events the Rust runtime's driver would: the
+connect/start events, episode started/completed with the run's seeds and
+trial ordinals, per step an action, a step and an observation event with
+leaves encoded per spec section 7 (the SpaceSpec derived once from the env's
+spaces), the run's telemetry rows as the final `Session` snapshot, its
+advisories as relay advisories, then session ended (or failed, if the run
+raised).
+
+What the SDK's smaller hook surface cannot give, the bridge says so rather
+than invents: `RunHooks.on_step` carries the pre-step observation only, so
+each post-step observation is published when the next step reveals it, and an
+episode's terminal observation (never shown to hooks) is not published.
+Episodes are attributed to lane slots in start order (a vector env's
+`StepEvent` carries no lane), one group step per `StepEvent`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import rlmesh
+
+from producer.leaves import LeafCodec, infer_space
+from schemas import events as ev
+from schemas.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
+
+log = logging.getLogger(__name__)
+
+_UNIT_KIND = {"ms": Kind.DURATION, "bytes": Kind.BYTES, "count": Kind.COUNT}
+
+
+class RuntimeHooksLike(Protocol):
+    """The runtime callbacks the bridge calls (what `KafkaRuntimeHooks` implements)."""
+
+    def env_connected(self, event: ev.EnvConnectedEvent) -> None: ...
+    def model_connected(self, event: ev.ModelConnectedEvent) -> None: ...
+    def session_started(self, event: ev.SessionStartedEvent) -> None: ...
+    def episode_started(self, event: ev.EpisodeStartedEvent) -> None: ...
+    def episode_completed(self, event: ev.EpisodeCompletedEvent) -> None: ...
+    def action_received(self, event: ev.ActionReceivedEvent) -> None: ...
+    def step_completed(self, event: ev.StepCompletedEvent) -> None: ...
+    def observation_emitted(self, event: ev.ObservationEmittedEvent) -> None: ...
+    def session_ended(self, event: ev.SessionEndedEvent) -> None: ...
+    def on_telemetry(self, event: ev.TelemetrySnapshotEvent) -> None: ...
+    def session_failed(self, event: ev.SessionFailedEvent) -> None: ...
+    def log(self, event: ev.LogEvent) -> None: ...
+    def relay_advisory(self, event: ev.RelayAdvisoryEvent) -> None: ...
+
+
+def uuid7() -> str:
+    """A UUIDv7 (time-ordered), as the runtime mints episode ids."""
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76
+    value |= ((rand >> 62) & 0xFFF) << 64
+    value |= 0b10 << 62
+    value |= rand & ((1 << 62) - 1)
+    return str(uuid.UUID(int=value))
+
+
+def to_meta(value: Mapping[str, Any] | None) -> ev.MetaMap | None:
+    """An env `info` as a `MetaMap`: numpy values made plain, unsupported values as text."""
+    if value is None:
+        return None
+    return {str(k): _meta_value(v) for k, v in value.items() if v is not None}
+
+
+def _meta_value(value: Any) -> ev.MetaValue:
+    if isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    if isinstance(value, np.generic):
+        plain = value.item()
+        return plain if isinstance(plain, (bool, int, float, str, bytes)) else str(plain)
+    if isinstance(value, np.ndarray):
+        return _meta_value(value.tolist())
+    if isinstance(value, Mapping):
+        return {str(k): _meta_value(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_meta_value(v) for v in value if v is not None]
+    return str(value)
+
+
+@dataclass
+class _Episode:
+    index: int  # 0-based, as the SDK counts
+    episode_id: str
+    record_id: str
+    slot: int
+    seed: int | None
+    last_info: Mapping[str, Any] | None = None
+    pending_observation: Any = None
+    steps_seen: int = 0
+
+
+@dataclass
+class _RunState:
+    session_id: str
+    context: Any = None
+    obs_codec: LeafCodec | None = None
+    act_codec: LeafCodec | None = None
+    episodes: dict[int, _Episode] = field(default_factory=dict)
+    free_slots: list[int] = field(default_factory=list)
+    next_slot: int = 0
+    total_steps: int = 0
+    total_episodes: int = 0
+    logged_first_reset: bool = False
+
+
+class RlmeshBridge(rlmesh.RunHooks):
+    """An `rlmesh.RunHooks` publishing each run as one runtime session (reusable across runs)."""
+
+    def __init__(
+        self,
+        hooks: RuntimeHooksLike,
+        *,
+        env_id: str,
+        model_component_id: str,
+        env_component_id: str | None = None,
+        lane: int | None = None,
+        observation_space: Any = None,
+        action_space: Any = None,
+        trial_index_base: int = 0,
+    ) -> None:
+        self.hooks = hooks
+        self.route = ev.RuntimeEnvContext(
+            env_id=env_id, env_component_id=env_component_id or env_id,
+            model_component_id=model_component_id, lane=lane)
+        self.env_id = env_id
+        self._observation_space = observation_space
+        self._action_space = action_space
+        self._trial_base = trial_index_base
+        self._lock = threading.Lock()
+        self._state: _RunState | None = None
+        self.session_ids: list[str] = []
+
+    @property
+    def session_id(self) -> str | None:
+        """The current (or last) run's session id."""
+        return self.session_ids[-1] if self.session_ids else None
+
+    # -- RunHooks ---------------------------------------------------------------------------------
+
+    def on_run_start(self, context: Any) -> None:
+        state = _RunState(session_id=str(uuid.uuid4()), context=context)
+        self._state = state
+        self.session_ids.append(state.session_id)
+        sid, route = state.session_id, self.route
+        self.hooks.env_connected(ev.EnvConnectedEvent(session_id=sid, route=route,
+                                                      env_id=self.env_id))
+        self.hooks.model_connected(ev.ModelConnectedEvent(session_id=sid, route=route))
+        self.hooks.session_started(ev.SessionStartedEvent(session_id=sid, route=route,
+                                                          env_id=self.env_id))
+
+    def on_episode_start(self, *, episode: int, seed: int | None) -> None:
+        state = self._require_state()
+        self._resolve_spaces(state)
+        if state.free_slots:
+            slot = state.free_slots.pop(0)
+        else:
+            slot = state.next_slot
+            state.next_slot += 1
+        ep = _Episode(index=episode, episode_id=uuid7(), record_id=f"ep-{episode + 1:06d}",
+                      slot=slot, seed=seed)
+        state.episodes[episode] = ep
+        if not state.logged_first_reset:
+            state.logged_first_reset = True
+            self.hooks.log(ev.LogEvent(
+                session_id=state.session_id, route=self.route, level=ev.LogLevel.INFO,
+                message=f"env {self.env_id} reset; running episodes",
+                source="rlmesh_stream.bridge"))
+        self.hooks.episode_started(ev.EpisodeStartedEvent(
+            session_id=state.session_id, route=self.route, episode_id=ep.episode_id,
+            episode_record_id=ep.record_id, episode_index=episode + 1, env_index=slot,
+            started_from_auto_reset=False, seed=seed, trial_index=self._trial_base + episode))
+
+    def on_step(self, event: Any) -> None:
+        state = self._require_state()
+        ep = state.episodes.get(event.episode)
+        if ep is None:  # a step of an episode we never saw start: attribute it anyway
+            self.on_episode_start(episode=event.episode, seed=event.seed)
+            ep = state.episodes[event.episode]
+        if state.obs_codec is None:
+            state.obs_codec = LeafCodec(infer_space(event.observation))
+        if state.act_codec is None:
+            state.act_codec = LeafCodec(infer_space(event.action))
+        sid, route = state.session_id, self.route
+        ids, records = [ep.episode_id], [ep.record_id]
+        observation = state.obs_codec.encode(event.observation)
+        # The pre-step observation: the reset one on step 0, else the previous step's result.
+        self.hooks.observation_emitted(ev.ObservationEmittedEvent(
+            session_id=sid, route=route, episode_id=ep.episode_id, episode_record_id=ep.record_id,
+            episode_ids=ids, episode_record_ids=records,
+            step=event.step if event.step == 0 else event.step - 1, env_index=ep.slot,
+            is_reset=event.step == 0, num_envs=1, observation_space=state.obs_codec.spec,
+            observation=observation, raw_observation=observation,
+            infos=None))
+        action = state.act_codec.encode(event.action)
+        self.hooks.action_received(ev.ActionReceivedEvent(
+            session_id=sid, route=route, episode_id=ep.episode_id, episode_record_id=ep.record_id,
+            episode_ids=ids, episode_record_ids=records, step=event.step, env_index=ep.slot,
+            action_space=state.act_codec.spec, action=action, raw_action=action))
+        self.hooks.step_completed(ev.StepCompletedEvent(
+            session_id=sid, route=route, episode_id=ep.episode_id, episode_record_id=ep.record_id,
+            step=event.step, env_index=ep.slot, rewards=[float(event.reward)],
+            infos=to_meta(event.info), terminated=[bool(event.terminated)],
+            truncated=[bool(event.truncated)], autoreset_roll=[False],
+            predict_ms=float(event.predict_ms), step_ms=float(event.step_ms)))
+        ep.last_info = event.info
+        ep.steps_seen += 1
+        state.total_steps += 1
+
+    def on_episode_end(self, result: Any) -> None:
+        state = self._require_state()
+        ep = state.episodes.pop(result.index, None)
+        if ep is None:
+            ep = _Episode(index=result.index, episode_id=uuid7(),
+                          record_id=f"ep-{result.index + 1:06d}", slot=0, seed=result.seed)
+        else:
+            state.free_slots.append(ep.slot)
+            state.free_slots.sort()
+        state.total_episodes += 1
+        self.hooks.episode_completed(ev.EpisodeCompletedEvent(
+            session_id=state.session_id, route=self.route, episode_id=ep.episode_id,
+            episode_record_id=ep.record_id, episode_index=result.index + 1, env_index=ep.slot,
+            step_count=int(result.steps), cumulative_reward=float(result.reward),
+            terminated=bool(result.terminated), truncated=bool(result.truncated),
+            duration_ms=round(float(result.duration_s) * 1000.0),
+            final_info=to_meta(ep.last_info), success=result.success, seed=result.seed,
+            trial_index=result.trial, predict_ms=result.predict_ms, step_ms=result.step_ms))
+
+    def on_run_end(self, result: Any) -> None:
+        # The SDK calls this from its `except`/`finally`: a run that raised is still raising.
+        error = sys.exc_info()[1]
+        state = self._require_state()
+        sid, route = state.session_id, self.route
+        for advisory in result.advisories:
+            self.hooks.relay_advisory(ev.RelayAdvisoryEvent(
+                session_id=sid, route=route, leg=_leg_of(advisory),
+                advisory=ev.Advisory(severity=ev.AdvisorySeverity(str(advisory.severity)),
+                                     message=str(advisory.message))))
+        rows = [
+            Row(source=Source(op=r.op, component=r.component),
+                metric=Metric(name=r.metric, kind=_UNIT_KIND.get(r.unit, Kind.COUNT)),
+                count=int(r.count), avg=float(r.avg), p50=float(r.p50), p95=float(r.p95),
+                p99=float(r.p99))
+            for r in result.telemetry
+        ]
+        self.hooks.on_telemetry(ev.TelemetrySnapshotEvent(
+            session_id=sid, route=route, snapshot=Snapshot(horizon=Horizon.SESSION, rows=rows)))
+        if error is not None:
+            self.hooks.session_failed(ev.SessionFailedEvent(
+                session_id=sid, route=route, reason=f"{type(error).__name__}: {error}"))
+        else:
+            self.hooks.session_ended(ev.SessionEndedEvent(
+                session_id=sid, route=route, reason="completed",
+                total_steps=state.total_steps, total_episodes=state.total_episodes))
+        self._state = None
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _require_state(self) -> _RunState:
+        if self._state is None:  # a hook called outside a run: start one implicitly
+            self.on_run_start(None)
+        assert self._state is not None
+        return self._state
+
+    def _resolve_spaces(self, state: _RunState) -> None:
+        """Compile the codecs once per run, from the caller's spaces or the env contract."""
+        if state.obs_codec is not None and state.act_codec is not None:
+            return
+        contract = getattr(state.context, "contract", None)
+        obs_space, act_space = self._observation_space, self._action_space
+        if contract is not None:
+            if obs_space is None:
+                obs_space = _gym_space(getattr(contract, "observation_space", None))
+            if act_space is None:
+                act_space = _gym_space(getattr(contract, "action_space", None))
+        if obs_space is not None and state.obs_codec is None:
+            state.obs_codec = LeafCodec(obs_space)
+        if act_space is not None and state.act_codec is None:
+            state.act_codec = LeafCodec(act_space)
+
+
+def _gym_space(spec: Any) -> Any:
+    if spec is None:
+        return None
+    try:
+        return spec.to_gym_space()
+    except Exception:  # an rlmesh spec Gymnasium cannot express: infer from values instead
+        log.debug("cannot convert %r to a Gymnasium space", spec, exc_info=True)
+        return None
+
+
+def _leg_of(advisory: Any) -> ev.Leg:
+    leg = getattr(advisory, "leg", None)
+    try:
+        return ev.Leg(str(leg)) if leg is not None else ev.Leg.OBSERVATION
+    except ValueError:
+        return ev.Leg.OBSERVATION
+
+
+def rlmesh_bridge(
+    hooks: RuntimeHooksLike,
+    *,
+    env_id: str,
+    model_component_id: str,
+    env_component_id: str | None = None,
+    lane: int | None = None,
+    **options: Any,
+) -> RlmeshBridge:
+    """An `rlmesh.RunHooks` for `rlmesh.run(model, env, hooks=...)` publishing through `hooks`.
+
+    `options`: `observation_space` / `action_space` (Gymnasium spaces, when the
+    run context cannot provide them) and `trial_index_base` (the run's).
+    """
+    return RlmeshBridge(hooks, env_id=env_id, model_component_id=model_component_id,
+                        env_component_id=env_component_id, lane=lane, **options)

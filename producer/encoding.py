@@ -1,0 +1,58 @@
+"""The producer's view of the contract's serde: encode a payload, learn a schema id, frame.
+
+Kept apart so the hook depends on three small protocols rather than on
+`schemas.serde`'s classes, and so the one place that imports the registry
+client is here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from producer.config import Format
+from schemas.config import StreamConfig
+from schemas.events import RuntimeEvent
+from schemas.topics import EventType
+
+
+class PayloadEncoder(Protocol):
+    def encode(self, event: RuntimeEvent) -> bytes: ...
+
+
+class SchemaIds(Protocol):
+    def schema_id(self, event_type: EventType) -> int: ...
+
+
+def make_encoder(format: Format) -> PayloadEncoder:
+    from schemas.serde import EventEncoder
+
+    encoder: PayloadEncoder = EventEncoder(format=format)
+    return encoder
+
+
+def make_registrar(stream: StreamConfig, format: Format) -> SchemaIds:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from schemas.serde import SchemaRegistrar
+
+    client = SchemaRegistryClient(stream.registry_config())
+    registrar: SchemaIds = SchemaRegistrar(
+        client, format=format, topic_prefix=stream.topic_prefix, auto_register=True
+    )
+    return registrar
+
+
+def frame_prefix(schema_id: int, format: Format) -> bytes:
+    """The bytes the Confluent wire format puts before a payload for this schema id.
+
+    Computed once per event type so the hot path frames with one
+    concatenation; checked against `frame` so it cannot drift from the contract.
+    """
+    from schemas.serde import frame
+
+    prefix: bytes = frame(schema_id, b"", format=format)
+    probe = b"\x02\x04probe"
+    framed: Any = frame(schema_id, probe, format=format)
+    if framed != prefix + probe:
+        raise RuntimeError("schemas.serde.frame is not prefix + payload; cannot pre-frame")
+    return prefix

@@ -1,0 +1,583 @@
+"""`KafkaRuntimeHooks`: the rlmesh runtime's observer, publishing every event to Kafka.
+
+The hook runs inline in every rollout, so a callback only encodes, stamps
+headers and enqueues into librdkafka; network I/O happens on librdkafka's
+threads and delivery reports are served by a poller thread of ours. A
+callback never raises into the runtime and never waits longer than
+`max_block_ms` (plus the bounded flushes at session end).
+
+Events that cannot be enqueued right now (librdkafka's bounded queue is
+full, or the schema registry has not answered yet) go to the backlog: the
+on-disk spool, or a bounded in-memory holding area. While the backlog holds
+anything, new events queue behind it so order is kept; a drainer thread
+feeds it to librdkafka as soon as Kafka and the registry answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from producer import lifecycle
+from producer.backlog import Backlog, Batch, MemoryBacklog
+from producer.config import DeliveryFailure, ProducerSettings
+from producer.delivery import (
+    PERMANENT_ERRORS,
+    HeaderFactory,
+    Ledger,
+    Stats,
+    header_value,
+    new_producer_id,
+)
+from producer.encoding import PayloadEncoder, SchemaIds, frame_prefix, make_encoder, make_registrar
+from producer.records import Headers, Record
+from producer.spool import Spool
+from schemas import events as ev
+from schemas import headers as h
+from schemas.config import StreamConfig
+from schemas.topics import EventType
+
+log = logging.getLogger(__name__)
+
+_POLL_INTERVAL_S = 0.05
+_FULL_RETRY_SLEEP_S = 0.0005
+_REGISTRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+_LEAF_EVENTS = {
+    EventType.OBSERVATION_EMITTED: ("observation", "raw_observation"),
+    EventType.ACTION_RECEIVED: ("action", "raw_action"),
+}
+
+
+class KafkaRuntimeHooks:
+    """Publishes rlmesh runtime events to one Kafka topic per event type, keyed by session id.
+
+    Build it with keyword arguments, a `StreamConfig` (`config=`), full
+    `ProducerSettings` (`settings=`), or from the environment
+    (`KafkaRuntimeHooks.from_env()`, `RLMESH_STREAM_*`). Any
+    `ProducerSettings` field can be passed as a keyword override.
+
+    Thread-safe. From asyncio code the callbacks may be called directly: they
+    never do network I/O and return within `max_block_ms`; `aflush` and
+    `aclose` are the awaitable forms of the two calls that wait.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | None = None,
+        schema_registry_url: str | None = None,
+        topic_prefix: str | None = None,
+        format: str | None = None,
+        *,
+        config: StreamConfig | None = None,
+        settings: ProducerSettings | None = None,
+        encoder: PayloadEncoder | None = None,
+        registrar: SchemaIds | None = None,
+        startup_wait_s: float = 2.0,
+        **overrides: Any,
+    ) -> None:
+        if settings is None:
+            stream = config if config is not None else StreamConfig.from_env()
+            explicit = {"bootstrap": bootstrap_servers, "registry_url": schema_registry_url,
+                        "topic_prefix": topic_prefix}
+            stream = dataclasses.replace(
+                stream, **{k: v for k, v in explicit.items() if v is not None})
+            settings = ProducerSettings.from_env(stream=stream, format=format, **overrides)
+        elif overrides or format is not None:
+            settings = settings.with_overrides(
+                **overrides, **({"format": format} if format is not None else {}))
+        self.settings = settings
+        self.producer_id = new_producer_id()
+        self._headers = HeaderFactory(self.producer_id)
+        self._ledger = Ledger()
+        self._encoder = encoder if encoder is not None else make_encoder(settings.format)
+        self._registrar = registrar
+        self._prefixes: dict[EventType, bytes] = {}
+        prefix = settings.stream.topic_prefix
+        self._topics = {et: et.topic(prefix) for et in EventType}
+        self._disabled = settings.disabled_events
+        self._leaf_cap = settings.leaves_max_bytes
+        self._max_block_s = settings.max_block_ms / 1000.0
+        self._on_error = settings.on_error
+
+        self._backlog: Backlog
+        if settings.overflow == "spool":
+            assert settings.spool_dir is not None
+            spool = Spool(settings.spool_dir, self.producer_id, max_bytes=settings.spool_max_bytes)
+            self._ledger.recovered = spool.recovered
+            self._backlog = spool
+        else:
+            self._backlog = MemoryBacklog(settings.held_max_events)
+        self._spooling = settings.overflow == "spool"
+        self._hold_lock = threading.Lock()
+        self._backlog_active = len(self._backlog) > 0
+        self._wake = threading.Event()
+        self._shedding = False
+        self._closed = False
+        self._stop = threading.Event()
+        self._kafka_unreachable_logged = False
+        self._registry_unreachable_logged = False
+        self._ids_ready = threading.Event()
+
+        conf = settings.kafka_config()
+        conf["error_cb"] = self._on_kafka_error
+        conf["on_delivery"] = self._on_delivery
+        # librdkafka's own log lines go to Python logging, not straight to the rollout's stderr.
+        conf.setdefault("logger", logging.getLogger("rlmesh_stream.librdkafka"))
+        self._producer = Producer(conf)
+
+        self._poller = threading.Thread(
+            target=self._poll_loop, name=f"rlmesh-stream-poll-{self.producer_id[:8]}",
+            daemon=True)
+        self._drainer = threading.Thread(
+            target=self._drain_loop, name=f"rlmesh-stream-drain-{self.producer_id[:8]}",
+            daemon=True)
+        self._poller.start()
+        self._drainer.start()
+        if startup_wait_s > 0:
+            self._ids_ready.wait(startup_wait_s)
+        lifecycle.register(self, signals=settings.install_exit_handlers)
+
+    # -- construction helpers ----------------------------------------------------------------
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> KafkaRuntimeHooks:
+        """Everything from `RLMESH_STREAM_*`; keyword overrides win."""
+        return cls(**overrides)
+
+    @classmethod
+    def from_config(cls, config: StreamConfig, **overrides: Any) -> KafkaRuntimeHooks:
+        return cls(config=config, **overrides)
+
+    # -- the runtime's callbacks --------------------------------------------------------------
+
+    def env_connected(self, event: ev.EnvConnectedEvent) -> None:
+        self._publish(EventType.ENV_CONNECTED, event)
+
+    def model_connected(self, event: ev.ModelConnectedEvent) -> None:
+        self._publish(EventType.MODEL_CONNECTED, event)
+
+    def session_started(self, event: ev.SessionStartedEvent) -> None:
+        self._publish(EventType.SESSION_STARTED, event)
+
+    def episode_started(self, event: ev.EpisodeStartedEvent) -> None:
+        self._publish(EventType.EPISODE_STARTED, event)
+
+    def episode_completed(self, event: ev.EpisodeCompletedEvent) -> None:
+        self._publish(EventType.EPISODE_COMPLETED, event)
+
+    def action_received(self, event: ev.ActionReceivedEvent) -> None:
+        self._publish(EventType.ACTION_RECEIVED, event)
+
+    def transform_action(self, event: ev.ActionReceivedEvent) -> list[bytes] | None:
+        """An observer, not a transformer: the action leaves go on unchanged."""
+        return event.action
+
+    def step_completed(self, event: ev.StepCompletedEvent) -> None:
+        self._publish(EventType.STEP_COMPLETED, event)
+
+    def observation_emitted(self, event: ev.ObservationEmittedEvent) -> None:
+        self._publish(EventType.OBSERVATION_EMITTED, event)
+
+    def transform_observation(self, event: ev.ObservationEmittedEvent) -> list[bytes] | None:
+        """An observer, not a transformer: the observation leaves go on unchanged."""
+        return event.observation
+
+    def session_ended(self, event: ev.SessionEndedEvent) -> None:
+        self._publish(EventType.SESSION_ENDED, event)
+        self.flush(self.settings.session_end_flush_timeout_s)
+
+    def on_telemetry(self, event: ev.TelemetrySnapshotEvent) -> None:
+        self._publish(EventType.TELEMETRY_SNAPSHOT, event)
+
+    def session_failed(self, event: ev.SessionFailedEvent) -> None:
+        self._publish(EventType.SESSION_FAILED, event)
+        self.flush(self.settings.session_end_flush_timeout_s)
+
+    def log(self, event: ev.LogEvent) -> None:
+        self._publish(EventType.LOG, event)
+
+    def relay_advisory(self, event: ev.RelayAdvisoryEvent) -> None:
+        self._publish(EventType.RELAY_ADVISORY, event)
+
+    def publish(self, event: ev.RuntimeEvent) -> None:
+        """Any runtime event, dispatched by its type (for callers that hold a union)."""
+        et = EventType.of(event)
+        if et is EventType.SESSION_ENDED or et is EventType.SESSION_FAILED:
+            self._publish(et, event)
+            self.flush(self.settings.session_end_flush_timeout_s)
+        else:
+            self._publish(et, event)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def flush(self, timeout: float = 10.0) -> int:
+        """Wait up to `timeout` s for everything accepted to be delivered; return what is left.
+
+        Includes the backlog: with Kafka reachable the drainer empties it
+        while we wait. Never raises.
+        """
+        deadline = time.monotonic() + max(timeout, 0.0)
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if self._backlog_active and len(self._backlog) and remaining > 0:
+                    self._wake.set()
+                    self._producer.flush(min(remaining, 0.05))
+                    continue
+                left = self._producer.flush(max(remaining, 0.0))
+                backlog = len(self._backlog)
+                if (left == 0 and backlog == 0) or time.monotonic() >= deadline:
+                    return int(left) + backlog
+        except Exception:  # flush is called from runtime callbacks: never raise into them
+            log.exception("rlmesh-stream: flush failed")
+            return len(self._producer) + len(self._backlog)
+
+    async def aflush(self, timeout: float = 10.0) -> int:
+        """`flush` for asyncio code: waits in a worker thread, not on the event loop."""
+        return await asyncio.to_thread(self.flush, timeout)
+
+    def close(self, timeout: float | None = None) -> Stats:
+        """Flush (bounded), stop the threads, and keep what is undelivered in the spool.
+
+        Without a spool, what is still undelivered when the budget runs out
+        is counted as failed (reason `closed`).
+        """
+        if self._closed:
+            return self.stats()
+        self._closed = True
+        lifecycle.unregister(self)
+        budget = self.settings.exit_flush_timeout_s if timeout is None else timeout
+        self.flush(budget)
+        self._stop.set()
+        self._wake.set()
+        self._drainer.join(timeout=5.0)
+        # Whatever librdkafka still holds: purge it so its delivery reports run now; with a
+        # spool they are written back to disk for the next process, else counted as failed.
+        self._producer.purge(in_queue=True, in_flight=True)
+        self._producer.flush(1.0)
+        self._poller.join(timeout=2.0)
+        held = len(self._backlog)
+        if held and not self._spooling:
+            self._ledger.fail("closed", held)
+            self._ledger.log_failure("closed", f"{held} held events discarded at close")
+        stats = self.stats()
+        self._backlog.close()
+        if stats.spooled:
+            log.warning("rlmesh-stream: closed with %d events in the spool %s; the next "
+                        "producer using it will deliver them", stats.spooled,
+                        self.settings.spool_dir)
+        return stats
+
+    async def aclose(self, timeout: float | None = None) -> Stats:
+        return await asyncio.to_thread(self.close, timeout)
+
+    def close_for_exit(self) -> None:
+        self.close(self.settings.exit_flush_timeout_s)
+
+    def __enter__(self) -> KafkaRuntimeHooks:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def stats(self) -> Stats:
+        spooled = 0 if self._closed and not self._spooling else len(self._backlog)
+        return self._ledger.snapshot(self.producer_id, spooled, len(self._producer))
+
+    @property
+    def schemas_ready(self) -> bool:
+        """True once every enabled event type's schema id is known."""
+        return self._ids_ready.is_set()
+
+    # -- the hot path ---------------------------------------------------------------------------
+
+    def _publish(self, et: EventType, event: Any) -> None:
+        if et in self._disabled:
+            with self._ledger.lock:
+                self._ledger.disabled += 1
+            return
+        if self._closed:
+            with self._ledger.lock:
+                self._ledger.accepted += 1
+                self._ledger.dropped += 1
+            return
+        omitted: int | None = None
+        try:
+            if self._leaf_cap is not None and et in _LEAF_EVENTS:
+                event, omitted = self._cap_leaves(et, event)
+            payload = self._encoder.encode(event)
+        except Exception as exc:
+            self._reject(et, event, exc)
+            return
+        ledger = self._ledger
+        with ledger.lock:
+            seq = ledger.accepted
+            ledger.accepted += 1
+            ledger.accepted_bytes += len(payload)
+            if omitted is not None:
+                ledger.leaves_omitted += 1
+        headers = self._headers.headers(et, seq, omitted)
+        key = event.session_id.encode("utf-8")
+        prefix = self._prefixes.get(et)
+        if prefix is None or self._backlog_active:
+            framed = prefix is not None
+            self._hold(Record(et, key, prefix + payload if framed else payload, framed,  # type: ignore[operator]
+                              headers, seq))
+            return
+        self._produce(et, key, prefix + payload, headers, seq)
+
+    def _produce(self, et: EventType, key: bytes, value: bytes, headers: Headers,
+                 seq: int) -> None:
+        topic = self._topics[et]
+        producer = self._producer
+        try:
+            producer.produce(topic, value, key, headers=headers)
+            self._shedding = False
+            return
+        except BufferError:
+            pass
+        except KafkaException as exc:
+            self._fail(et, key, seq, _reason(exc), str(exc))
+            return
+        # librdkafka's queue is full: wait (bounded) for room, unless we are already shedding.
+        if not self._shedding or self._spooling:
+            deadline = time.monotonic() + self._max_block_s
+            while time.monotonic() < deadline:
+                time.sleep(_FULL_RETRY_SLEEP_S)
+                try:
+                    producer.produce(topic, value, key, headers=headers)
+                    self._shedding = False
+                    return
+                except BufferError:
+                    continue
+                except KafkaException as exc:
+                    self._fail(et, key, seq, _reason(exc), str(exc))
+                    return
+        if self._spooling:
+            self._hold(Record(et, key, value, True, headers, seq))
+            return
+        self._shedding = True
+        with self._ledger.lock:
+            self._ledger.dropped += 1
+
+    def _cap_leaves(self, et: EventType, event: Any) -> tuple[Any, int | None]:
+        """Publish an oversized payload without its leaves, flagged, never cut or split."""
+        size = 0
+        for name in _LEAF_EVENTS[et]:
+            leaves = getattr(event, name)
+            if leaves:
+                for leaf in leaves:
+                    size += len(leaf)
+        assert self._leaf_cap is not None
+        if size <= self._leaf_cap:
+            return event, None
+        fields = dict.fromkeys(_LEAF_EVENTS[et])
+        return dataclasses.replace(event, **fields), size
+
+    def _hold(self, record: Record) -> None:
+        with self._hold_lock:
+            ok = self._backlog.put(record)
+            if ok:
+                self._backlog_active = True
+        if ok:
+            with self._ledger.lock:
+                self._ledger.spooled_total += 1
+            self._wake.set()
+            return
+        with self._ledger.lock:
+            self._ledger.dropped += 1
+
+    def _reject(self, et: EventType, event: Any, exc: Exception) -> None:
+        """An event the contract cannot carry: accepted, then failed with its reason."""
+        with self._ledger.lock:
+            seq = self._ledger.accepted
+            self._ledger.accepted += 1
+        session = getattr(event, "session_id", "?")
+        self._fail(et, str(session).encode("utf-8", "replace"), seq,
+                   f"contract:{type(exc).__name__}", str(exc))
+
+    def _fail(self, et: EventType, key: bytes, seq: int, reason: str, detail: str) -> None:
+        self._ledger.fail(reason)
+        self._ledger.log_failure(reason, f"{et.value} seq={seq}: {detail}")
+        if self._on_error is not None:
+            try:
+                self._on_error(DeliveryFailure(et.value, key.decode("utf-8", "replace"), seq,
+                                               reason))
+            except Exception:
+                log.exception("rlmesh-stream: the error callback raised")
+
+    # -- delivery reports (poller thread, or whoever calls flush) -------------------------------
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            ledger = self._ledger
+            with ledger.lock:
+                ledger.delivered += 1
+                ledger.delivered_bytes += len(msg)
+            if self._kafka_unreachable_logged:
+                self._kafka_unreachable_logged = False
+                log.warning("rlmesh-stream: Kafka answers again; delivering held events")
+            return
+        self._delivery_failed(err, msg)
+
+    def _delivery_failed(self, err: KafkaError, msg: Message) -> None:
+        headers = msg.headers() or []
+        et = EventType((header_value(headers, h.EVENT_TYPE) or b"").decode())
+        seq = int(header_value(headers, h.SEQUENCE) or b"-1")
+        key = msg.key() or b""
+        if self._spooling and err.code() not in PERMANENT_ERRORS:
+            record = Record(et, key, msg.value() or b"", True, list(headers.items())
+                            if isinstance(headers, dict) else list(headers), seq)
+            with self._hold_lock:
+                ok = self._backlog.put(record)
+                if ok:
+                    self._backlog_active = True
+            if ok:
+                with self._ledger.lock:
+                    self._ledger.spooled_total += 1
+                self._wake.set()
+                return
+        self._fail(et, key, seq, err.name(), err.str())
+
+    def _on_backlog_delivery(self, tracker: _BatchTracker, err: KafkaError | None,
+                             msg: Message) -> None:
+        try:
+            self._on_delivery(err, msg)
+        finally:
+            tracker.done()
+
+    def _on_kafka_error(self, err: KafkaError) -> None:
+        code = err.code()
+        if code in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT,
+                    KafkaError._RESOLVE) and not self._kafka_unreachable_logged:
+            self._kafka_unreachable_logged = True
+            log.warning(
+                "rlmesh-stream: Kafka at %s is unreachable (%s); events are held (%s) and "
+                "delivered when it answers", self.settings.stream.bootstrap, err.str(),
+                "spool " + str(self.settings.spool_dir) if self._spooling
+                else f"in memory, bounded at {self.settings.queue_max_messages} messages")
+        elif err.fatal():
+            log.error("rlmesh-stream: fatal producer error: %s", err.str())
+        elif code not in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT,
+                          KafkaError._RESOLVE):
+            log.debug("rlmesh-stream: producer error: %s", err.str())
+
+    # -- background threads ---------------------------------------------------------------------
+
+    def _poll_loop(self) -> None:
+        while not (self._stop.is_set() and not self._drainer.is_alive()):
+            try:
+                self._producer.poll(_POLL_INTERVAL_S)
+            except Exception:
+                log.exception("rlmesh-stream: delivery report handling failed")
+
+    def _drain_loop(self) -> None:
+        attempt = 0
+        while not self._stop.is_set():
+            if not self._ids_ready.is_set():
+                if self._resolve_schema_ids():
+                    self._ids_ready.set()
+                    attempt = 0
+                else:
+                    # Drain what is already framed even while the registry is away.
+                    delay = _REGISTRY_BACKOFF_S[min(attempt, len(_REGISTRY_BACKOFF_S) - 1)]
+                    attempt += 1
+                    self._stop.wait(delay)
+                    continue
+            if not self._backlog_active:
+                self._wake.wait(0.2)
+                self._wake.clear()
+                continue
+            batch = self._backlog.take()
+            if batch is None:
+                with self._hold_lock:
+                    if len(self._backlog) == 0:
+                        self._backlog_active = False
+                continue
+            self._drain_batch(batch)
+
+    def _drain_batch(self, batch: Batch) -> None:
+        tracker = _BatchTracker(len(batch.records), batch.release)
+        callback = functools.partial(self._on_backlog_delivery, tracker)
+        producer = self._producer
+        for record in batch.records:
+            value = record.payload
+            if not record.framed:
+                value = self._prefixes[record.event_type] + value
+            topic = self._topics[record.event_type]
+            while True:
+                try:
+                    producer.produce(topic, value, record.key, headers=record.headers,
+                                     on_delivery=callback)
+                    break
+                except BufferError:
+                    if self._stop.is_set():
+                        # Closing: the spool file stays (replayed by the next process).
+                        return
+                    time.sleep(0.005)
+                except KafkaException as exc:
+                    self._fail(record.event_type, record.key, record.sequence, _reason(exc),
+                               str(exc))
+                    tracker.done()
+                    break
+        tracker.arm()
+
+    def _resolve_schema_ids(self) -> bool:
+        try:
+            if self._registrar is None:
+                self._registrar = make_registrar(self.settings.stream, self.settings.format)
+            for et in EventType:
+                if et not in self._prefixes and et not in self._disabled:
+                    schema_id = self._registrar.schema_id(et)
+                    self._prefixes[et] = frame_prefix(schema_id, self.settings.format)
+        except Exception as exc:
+            if not self._registry_unreachable_logged:
+                self._registry_unreachable_logged = True
+                log.warning(
+                    "rlmesh-stream: schema registry at %s is unreachable (%s); events are "
+                    "held (%s) and published when it answers", self.settings.stream.registry_url,
+                    exc, "spool " + str(self.settings.spool_dir) if self._spooling
+                    else f"in memory, up to {self.settings.held_max_events}")
+            return False
+        if self._registry_unreachable_logged:
+            log.warning("rlmesh-stream: schema registry answers again; publishing held events")
+            self._registry_unreachable_logged = False
+        return True
+
+
+class _BatchTracker:
+    """Releases a backlog batch once every record in it has an outcome."""
+
+    __slots__ = ("_lock", "_on_done", "_outstanding")
+
+    def __init__(self, count: int, on_done: Callable[[], None]) -> None:
+        self._lock = threading.Lock()
+        self._outstanding = count + 1  # +1 until every record has been produced (arm)
+        self._on_done = on_done
+
+    def done(self) -> None:
+        with self._lock:
+            self._outstanding -= 1
+            finished = self._outstanding == 0
+        if finished:
+            self._on_done()
+
+    def arm(self) -> None:
+        self.done()
+
+
+def _reason(exc: KafkaException) -> str:
+    err = exc.args[0] if exc.args else None
+    return err.name() if isinstance(err, KafkaError) else type(exc).__name__

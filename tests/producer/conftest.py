@@ -1,0 +1,52 @@
+"""Producer test fixtures: hooks on the shared stack, and a throwaway broker for fault tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from producer_helpers import ThrowawayKafka
+
+from producer.hooks import KafkaRuntimeHooks
+from schemas.config import StreamConfig
+
+
+@pytest.fixture
+def make_hooks(stream_config: StreamConfig) -> Iterator[Callable[..., KafkaRuntimeHooks]]:
+    """Build hooks on the test stack with this test's prefix; all are closed at teardown."""
+    made: list[KafkaRuntimeHooks] = []
+
+    def make(**overrides: Any) -> KafkaRuntimeHooks:
+        overrides.setdefault("install_exit_handlers", False)
+        config = overrides.pop("config", stream_config)
+        hooks = KafkaRuntimeHooks(config=config, **overrides)
+        made.append(hooks)
+        return hooks
+
+    yield make
+    for hooks in made:
+        hooks.close(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def _throwaway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThrowawayKafka]:
+    kafka = ThrowawayKafka(tmp_path_factory.mktemp("kafka"))
+    kafka.start()
+    yield kafka
+    kafka.stop()
+
+
+@pytest.fixture
+def throwaway_kafka(_throwaway: ThrowawayKafka) -> ThrowawayKafka:
+    """The module's throwaway broker, running at the start of each test."""
+    _throwaway.start()
+    return _throwaway
+
+
+@pytest.fixture
+def throwaway_config(stack: Any, throwaway_kafka: ThrowawayKafka,
+                     topic_prefix: str) -> StreamConfig:
+    """The throwaway broker with the shared registry (schemas under this test's prefix)."""
+    return StreamConfig.from_env(env={}, bootstrap=throwaway_kafka.bootstrap,
+                                 registry_url=stack.registry_url, topic_prefix=topic_prefix)

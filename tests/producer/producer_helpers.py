@@ -1,0 +1,152 @@
+"""Helpers of the producer tests: read back what landed, and a throwaway broker we may stop.
+
+The fault tests stop and restart Kafka, which must never happen to the shared
+dev stack, so they get their own single-node KRaft broker in a tmp dir on
+free ports. It is built from infra's `KafkaNode` (config, storage format,
+command line) and `infra.proc` (spawn/stop); only the start/stop sequencing
+lives here, since infra exposes no per-node start/stop API yet.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import signal
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from infra import proc
+from infra.artifacts import Artifacts
+from infra.java import find_java
+from infra.kafka import KafkaNode, kafka_ready
+from schemas import headers as h
+from schemas.serde import EventDecoder
+from schemas.topics import EventType, event_type_of_topic
+
+
+@dataclass
+class Landed:
+    """One record read back from Kafka, decoded."""
+
+    topic: str
+    event_type: EventType
+    key: bytes
+    partition: int
+    headers: dict[str, bytes]
+    event: Any
+    value_size: int
+
+    @property
+    def producer_id(self) -> str:
+        return self.headers[h.PRODUCER_ID].decode()
+
+    @property
+    def sequence(self) -> int:
+        return int(self.headers[h.SEQUENCE])
+
+
+def read_back(bootstrap: str, registry_url: str, prefix: str, expected: int,
+              timeout: float = 60.0, decode: bool = True) -> list[Landed]:
+    """Every record under `prefix` (all event topics), stopping at `expected` or `timeout`."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = {t.topic(prefix) for t in EventType}
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    decoder = EventDecoder(SchemaRegistryClient({"url": registry_url})) if decode else None
+    out: list[Landed] = []
+    deadline = time.monotonic() + timeout
+    assigned: set[str] = set()
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            present = set(admin.list_topics(timeout=10).topics) & wanted
+            if present - assigned:
+                assigned |= present
+                md = admin.list_topics(timeout=10).topics
+                consumer.assign([TopicPartition(t, p, 0) for t in sorted(assigned)
+                                 for p in md[t].partitions])
+            if not assigned:
+                time.sleep(0.2)
+                continue
+            for msg in consumer.consume(num_messages=5000, timeout=0.5):
+                if msg.error():
+                    continue
+                value = msg.value() or b""
+                out.append(Landed(
+                    topic=msg.topic(), event_type=event_type_of_topic(msg.topic(), prefix),
+                    key=msg.key() or b"", partition=msg.partition(),
+                    headers={k: v for k, v in (msg.headers() or [])},
+                    event=decoder.decode(value) if decoder else None, value_size=len(value)))
+    finally:
+        consumer.close()
+    return out
+
+
+
+# -- the throwaway broker -------------------------------------------------------------------------
+
+def _kafka_libs() -> Path:
+    explicit = os.environ.get("RLMESH_STREAM_KAFKA_LIBS")
+    if explicit:
+        return Path(explicit)
+    artifacts = Artifacts.from_env()
+    if not (artifacts.kafka_home / ".complete").exists():
+        artifacts.ensure()
+    return artifacts.kafka_libs
+
+
+class ThrowawayKafka:
+    """A single KRaft node we may stop, kill and restart; its data survives restarts."""
+
+    def __init__(self, home: Path) -> None:
+        self.java = find_java(17, "the throwaway test broker")
+        self.node = KafkaNode(home=home, libs=_kafka_libs(), node_id=1,
+                              port=proc.free_port(), controller_port=proc.free_port())
+        self.node.write_config()
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        self.node.format_storage(self.java, cluster_id)
+        self.pid: int | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return self.node.bootstrap
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None and proc.is_alive(self.pid)
+
+    def start(self, timeout: float = 120.0) -> None:
+        if self.running:
+            return
+        self.pid = proc.spawn_detached(self.node.command(self.java), self.node.home,
+                                       self.node.log_file)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not proc.is_alive(self.pid):
+                raise RuntimeError(f"throwaway Kafka exited; see {self.node.log_file}")
+            if proc.port_open(self.node.port) and kafka_ready(self.bootstrap, 3) is not None:
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"throwaway Kafka not ready in {timeout} s; see {self.node.log_file}")
+
+    def stop(self) -> None:
+        """A clean broker shutdown (SIGTERM, then SIGKILL after 30 s)."""
+        if self.pid is not None:
+            proc.stop(self.pid, timeout=30)
+            self.pid = None
+
+    def kill(self) -> None:
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)
+            proc.stop(self.pid, timeout=10)
+            self.pid = None
+
+
