@@ -43,9 +43,11 @@ class Leg(enum.Enum):
     """Which direction of the relay a payload was converted on.
 
     rlmesh's variants are not public; these are the two directions. Decoders
-    must keep room for more (Avro enum default, Protobuf open enum).
+    must keep room for more: a leg this reader does not know (written by a newer
+    producer) decodes as `UNKNOWN` (the Avro enum default; protobuf's open enum).
     """
 
+    UNKNOWN = "unknown"  # a direction this reader's schema does not name
     OBSERVATION = "observation"  # env -> model
     ACTION = "action"  # model -> env
 

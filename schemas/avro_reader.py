@@ -1,0 +1,204 @@
+"""Avro payload -> event dataclass, for any writer schema of one of our events.
+
+fastavro does the reading and the schema resolution (writer schema as
+registered -> our reader schema, so old and new versions both land in today's
+dataclasses); a converter derived from the reader schema then turns its dicts
+into the dataclasses, plain MetaMap dicts and protobuf SpaceSpecs. Unions with
+several record branches are read with `return_record_name` so the branch
+(`MetaList` vs `MetaMap`, `UniformBounds` vs `ElementwiseBounds`) is explicit.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any
+
+import fastavro
+from google.protobuf import descriptor
+from google.protobuf.message import Message
+
+from schemas import bindings as bd
+from schemas.avro import load_schema
+from schemas.errors import CorruptPayloadError
+from schemas.events import SpaceSpec
+from schemas.topics import EventType
+
+Converter = Callable[[Any], Any]
+
+
+def _identity(v: Any) -> Any:
+    return v
+
+
+def _meta_value(v: Any) -> Any:
+    if type(v) is tuple:
+        name, body = v
+        if name == bd.META_MAP:
+            return {k: _meta_value(x) for k, x in body["entries"].items()}
+        return [_meta_value(x) for x in body["items"]]
+    return v
+
+
+def _meta_map(v: dict[str, Any]) -> dict[str, Any]:
+    return {k: _meta_value(x) for k, x in v["entries"].items()}
+
+
+def _proto_from_avro(cls: type[Message], data: dict[str, Any]) -> Message:
+    """Build a protobuf message from its Avro mirror (same field names, oneofs as unions)."""
+    msg = cls()
+    desc = msg.DESCRIPTOR
+    oneof_names = {o.name for o in desc.oneofs}
+    for key, value in data.items():
+        if key in oneof_names:
+            if value is None:
+                continue
+            _set_oneof(msg, desc.oneofs_by_name[key], value)
+            continue
+        fd = desc.fields_by_name[key]
+        _set_field(msg, fd, value)
+    return msg
+
+
+def _set_oneof(msg: Message, oneof: descriptor.OneofDescriptor, value: Any) -> None:
+    if type(value) is tuple:
+        name, body = value
+        for fd in oneof.fields:
+            if fd.message_type is not None and fd.message_type.full_name == name:
+                getattr(msg, fd.name).CopyFrom(_proto_from_avro(_msg_class(fd), body))
+                return
+        raise CorruptPayloadError(f"no member of oneof {oneof.full_name} has type {name}")
+    for fd in oneof.fields:  # a scalar branch (BoxSpec.unbounded)
+        if fd.message_type is None:
+            setattr(msg, fd.name, value)
+            return
+    raise CorruptPayloadError(f"no scalar member in oneof {oneof.full_name}")
+
+
+def _msg_class(fd: descriptor.FieldDescriptor) -> type[Message]:
+    from google.protobuf import message_factory
+
+    return message_factory.GetMessageClass(fd.message_type)
+
+
+def _set_field(msg: Message, fd: descriptor.FieldDescriptor, value: Any) -> None:
+    repeated = fd.is_repeated
+    if fd.message_type is not None:
+        cls = _msg_class(fd)
+        if repeated:
+            getattr(msg, fd.name).extend(_proto_from_avro(cls, v) for v in value)
+        elif value is not None:
+            getattr(msg, fd.name).CopyFrom(_proto_from_avro(cls, value))
+    elif fd.enum_type is not None:
+        setattr(msg, fd.name, fd.enum_type.values_by_name[value].number)
+    elif repeated:
+        getattr(msg, fd.name).extend(value)
+    else:
+        setattr(msg, fd.name, value)
+
+
+def _space_spec(v: dict[str, Any]) -> Message:
+    return _proto_from_avro(SpaceSpec, v)
+
+
+class _Builder:
+    """Derives dict -> Python converters from the reader schema."""
+
+    def __init__(self) -> None:
+        self.named: dict[str, Any] = {}
+        self.records: dict[str, Converter] = {}
+
+    def define(self, t: Any) -> Any:
+        if isinstance(t, dict) and t["type"] in ("record", "enum"):
+            self.named[f"{t['namespace']}.{t['name']}"] = t
+            for f in t.get("fields", []):
+                self.define(f["type"])
+        elif isinstance(t, dict) and t["type"] == "array":
+            self.define(t["items"])
+        elif isinstance(t, dict) and t["type"] == "map":
+            self.define(t["values"])
+        elif isinstance(t, list):
+            for b in t:
+                self.define(b)
+        return self.named.get(t, t) if isinstance(t, str) else t
+
+    def converter(self, t: Any) -> Converter:
+        t = self.define(t)
+        if isinstance(t, list):
+            others = [b for b in t if b != "null"]
+            inner = self.converter(others[0])
+            if inner is _identity:
+                return _identity
+            return lambda v: None if v is None else inner(v)
+        if isinstance(t, str):
+            return _identity
+        kind = t["type"]
+        if kind == "enum":
+            cls = bd.ENUM_CLASSES[f"{t['namespace']}.{t['name']}"]
+            members = {m.name: m for m in cls}
+            return members.__getitem__
+        if kind == "array":
+            item = self.converter(t["items"])
+            if item is _identity:
+                return _identity
+            return lambda v: [item(x) for x in v]
+        if kind == "record":
+            return self.record(t)
+        return _identity
+
+    def record(self, t: dict[str, Any]) -> Converter:
+        full = f"{t['namespace']}.{t['name']}"
+        if full == bd.META_MAP:
+            return _meta_map
+        if full == bd.SPACE_SPEC:
+            return _space_spec
+        if full in self.records:
+            return self.records[full]
+        cls = bd.RECORD_CLASSES[full]
+        plan: list[tuple[str, Converter]] = []
+
+        def convert(d: dict[str, Any]) -> Any:
+            return cls(**{name: conv(d[name]) for name, conv in plan})
+
+        self.records[full] = convert
+        plan.extend((f["name"], self.converter(f["type"])) for f in t["fields"])
+        return convert
+
+
+class AvroReader:
+    """Reads payloads of one writer schema into one event type's dataclasses."""
+
+    def __init__(self, event_type: EventType, writer_schema: dict[str, Any] | None = None,
+                 named_schemas: dict[str, Any] | None = None) -> None:
+        reader = load_schema(event_type)
+        self.event_type = event_type
+        self._reader = fastavro.parse_schema(reader)
+        if writer_schema is None:
+            self._writer = self._reader
+            self._resolve: Any = None
+        else:
+            self._writer = fastavro.parse_schema(writer_schema, named_schemas=named_schemas)
+            self._resolve = self._reader
+        self._convert = _Builder().record(reader)
+
+    def __call__(self, payload: bytes | memoryview) -> Any:
+        buf = io.BytesIO(payload)
+        try:
+            data = fastavro.schemaless_reader(
+                buf, self._writer, self._resolve,
+                return_record_name=True, return_record_name_override=True,
+            )
+        except Exception as exc:
+            raise CorruptPayloadError(
+                f"{self.event_type.event_class.__name__}: Avro payload does not decode "
+                f"with its writer schema: {exc!r}") from exc
+        if buf.tell() != len(payload):
+            raise CorruptPayloadError(
+                f"{self.event_type.event_class.__name__}: {len(payload) - buf.tell()} "
+                "trailing bytes after the Avro record")
+        try:
+            return self._convert(data)
+        except Exception as exc:
+            raise CorruptPayloadError(
+                f"{self.event_type.event_class.__name__}: decoded record does not fit "
+                f"the event type: {exc!r}") from exc

@@ -1,0 +1,58 @@
+"""The errors of the event contract, so callers can tell what to do about each.
+
+`ContractError`: the event itself is wrong (a bug upstream): never retry it.
+`DecodeError` and its subclasses: a record cannot be read: dead-letter it.
+`RegistryUnavailableError`: the registry cannot be reached right now: wait and
+retry, never dead-letter, so it is deliberately *not* a `DecodeError`.
+"""
+
+from __future__ import annotations
+
+
+class ContractError(ValueError):
+    """An event value the contract cannot carry faithfully (names event, field, value)."""
+
+    def __init__(self, event: str, field: str, value: object, reason: str) -> None:
+        shown = repr(value)
+        if len(shown) > 200:
+            shown = shown[:200] + "...(truncated)"
+        super().__init__(f"{event}.{field} = {shown}: {reason}")
+        self.event = event
+        self.field = field
+        self.value = value
+        self.reason = reason
+
+
+class DecodeError(ValueError):
+    """A record value that cannot be decoded into an event."""
+
+
+class BadMagicByteError(DecodeError):
+    """The value does not start with the Confluent wire-format magic byte 0."""
+
+
+class UnknownSchemaIdError(DecodeError):
+    """The schema id in the header is not in the registry, or not one of our events."""
+
+
+class CorruptPayloadError(DecodeError):
+    """The payload does not decode with the schema its header names."""
+
+
+class RegistryUnavailableError(ConnectionError):
+    """The schema registry could not be reached; retry later."""
+
+
+class SchemaNotRegisteredError(LookupError):
+    """Registration is off and the event's schema is not registered under its subject."""
+
+
+__all__ = [
+    "BadMagicByteError",
+    "ContractError",
+    "CorruptPayloadError",
+    "DecodeError",
+    "RegistryUnavailableError",
+    "SchemaNotRegisteredError",
+    "UnknownSchemaIdError",
+]

@@ -1,0 +1,53 @@
+"""Talking to the Confluent-API schema registry: errors mapped to the contract's.
+
+A registry that cannot be reached (connection refused, timeout, 5xx) is
+`RegistryUnavailableError`, which callers retry; a 404 is an answer, mapped by
+the caller to what it means there (unknown id, unregistered subject).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from schemas.errors import RegistryUnavailableError
+
+T = TypeVar("T")
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [OSError, TimeoutError]
+    for module in ("httpx2", "httpx", "requests"):
+        try:
+            mod = __import__(module)
+        except ImportError:
+            continue
+        for name in ("TransportError", "RequestException", "TimeoutException"):
+            cls = getattr(mod, name, None)
+            if isinstance(cls, type) and issubclass(cls, BaseException):
+                errors.append(cls)
+    return tuple(errors)
+
+
+TRANSPORT_ERRORS = _transport_errors()
+
+
+def is_not_found(exc: SchemaRegistryError) -> bool:
+    return exc.http_status_code == 404
+
+
+def call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run one registry call; unreachable registry -> RegistryUnavailableError."""
+    try:
+        return fn(*args, **kwargs)
+    except SchemaRegistryError as exc:
+        if exc.http_status_code is None or exc.http_status_code >= 500 or exc.http_status_code in (
+            408, 429,
+        ):
+            raise RegistryUnavailableError(f"schema registry failed to {what}: {exc}") from exc
+        raise
+    except TRANSPORT_ERRORS as exc:
+        raise RegistryUnavailableError(
+            f"schema registry unreachable ({what}): {exc!r}") from exc
