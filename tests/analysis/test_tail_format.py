@@ -1,0 +1,32 @@
+"""`rlmesh-stream tail` line formatting: one readable line per event, whatever its type."""
+
+from __future__ import annotations
+
+from analysis.events import ROUTE, completed
+from consumers.tail import describe, format_line
+from schemas.events import ObservationEmittedEvent, SpaceSpec
+
+
+def test_a_line_shows_payload_leaves_as_sizes_not_bytes() -> None:
+    event = ObservationEmittedEvent(
+        session_id="s", route=ROUTE, episode_id="e", episode_record_id="ep-000001",
+        episode_ids=["e"], episode_record_ids=["ep-000001"], step=3, env_index=0,
+        is_reset=False, num_envs=1, observation_space=SpaceSpec(shape=[4]),
+        observation=[b"\x00" * 16], raw_observation=[b"\x00" * 16])
+    text = describe(event)
+    assert "observation=<1 leaves, 16 B>" in text
+    assert "\\x00" not in text
+
+
+def test_a_line_shows_the_episode_outcome_fields() -> None:
+    text = describe(completed("s", 2, reward=3.25))
+    assert "episode_record_id=ep-000002" in text
+    assert "cumulative_reward=3.25" in text
+    assert 'final_info={"is_success":true}' in text
+
+
+
+
+def test_a_line_starts_with_time_session_and_route() -> None:
+    line = format_line(completed("sess-9", 1), timestamp_ms=1_767_225_600_250)
+    assert line.startswith("00:00:00.250 sess-9 [env=CartPole-v1 model=ppo] episode_id=")
