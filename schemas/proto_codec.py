@@ -119,6 +119,7 @@ class _Planner:
         self.to: dict[str, Conv] = {}
         self.frm: dict[str, Conv] = {}
         self.u64: dict[str, set[str]] = {}
+        self.nullable: dict[str, set[str]] = {}  # Rust Option fields, per record
         for et in EVENT_TYPES:
             self._collect_u64(load_schema(et))
 
@@ -130,6 +131,9 @@ class _Planner:
             if node.get("type") == "record":
                 self.u64.setdefault(node["name"], set()).update(
                     f["name"] for f in node["fields"] if f.get("rust_type") == "u64")
+                self.nullable.setdefault(node["name"], set()).update(
+                    f["name"] for f in node["fields"]
+                    if isinstance(f["type"], list) and "null" in f["type"])
                 for f in node["fields"]:
                     self._collect_u64(f["type"])
             elif node.get("type") == "array":
@@ -144,6 +148,7 @@ class _Planner:
         msg_cls = message_factory.GetMessageClass(md)
         plan: list[tuple[str, Conv]] = []
         u64 = self.u64.get(md.name, set())
+        nullable = self.nullable.get(md.name, set())
 
         def encode(obj: Any) -> Message:
             if not isinstance(obj, cls):
@@ -151,7 +156,12 @@ class _Planner:
             kw: dict[str, Any] = {}
             for name, conv in plan:
                 v = getattr(obj, name)
-                kw[name] = None if v is None else conv(v)
+                if v is None:
+                    if name not in nullable:  # proto3 would silently write the zero value
+                        raise _Unencodable(f"{name} is None")
+                    kw[name] = None
+                else:
+                    kw[name] = conv(v)
             for name in u64:
                 v = kw[name]
                 if v is not None and v > _I64_MAX:
@@ -181,6 +191,8 @@ class _Planner:
             cls = bd.ENUM_CLASSES[f"{PACKAGE}.{fd.enum_type.name}"]
             to_num, _ = _enum_tables(cls, fd.enum_type)
             return to_num.__getitem__
+        if fd.is_repeated and fd.type == descriptor.FieldDescriptor.TYPE_BOOL:
+            return _bool_flags
         return _ident
 
     def decoder(self, md: descriptor.Descriptor) -> Conv:
@@ -235,6 +247,13 @@ class _Planner:
         if fd.is_repeated:
             return fd.name, False, list
         return fd.name, optional, _ident
+
+
+def _bool_flags(v: list[bool]) -> list[bool]:
+    """Protobuf would coerce 2 to True: a flag vector must hold only bools (or 0/1)."""
+    if bytes(v).translate(None, b"\x00\x01"):
+        raise _Unencodable("non-bool flag")
+    return v
 
 
 def _leaves_class(fd: descriptor.FieldDescriptor) -> Any:
