@@ -49,6 +49,8 @@ def test_avro_record_round_trips_through_registry_and_kafka(stream_config: Strea
         consumer.close()
 
     assert msg is not None and msg.error() is None
-    assert int.from_bytes(msg.value()[1:5], "big") == schema_id  # Confluent wire framing
+    payload = msg.value()
+    assert payload is not None
+    assert int.from_bytes(payload[1:5], "big") == schema_id  # Confluent wire framing
     fresh_registry = SchemaRegistryClient(stream_config.registry_config())
-    assert AvroDeserializer(fresh_registry)(msg.value(), ctx) == record
+    assert AvroDeserializer(fresh_registry)(payload, ctx) == record
