@@ -435,6 +435,7 @@ CONSUMER_OFFSETS = Table(
         Column("next_offset", "BIGINT", Merge.LAST, nullable=False),
         Column("group_id", "TEXT", Merge.LAST),
         Column("updated_at", "TIMESTAMPTZ", Merge.LAST),
+        Column("written_by", "TEXT", Merge.LAST, doc="host:pid of the last writing process"),
     ),
     ("builder", "topic", "partition_id"),
     "The next offset each builder applies per partition, written in the same transaction "

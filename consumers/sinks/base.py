@@ -11,6 +11,8 @@ zombie after a rebalance), so two processes never apply the same records.
 from __future__ import annotations
 
 import abc
+import os
+import socket
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +31,7 @@ from consumers.tables import (
 )
 
 TopicPartition = tuple[str, int]
+WRITER = f"{socket.gethostname()}:{os.getpid()}"
 
 
 class OffsetConflict(RuntimeError):
@@ -103,15 +106,15 @@ class Sink(abc.ABC):
     def _fence(self, u: OffsetUpdate, group_id: str, now: datetime) -> None:
         if u.expected is None:
             sql = (f"INSERT INTO {CONSUMER_OFFSETS.name} (builder, topic, partition_id, "
-                   "next_offset, group_id, updated_at) VALUES (%s, %s, %s, %s, %s, %s) "
-                   "ON CONFLICT DO NOTHING RETURNING 1")
+                   "next_offset, group_id, updated_at, written_by) "
+                   "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1")
             params: tuple[Any, ...] = (u.builder, u.topic, u.partition, u.next_offset,
-                                       group_id, now)
+                                       group_id, now, WRITER)
         else:
             sql = (f"UPDATE {CONSUMER_OFFSETS.name} SET next_offset = %s, group_id = %s, "
-                   "updated_at = %s WHERE builder = %s AND topic = %s AND partition_id = %s "
-                   "AND next_offset = %s RETURNING 1")
-            params = (u.next_offset, group_id, now, u.builder, u.topic, u.partition,
+                   "updated_at = %s, written_by = %s WHERE builder = %s AND topic = %s "
+                   "AND partition_id = %s AND next_offset = %s RETURNING 1")
+            params = (u.next_offset, group_id, now, WRITER, u.builder, u.topic, u.partition,
                       u.expected)
         if not self._execute_returning(sql, params):
             raise OffsetConflict(
