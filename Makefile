@@ -1,0 +1,47 @@
+# rlmesh-stream developer entry points. Each target creates .venv and installs the
+# project into it (editable, with the test extras) when that has not been done yet.
+#
+#   make demo    the demo job (`rlmesh-stream demo`; until it exists, `rlmesh-stream infra smoke`)
+#   make test    the whole test suite; it starts its own Kafka + registry (see README)
+#   make bench   every benchmarks/bench_*.py
+#   make lint    ruff + mypy
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CLI := $(VENV)/bin/rlmesh-stream
+PYTEST_ARGS ?=
+DEMO_ARGS ?=
+
+.PHONY: demo test bench lint venv
+
+venv: $(CLI)
+
+# The console script only exists once the project is installed into the venv.
+$(CLI):
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+
+demo: venv
+	@if $(PY) -c "import importlib.util, sys; from infra.cli import COMMANDS; \
+	sys.exit(importlib.util.find_spec(COMMANDS['demo'].split(':')[0]) is None)" 2>/dev/null; then \
+		$(CLI) demo $(DEMO_ARGS); \
+	else \
+		echo "rlmesh-stream demo is not built yet: running the stack smoke job instead"; \
+		$(CLI) infra smoke $(DEMO_ARGS); \
+	fi
+
+test: venv
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+bench: venv
+	@found=0; for script in benchmarks/bench_*.py; do \
+		[ -e "$$script" ] || continue; found=1; \
+		echo "== $$script"; $(PY) "$$script" || exit $$?; \
+	done; \
+	[ $$found = 1 ] || echo "no benchmarks/bench_*.py yet"
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
