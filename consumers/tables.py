@@ -45,7 +45,7 @@ class Merge(enum.Enum):
 @dataclass(frozen=True)
 class Column:
     name: str
-    type: str  # TEXT, BIGINT, INTEGER, DOUBLE, BOOLEAN, TIMESTAMPTZ, JSON
+    type: str  # TEXT, BIGINT, INTEGER, DOUBLE, DECIMAL, BOOLEAN, TIMESTAMPTZ, JSON
     merge: Merge = Merge.FIRST
     nullable: bool = True
     ranks: tuple[str, ...] = ()  # for Merge.RANK: lowest precedence first
@@ -83,9 +83,13 @@ class View:
     doc: str = ""
 
 
+# DECIMAL is for sums that must not depend on the order they were added in (floating
+# point addition is not associative; two processes adding to one rollup row would
+# otherwise leave different last bits): values are rounded to 1e-9 once, then added exactly.
 _TYPES: dict[Dialect, dict[str, str]] = {
-    Dialect.DUCKDB: {"DOUBLE": "DOUBLE", "JSON": "JSON"},
-    Dialect.POSTGRES: {"DOUBLE": "DOUBLE PRECISION", "JSON": "JSONB"},
+    Dialect.DUCKDB: {"DOUBLE": "DOUBLE", "JSON": "JSON", "DECIMAL": "DECIMAL(38, 9)"},
+    Dialect.POSTGRES: {"DOUBLE": "DOUBLE PRECISION", "JSON": "JSONB",
+                       "DECIMAL": "NUMERIC(38, 9)"},
 }
 
 
@@ -198,11 +202,19 @@ def add_column_sql(table: Table, column: Column, dialect: Dialect) -> str:
 
 
 def upsert_sql(table: Table, source: str) -> str:
-    """Merge the staged rows of `source` (same columns) into `table`."""
+    """Merge the staged rows of `source` (same columns) into `table`.
+
+    Derived columns are computed by SQL on insert as on update, so a row's value
+    never depends on whether its last batch inserted or updated it.
+    """
     names = ", ".join(table.column_names)
+    staged = {c.name: c.name for c in table.columns}
+    values = ", ".join(
+        f"{c.derive_sql.format(**staged)} AS {c.name}" if c.merge is Merge.DERIVED else c.name
+        for c in table.columns)
     sets = ",\n  ".join(f"{c.name} = {merge_sql(table, c)}"
                         for c in table.columns if c.name not in table.primary_key)
-    return (f"INSERT INTO {table.name} ({names})\nSELECT {names} FROM {source}\n"
+    return (f"INSERT INTO {table.name} ({names})\nSELECT {values} FROM {source}\n"
             f"ON CONFLICT ({', '.join(table.primary_key)}) DO UPDATE SET\n  {sets}")
 
 
@@ -304,15 +316,16 @@ ADVISORIES = Table(
 def _ratio(num: str, den: str = "count") -> tuple[Callable[[Mapping[str, Any]], Any], str]:
     def derive(row: Mapping[str, Any]) -> Any:
         d = row.get(den) or 0
-        return row[num] / d if d else None
+        return float(row[num]) / d if d and row[num] is not None else None
 
-    return derive, f"{{{num}}} / NULLIF({{{den}}}, 0)"
+    return derive, f"CAST({{{num}}} AS DOUBLE PRECISION) / NULLIF({{{den}}}, 0)"
 
 
 def _weighted(name: str, doc: str) -> tuple[Column, Column]:
     derive, derive_sql = _ratio(f"{name}_total")
     return (
-        Column(f"{name}_total", "DOUBLE", Merge.SUM, doc=f"sum of count * {name} (internal)"),
+        Column(f"{name}_total", "DECIMAL", Merge.SUM,
+               doc=f"sum of count * {name}, each rounded to 1e-9 (internal)"),
         Column(name, "DOUBLE", Merge.DERIVED, derive=derive, derive_sql=derive_sql, doc=doc),
     )
 

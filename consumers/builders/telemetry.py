@@ -8,8 +8,10 @@ snapshots are cumulative and exact, so they are stored as they are.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import ClassVar
 
 from consumers.builders.base import Builder, PartialRow
@@ -21,6 +23,16 @@ from schemas.topics import EventType
 
 DEFAULT_WINDOW = timedelta(minutes=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+_NANO = Decimal("1e-9")
+
+
+def weighted(count: int, value: float) -> Decimal | None:
+    """count * value rounded to 1e-9, so sums of it are exact in any order."""
+    if not math.isfinite(value):
+        return None
+    return (Decimal(count) * Decimal(value)).quantize(_NANO)
 
 
 def window_start(ts: datetime, window: timedelta) -> datetime:
@@ -57,7 +69,7 @@ class TelemetryBuilder(Builder):
                 "lane_key": -1 if e.route.lane is None else e.route.lane,
                 "op": r.source.op, "component": r.source.component, "metric": r.metric.name,
                 "kind": enum_text(r.metric.kind), "count": r.count, "row_count": 1,
-                "avg_total": r.count * r.avg, "p50_total": r.count * r.p50,
-                "p95_total": r.count * r.p95, "p99_total": r.count * r.p99,
+                "avg_total": weighted(r.count, r.avg), "p50_total": weighted(r.count, r.p50),
+                "p95_total": weighted(r.count, r.p95), "p99_total": weighted(r.count, r.p99),
                 "max_p99": r.p99,
             }

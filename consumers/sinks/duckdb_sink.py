@@ -19,7 +19,8 @@ from consumers.tables import Dialect, Table, upsert_sql
 
 _ARROW: dict[str, pa.DataType] = {
     "TEXT": pa.string(), "JSON": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),
-    "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_(), "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"),
+    "DOUBLE": pa.float64(), "DECIMAL": pa.decimal128(38, 9), "BOOLEAN": pa.bool_(),
+    "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"),
 }
 
 

@@ -103,7 +103,8 @@ def test_rollups_count_every_window_row_and_average_by_count(fleet: Fleet, built
                 acc = sums[(r.source.op, r.source.component, r.metric.name)]
                 acc[0] += r.count
                 acc[1] += r.count * r.avg
-    rows = query(built, "SELECT op, component, metric, SUM(count), SUM(avg_total) / SUM(count) "
+    rows = query(built, "SELECT op, component, metric, SUM(count), "
+                        "CAST(SUM(avg_total) AS DOUBLE PRECISION) / SUM(count) "
                         "FROM telemetry_rollups GROUP BY 1, 2, 3")
     got = {r[:3]: (r[3], pytest.approx(r[4], rel=1e-9)) for r in rows}
     assert got == {k: (v[0], v[1] / v[0]) for k, v in sums.items()}

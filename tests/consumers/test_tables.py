@@ -10,6 +10,7 @@ import duckdb
 import pytest
 
 from consumers.builders import Reduced
+from consumers.builders.telemetry import weighted
 from consumers.sinks import OffsetConflict, OffsetUpdate, SinkBatch, open_sink
 from consumers.tables import (
     ADVISORIES,
@@ -93,8 +94,9 @@ def test_rollup_average_is_count_weighted_across_batches(sink_url: str) -> None:
     def window_row(count: int, avg: float, p99: float) -> dict[str, Any]:
         return _partial(TELEMETRY_ROLLUPS, window_start=T0, env_id="e", model_component_id="m",
                         lane_key=-1, op="env.step", component="env", metric="rpc.total",
-                        count=count, row_count=1, avg_total=count * avg,
-                        p50_total=count * avg, p95_total=count * p99, p99_total=count * p99,
+                        count=count, row_count=1, avg_total=weighted(count, avg),
+                        p50_total=weighted(count, avg), p95_total=weighted(count, p99),
+                        p99_total=weighted(count, p99),
                         max_p99=p99)
 
     _apply_each(sink_url, TELEMETRY_ROLLUPS,
