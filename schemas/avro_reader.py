@@ -65,7 +65,9 @@ def _set_oneof(msg: Message, oneof: descriptor.OneofDescriptor, value: Any) -> N
         name, body = value
         for fd in oneof.fields:
             if fd.message_type is not None and fd.message_type.full_name == name:
-                getattr(msg, fd.name).CopyFrom(_proto_from_avro(_msg_class(fd), body))
+                sub = getattr(msg, fd.name)
+                sub.CopyFrom(_proto_from_avro(_msg_class(fd), body))
+                sub.SetInParent()  # an empty member is still the member that is set
                 return
         raise CorruptPayloadError(f"no member of oneof {oneof.full_name} has type {name}")
     for fd in oneof.fields:  # a scalar branch (BoxSpec.unbounded)
@@ -88,7 +90,9 @@ def _set_field(msg: Message, fd: descriptor.FieldDescriptor, value: Any) -> None
         if repeated:
             getattr(msg, fd.name).extend(_proto_from_avro(cls, v) for v in value)
         elif value is not None:
-            getattr(msg, fd.name).CopyFrom(_proto_from_avro(cls, value))
+            sub = getattr(msg, fd.name)
+            sub.CopyFrom(_proto_from_avro(cls, value))
+            sub.SetInParent()
     elif fd.enum_type is not None:
         setattr(msg, fd.name, fd.enum_type.values_by_name[value].number)
     elif repeated:

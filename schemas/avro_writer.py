@@ -31,7 +31,7 @@ from schemas import bindings as bd
 from schemas.avro import load_schema
 from schemas.errors import ContractError
 from schemas.topics import EventType
-from schemas.validate import diagnose
+from schemas.validate import MAX_META_DEPTH, diagnose
 
 _SMALL = 4096
 _MEMO_LIMIT = 4096
@@ -115,7 +115,7 @@ def _meta_map_encoder(schema: dict[str, Any]) -> Callable[[dict[str, Any]], byte
     tag_list, tag_map = idx[bd.META_LIST], idx[bd.META_MAP]
     true_b, false_b = tag_bool + b"\x01", tag_bool + b"\x00"
 
-    def value(v: Any, out: list[bytes]) -> None:
+    def value(v: Any, out: list[bytes], depth: int) -> None:
         t = type(v)
         if t is str:
             b = v.encode()
@@ -128,43 +128,47 @@ def _meta_map_encoder(schema: dict[str, Any]) -> Callable[[dict[str, Any]], byte
             out += (tag_double, _DOUBLE(v))
         elif t is dict:
             out.append(tag_map)
-            mapping(v, out)
+            mapping(v, out, depth)
         elif t is list:
+            if depth > MAX_META_DEPTH:
+                raise _NotEncodable
             out.append(tag_list)
             if v:
                 out.append(long_bytes(len(v)))
                 for item in v:
-                    value(item, out)
+                    value(item, out, depth + 1)
             out.append(b"\x00")
         elif t is bytes:
             out += (tag_bytes, long_bytes(len(v)), v)
         elif isinstance(v, bool):
-            value(bool(v), out)
+            value(bool(v), out, depth)
         elif isinstance(v, int):
-            value(int(v), out)
+            value(int(v), out, depth)
         elif isinstance(v, float):
-            value(float(v), out)
+            value(float(v), out, depth)
         elif isinstance(v, str):
-            value(str(v), out)
+            value(str(v), out, depth)
         elif isinstance(v, (bytearray, memoryview)):
-            value(bytes(v), out)
+            value(bytes(v), out, depth)
         else:
             raise _NotEncodable
 
-    def mapping(m: dict[str, Any], out: list[bytes]) -> None:
+    def mapping(m: dict[str, Any], out: list[bytes], depth: int) -> None:
+        if depth > MAX_META_DEPTH:
+            raise _NotEncodable
         if m:
             out.append(long_bytes(len(m)))
             for k, v in m.items():
                 kb = k.encode()
                 out += (long_bytes(len(kb)), kb)
-                value(v, out)
+                value(v, out, depth + 1)
         out.append(b"\x00")
 
     def encode(m: dict[str, Any]) -> bytes:
         if type(m) is not dict:
             raise _NotEncodable
         out: list[bytes] = []
-        mapping(m, out)
+        mapping(m, out, 0)
         return b"".join(out)
 
     return encode

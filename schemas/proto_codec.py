@@ -27,7 +27,7 @@ from schemas.errors import ContractError, CorruptPayloadError, UnknownSchemaIdEr
 from schemas.events import Leg, SpaceSpec
 from schemas.proto_defs import PACKAGE, message_class
 from schemas.topics import EVENT_TYPES, EventType
-from schemas.validate import diagnose
+from schemas.validate import MAX_META_DEPTH, diagnose
 from schemas.wire import read_message_index
 
 _LEAVES = f"{PACKAGE}.Leaves"
@@ -40,7 +40,7 @@ class _Unencodable(Exception):
 
 # ---------------------------------------------------------------- MetaMap
 
-def meta_value_to_proto(v: Any, out: spaces_pb2.MetaValue) -> None:
+def meta_value_to_proto(v: Any, out: spaces_pb2.MetaValue, depth: int = 1) -> None:
     t = type(v)
     if t is bool or isinstance(v, bool):
         out.bool = bool(v)
@@ -52,23 +52,25 @@ def meta_value_to_proto(v: Any, out: spaces_pb2.MetaValue) -> None:
         out.text = str(v)
     elif isinstance(v, (bytes, bytearray, memoryview)):
         out.bytes = bytes(v)
+    elif isinstance(v, (list, dict)) and depth > MAX_META_DEPTH:
+        raise _Unencodable("MetaMap too deep")
     elif isinstance(v, list):
         items = out.list.items
         out.list.SetInParent()
         for item in v:
-            meta_value_to_proto(item, items.add())
+            meta_value_to_proto(item, items.add(), depth + 1)
     elif isinstance(v, dict):
         out.map.SetInParent()
-        meta_map_to_proto(v, out.map)
+        meta_map_to_proto(v, out.map, depth)
     else:
         raise _Unencodable(f"unsupported MetaMap value {type(v).__name__}")
 
 
-def meta_map_to_proto(m: dict[str, Any], out: spaces_pb2.MetaMap | None = None
-                      ) -> spaces_pb2.MetaMap:
+def meta_map_to_proto(m: dict[str, Any], out: spaces_pb2.MetaMap | None = None,
+                      depth: int = 0) -> spaces_pb2.MetaMap:
     out = spaces_pb2.MetaMap() if out is None else out
     for k, v in m.items():
-        meta_value_to_proto(v, out.entries[k])
+        meta_value_to_proto(v, out.entries[k], depth + 1)
     return out
 
 

@@ -18,7 +18,11 @@ from schemas.errors import ContractError
 from schemas.events import SpaceSpec
 from schemas.topics import EventType
 
-_META_SCALARS = (bool, int, float, str, bytes)
+MAX_META_DEPTH = 32
+"""Dicts/lists nested inside a MetaMap, at most. rlmesh's MetaMap is protobuf, and
+protobuf parsers (upb, prost) refuse more than 100 nested messages; each level
+costs up to 3 (entry, MetaValue, MetaMap), so deeper maps could be written but
+not read back by every consumer. Both formats refuse them."""
 
 
 class _Bad(Exception):
@@ -38,8 +42,9 @@ def _check_str(path: str, v: object) -> None:
 
 
 def _check_meta(path: str, v: object, depth: int = 0) -> None:
-    if depth > 100:
-        raise _Bad(path, v, "MetaMap nested deeper than 100 levels")
+    if isinstance(v, (dict, list)) and depth > MAX_META_DEPTH:
+        raise _Bad(path, v, f"MetaMap nested deeper than {MAX_META_DEPTH} levels (protobuf "
+                            "readers stop at 100 nested messages, 3 per level)")
     if isinstance(v, dict):
         for k, item in v.items():
             if not isinstance(k, str):
