@@ -60,7 +60,8 @@ def plot_checkpoints(rows: Sequence[dict[str, Any]], out_prefix: Path, *,
         top.text(0.5, 0.5, "the env reported no success", transform=top.transAxes,
                  ha="center", va="center", color=METRIC_COLOR)
     top.set_ylabel("success rate (%)", color=EVAL_COLOR)
-    top.set_ylim(-5, 105)
+    top.set_ylim(-5, 112)  # headroom for the checkpoint labels above 100%
+    top.set_yticks([0, 20, 40, 60, 80, 100])
     if len(points) <= 12:
         for x, y, r in zip(steps, success, points, strict=True):
             if not math.isnan(y):

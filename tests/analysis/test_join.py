@@ -18,9 +18,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from analysis_stores import T0, at, episode, insert, make_store
 from click.testing import CliRunner
 
-from analysis.stores import T0, at, episode, insert, make_store
 from consumers.join import JoinError, JoinSpec, LogColumns, aggregate, connect, run_join
 from consumers.join_cli import join
 

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from analysis_chromium import Chromium, chromium_binary
+from analysis_stores import advisory, at, episode, insert, make_store
 from click.testing import CliRunner
 
-from analysis.chromium import Chromium, chromium_binary
-from analysis.stores import advisory, at, episode, insert, make_store
 from consumers.join_cli import join
 from consumers.report_cli import report
 

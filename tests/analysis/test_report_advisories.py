@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
+from analysis_stores import advisory, at, insert, make_store
 from click.testing import CliRunner
 
-from analysis.stores import advisory, at, insert, make_store
 from consumers.report_cli import GATE_EXIT_CODE, report
 from consumers.reports import advisory_report, open_store
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from analysis_stores import insert, make_store
 from click.testing import CliRunner
 
-from analysis.stores import insert, make_store
 from consumers.report_cli import report
 
 

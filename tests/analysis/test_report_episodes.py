@@ -7,9 +7,9 @@ import statistics
 from pathlib import Path
 
 import pytest
+from analysis_stores import episode, insert, make_store
 from click.testing import CliRunner
 
-from analysis.stores import episode, insert, make_store
 from consumers.report_cli import report
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from analysis.events import ROUTE, completed
+from analysis_events import ROUTE, completed
+
 from consumers.tail import describe, format_line
 from schemas.events import ObservationEmittedEvent, SpaceSpec
 

@@ -8,9 +8,9 @@ import time
 import uuid
 
 import pytest
+from analysis_events import completed
 from click.testing import CliRunner
 
-from analysis.events import completed
 from consumers.tail import run_tail, tail
 from schemas.config import StreamConfig
 from schemas.events import EpisodeCompletedEvent
