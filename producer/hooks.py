@@ -124,14 +124,16 @@ class KafkaRuntimeHooks:
         self._closed = False
         self._stop = threading.Event()
         self._kafka_unreachable_logged = False
+        # False from a failed delivery / all brokers down until a delivery succeeds: the drainer
+        # then leaves the spool alone (probing instead) so records do not cycle disk <-> memory.
+        self._kafka_ok = True
         self._registry_unreachable_logged = False
         self._ids_ready = threading.Event()
 
         conf = settings.kafka_config()
         conf["error_cb"] = self._on_kafka_error
-        conf["on_delivery"] = self._on_delivery
         # librdkafka's own log lines go to Python logging, not straight to the rollout's stderr.
-        conf.setdefault("logger", logging.getLogger("rlmesh_stream.librdkafka"))
+        conf.setdefault("logger", _LibrdkafkaLog())
         self._producer = Producer(conf)
 
         self._poller = threading.Thread(
@@ -342,8 +344,10 @@ class KafkaRuntimeHooks:
                  seq: int) -> None:
         topic = self._topics[et]
         producer = self._producer
+        # Delivery reports carry no headers: the callback keeps them for a failure's account.
+        report = functools.partial(self._on_delivery, headers)
         try:
-            producer.produce(topic, value, key, headers=headers)
+            producer.produce(topic, value, key, headers=headers, on_delivery=report)
             self._shedding = False
             return
         except BufferError:
@@ -357,7 +361,7 @@ class KafkaRuntimeHooks:
             while time.monotonic() < deadline:
                 time.sleep(_FULL_RETRY_SLEEP_S)
                 try:
-                    producer.produce(topic, value, key, headers=headers)
+                    producer.produce(topic, value, key, headers=headers, on_delivery=report)
                     self._shedding = False
                     return
                 except BufferError:
@@ -420,26 +424,27 @@ class KafkaRuntimeHooks:
 
     # -- delivery reports (poller thread, or whoever calls flush) -------------------------------
 
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+    def _on_delivery(self, headers: Headers, err: KafkaError | None, msg: Message) -> None:
         if err is None:
             ledger = self._ledger
             with ledger.lock:
                 ledger.delivered += 1
                 ledger.delivered_bytes += len(msg)
+            self._kafka_ok = True
             if self._kafka_unreachable_logged:
                 self._kafka_unreachable_logged = False
                 log.warning("rlmesh-stream: Kafka answers again; delivering held events")
             return
-        self._delivery_failed(err, msg)
+        self._delivery_failed(headers, err, msg)
 
-    def _delivery_failed(self, err: KafkaError, msg: Message) -> None:
-        headers = msg.headers() or []
+    def _delivery_failed(self, headers: Headers, err: KafkaError, msg: Message) -> None:
         et = EventType((header_value(headers, h.EVENT_TYPE) or b"").decode())
         seq = int(header_value(headers, h.SEQUENCE) or b"-1")
         key = msg.key() or b""
+        if err.code() not in PERMANENT_ERRORS:
+            self._kafka_ok = False
         if self._spooling and err.code() not in PERMANENT_ERRORS:
-            record = Record(et, key, msg.value() or b"", True, list(headers.items())
-                            if isinstance(headers, dict) else list(headers), seq)
+            record = Record(et, key, msg.value() or b"", True, headers, seq)
             with self._hold_lock:
                 ok = self._backlog.put(record)
                 if ok:
@@ -451,10 +456,10 @@ class KafkaRuntimeHooks:
                 return
         self._fail(et, key, seq, err.name(), err.str())
 
-    def _on_backlog_delivery(self, tracker: _BatchTracker, err: KafkaError | None,
-                             msg: Message) -> None:
+    def _on_backlog_delivery(self, tracker: _BatchTracker, headers: Headers,
+                             err: KafkaError | None, msg: Message) -> None:
         try:
-            self._on_delivery(err, msg)
+            self._on_delivery(headers, err, msg)
         finally:
             tracker.done()
 
@@ -462,6 +467,7 @@ class KafkaRuntimeHooks:
         code = err.code()
         if code in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT,
                     KafkaError._RESOLVE) and not self._kafka_unreachable_logged:
+            self._kafka_ok = False
             self._kafka_unreachable_logged = True
             log.warning(
                 "rlmesh-stream: Kafka at %s is unreachable (%s); events are held (%s) and "
@@ -500,6 +506,9 @@ class KafkaRuntimeHooks:
                 self._wake.wait(0.2)
                 self._wake.clear()
                 continue
+            if not self._kafka_ok and not self._probe_kafka():
+                self._stop.wait(1.0)
+                continue
             batch = self._backlog.take()
             if batch is None:
                 with self._hold_lock:
@@ -510,7 +519,6 @@ class KafkaRuntimeHooks:
 
     def _drain_batch(self, batch: Batch) -> None:
         tracker = _BatchTracker(len(batch.records), batch.release)
-        callback = functools.partial(self._on_backlog_delivery, tracker)
         producer = self._producer
         for record in batch.records:
             value = record.payload
@@ -519,8 +527,10 @@ class KafkaRuntimeHooks:
             topic = self._topics[record.event_type]
             while True:
                 try:
-                    producer.produce(topic, value, record.key, headers=record.headers,
-                                     on_delivery=callback)
+                    producer.produce(
+                        topic, value, record.key, headers=record.headers,
+                        on_delivery=functools.partial(self._on_backlog_delivery, tracker,
+                                                      record.headers))
                     break
                 except BufferError:
                     if self._stop.is_set():
@@ -533,6 +543,15 @@ class KafkaRuntimeHooks:
                     tracker.done()
                     break
         tracker.arm()
+
+    def _probe_kafka(self) -> bool:
+        """Does a broker answer a metadata request? Then the held events can go."""
+        try:
+            metadata = self._producer.list_topics(timeout=1.0)
+        except Exception:
+            return False
+        self._kafka_ok = bool(metadata.brokers)
+        return self._kafka_ok
 
     def _resolve_schema_ids(self) -> bool:
         try:
@@ -555,6 +574,18 @@ class KafkaRuntimeHooks:
             log.warning("rlmesh-stream: schema registry answers again; publishing held events")
             self._registry_unreachable_logged = False
         return True
+
+
+class _LibrdkafkaLog:
+    """librdkafka's log lines, at DEBUG: an outage would otherwise print one per retry.
+
+    The hook itself says once, at WARNING, when Kafka or the registry is unreachable.
+    """
+
+    _log = logging.getLogger("rlmesh_stream.librdkafka")
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        self._log.debug(fmt, *args)
 
 
 class _BatchTracker:

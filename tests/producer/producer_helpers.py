@@ -150,3 +150,61 @@ class ThrowawayKafka:
             self.pid = None
 
 
+
+
+class TcpGate:
+    """A TCP forwarder we can close and reopen: a registry that goes away and comes back.
+
+    While closed nothing listens on its port (connections are refused), exactly
+    what a client sees of a registry that is down.
+    """
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        import socket
+        import threading
+
+        self._socket_mod = socket
+        self._threading = threading
+        self.target = (target_host, target_port)
+        self.port = proc.free_port()
+        self._server: Any = None
+        self._stop = threading.Event()
+
+    def open(self) -> None:
+        socket = self._socket_mod
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", self.port))
+        server.listen(64)
+        server.settimeout(0.2)
+        self._server = server
+        self._stop.clear()
+        self._threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+    def _accept(self, server: Any) -> None:
+        socket = self._socket_mod
+        while not self._stop.is_set():
+            try:
+                client, _ = server.accept()
+            except (TimeoutError, OSError):
+                continue
+            upstream = socket.create_connection(self.target)
+            for a, b in ((client, upstream), (upstream, client)):
+                self._threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: Any, dst: Any) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(1)

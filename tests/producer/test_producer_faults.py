@@ -1,0 +1,222 @@
+"""Faults on a real (throwaway) broker and a registry that goes away: nothing accepted is lost.
+
+Each test owns the module's throwaway Kafka node while it runs (stopping,
+killing, restarting it); the schema registry is the shared one, reached
+directly or through a `TcpGate` that can close.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from producer_helpers import TcpGate, read_back
+from producer_samples import step
+
+from schemas.config import StreamConfig
+
+pytestmark = [pytest.mark.stack, pytest.mark.faults]
+
+
+class Emitter(threading.Thread):
+    """Steps of one session at a steady rate, from a thread, until stopped."""
+
+    def __init__(self, hooks, rate: float = 500.0) -> None:
+        super().__init__(daemon=True)
+        self.hooks = hooks
+        self.rate = rate
+        self.session = str(uuid.uuid4())
+        self.sent = 0
+        self.slowest = 0.0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        while not self._halt.is_set():
+            started = time.perf_counter()
+            self.hooks.step_completed(step(self.session, self.sent))
+            self.slowest = max(self.slowest, time.perf_counter() - started)
+            self.sent += 1
+            ahead = self.sent / self.rate - (time.monotonic() - t0)
+            if ahead > 0:
+                time.sleep(ahead)
+
+    def halt(self) -> None:
+        self._halt.set()
+        self.join()
+
+
+@pytest.mark.slow
+def test_broker_stopped_30s_mid_run_every_accepted_event_arrives_exactly_once(
+    make_hooks, throwaway_kafka, throwaway_config,
+):
+    hooks = make_hooks(config=throwaway_config)
+    emitter = Emitter(hooks)
+    emitter.start()
+    time.sleep(2)
+    throwaway_kafka.stop()
+    time.sleep(30)
+    throwaway_kafka.start()
+    time.sleep(2)
+    emitter.halt()
+
+    assert hooks.flush(90) == 0
+    stats = hooks.stats()
+    landed = read_back(throwaway_config.bootstrap, throwaway_config.registry_url,
+                       throwaway_config.topic_prefix, expected=stats.accepted, decode=False)
+
+    sequences = [r.sequence for r in landed]
+    assert stats.accepted == emitter.sent
+    assert sorted(sequences) == list(range(stats.accepted))  # no gap, no duplicate
+    assert stats.delivered == stats.accepted and stats.failed == {} and stats.dropped == 0
+    assert emitter.slowest < 0.5  # the outage never stalled the rollout
+
+
+@pytest.mark.slow
+def test_broker_down_longer_than_the_delivery_timeout_with_the_spool_loses_nothing(
+    make_hooks, throwaway_kafka, throwaway_config, tmp_path,
+):
+    hooks = make_hooks(config=throwaway_config, overflow="spool", spool_dir=tmp_path / "spool",
+                       delivery_timeout_ms=3000)
+    session = str(uuid.uuid4())
+    for i in range(100):
+        hooks.step_completed(step(session, i))
+    assert hooks.flush(20) == 0
+    throwaway_kafka.stop()
+    for i in range(100, 2100):
+        hooks.step_completed(step(session, i))
+    time.sleep(8)  # well past the 3 s delivery timeout
+    during = hooks.stats()
+    throwaway_kafka.start()
+
+    assert hooks.flush(90) == 0
+    after = hooks.stats()
+    landed = read_back(throwaway_config.bootstrap, throwaway_config.registry_url,
+                       throwaway_config.topic_prefix, expected=after.accepted, decode=False)
+
+    assert during.spooled > 0 and during.failed == {}
+    assert {r.sequence for r in landed} == set(range(2100))
+    assert after.failed == {} and after.dropped == 0 and after.delivered >= 2100
+
+
+_CHILD = textwrap.dedent("""
+    import json, sys, time, uuid
+    sys.path.insert(0, {tests!r})
+    from producer.hooks import KafkaRuntimeHooks
+    from producer_samples import step
+    from schemas.config import StreamConfig
+    config = StreamConfig(bootstrap={bootstrap!r}, registry_url={registry!r},
+                          topic_prefix={prefix!r})
+    hooks = KafkaRuntimeHooks(config=config, overflow="spool", spool_dir={spool!r},
+                              queue_max_messages=50, max_block_ms=5, startup_wait_s=10)
+    session = str(uuid.uuid4())
+    for i in range(500):
+        hooks.step_completed(step(session, i))
+    s = hooks.stats()
+    print(json.dumps(dict(producer_id=s.producer_id, accepted=s.accepted, spooled=s.spooled)),
+          flush=True)
+    time.sleep(120)
+""")
+
+
+@pytest.mark.slow
+def test_a_process_killed_with_sigkill_leaves_its_spool_to_the_next_process(
+    make_hooks, throwaway_kafka, throwaway_config, tmp_path,
+):
+    spool = tmp_path / "spool"
+    throwaway_kafka.stop()
+    script = _CHILD.format(tests=str(Path(__file__).parent), bootstrap=throwaway_config.bootstrap,
+                           registry=throwaway_config.registry_url,
+                           prefix=throwaway_config.topic_prefix, spool=str(spool))
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).parents[2])
+    try:
+        report = json.loads(child.stdout.readline())  # type: ignore[union-attr]
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    throwaway_kafka.start()
+
+    hooks = make_hooks(config=throwaway_config, overflow="spool", spool_dir=spool)
+    assert hooks.flush(60) == 0
+    landed = read_back(throwaway_config.bootstrap, throwaway_config.registry_url,
+                       throwaway_config.topic_prefix, expected=report["spooled"], decode=False)
+
+    theirs = sorted(r.sequence for r in landed if r.producer_id == report["producer_id"])
+    assert report["accepted"] == 500 and report["spooled"] > 0
+    assert hooks.stats().recovered == report["spooled"]
+    # What was on disk, in order: the newest events (the oldest were in librdkafka's memory).
+    assert theirs == list(range(500 - report["spooled"], 500))
+    assert not any(spool.rglob("*.seg"))
+
+
+def test_a_full_queue_with_the_drop_policy_counts_drops_exactly_and_never_blocks_longer(
+    make_hooks, throwaway_kafka, throwaway_config,
+):
+    hooks = make_hooks(config=throwaway_config, overflow="drop", queue_max_messages=100,
+                       max_block_ms=20)
+    throwaway_kafka.stop()
+    session = str(uuid.uuid4())
+    slowest = 0.0
+    for i in range(1000):
+        started = time.perf_counter()
+        hooks.step_completed(step(session, i))
+        slowest = max(slowest, time.perf_counter() - started)
+    during = hooks.stats()
+    throwaway_kafka.start()
+
+    assert hooks.flush(60) == 0
+    after = hooks.stats()
+    landed = read_back(throwaway_config.bootstrap, throwaway_config.registry_url,
+                       throwaway_config.topic_prefix, expected=100, timeout=20, decode=False)
+
+    assert slowest < 0.020 + 0.015
+    assert during.dropped == 900
+    assert (after.accepted, after.delivered, after.dropped, after.failed) == (1000, 100, 900, {})
+    assert sorted(r.sequence for r in landed) == list(range(100))
+
+
+def test_a_registry_unreachable_at_start_holds_events_says_so_once_and_catches_up(
+    stack, topic_prefix, make_hooks, caplog,
+):
+    registry = urlparse(stack.registry_url)
+    gate = TcpGate(registry.hostname or "127.0.0.1", registry.port or 80)
+    config = StreamConfig(bootstrap=stack.bootstrap,
+                          registry_url=f"http://127.0.0.1:{gate.port}{registry.path}",
+                          topic_prefix=topic_prefix)
+    caplog.set_level(logging.WARNING, logger="producer.hooks")
+    hooks = make_hooks(config=config, startup_wait_s=0.5)
+    session = str(uuid.uuid4())
+    for i in range(300):
+        hooks.step_completed(step(session, i))
+    deadline = time.monotonic() + 30
+    while not _said_unreachable(caplog) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(3)  # several more failed attempts while it stays away
+    during = hooks.stats()
+    gate.open()
+    try:
+        assert hooks.flush(60) == 0
+    finally:
+        gate.close()
+    landed = read_back(stack.bootstrap, stack.registry_url, topic_prefix, expected=300)
+
+    assert (during.accepted, during.spooled, during.delivered) == (300, 300, 0)
+    assert len(_said_unreachable(caplog)) == 1
+    assert [r.event.step for r in landed] == list(range(300))
+
+
+def _said_unreachable(caplog) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "registry" in r.getMessage()
+            and "unreachable" in r.getMessage()]
