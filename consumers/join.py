@@ -109,6 +109,8 @@ def connect(sink: str, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
     con.execute("SET TimeZone = 'UTC'")
     if is_postgres(sink):
         try:
+            # Never fetch at run time: only an extension installed beforehand is used.
+            con.execute("SET autoinstall_known_extensions = false")
             con.execute("LOAD postgres")
         except duckdb.Error as exc:
             raise StoreError(

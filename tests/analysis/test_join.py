@@ -23,6 +23,7 @@ from click.testing import CliRunner
 
 from consumers.join import JoinError, JoinSpec, LogColumns, aggregate, connect, run_join
 from consumers.join_cli import join
+from consumers.reports import StoreError
 
 LOG = [
     {"step": 100, "time": "2026-03-01T12:00:00Z", "checkpoint": "c100", "loss": 0.9},
@@ -380,3 +381,17 @@ def test_cli_refuses_to_overwrite_a_consumer_table(tmp_path: Path) -> None:
                                        "--table", "episodes"])
     assert result.exit_code == 1
     assert "refusing to overwrite" in result.stderr
+
+
+def test_a_postgresql_store_needs_duckdbs_postgres_extension() -> None:
+    probe = duckdb.connect()
+    probe.execute("SET autoinstall_known_extensions = false")
+    try:
+        probe.execute("LOAD postgres")
+    except duckdb.Error:
+        pass
+    else:
+        pytest.skip("DuckDB's postgres extension is installed here: the join can attach")
+    with pytest.raises(StoreError, match="through DuckDB's postgres extension, which is not "
+                                         "installed here"):
+        connect("postgresql://postgres@127.0.0.1:1/none")
