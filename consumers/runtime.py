@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -129,8 +130,14 @@ class ConsumerRuntime:
         """Ask the loop to finish its checkpoint and leave the group."""
         self._stopping = True
 
+    @property
+    def assignment(self) -> list[TP]:
+        """The partitions this process holds now."""
+        return sorted(self._assigned)
+
     def run(self) -> None:
-        signal.signal(signal.SIGTERM, self.stop)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self.stop)
         self.consumer = Consumer(self._kafka_config())
         self.consumer.subscribe(self.topics, on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
@@ -199,19 +206,21 @@ class ConsumerRuntime:
             start = self._start_offset(key)
             assign.append(TopicPartition(tp.topic, tp.partition, start))
             self._assigned.add(key)
-            if start >= 0:
-                self._next[key] = start
-            else:
-                self._next.pop(key, None)
             if self.options.until_end:
-                low, high = consumer.get_watermark_offsets(tp, timeout=10)
-                self._ends[key] = high
-                if start == OFFSET_BEGINNING:
-                    self._next[key] = low
-                elif start == OFFSET_END:
-                    self._next[key] = high
+                self._ends[key] = consumer.get_watermark_offsets(tp, timeout=10)[1]
+            self._set_next(key, start)
         consumer.incremental_assign(assign)
         log.info("assigned %s", sorted(k for k in self._assigned))
+
+    def _set_next(self, key: TP, start: int) -> None:
+        """Where reading `key` resumes; a logical start is resolved when --until-end needs it."""
+        if start >= 0:
+            self._next[key] = start
+        elif self.options.until_end and self.consumer is not None:
+            low, high = self.consumer.get_watermark_offsets(TopicPartition(*key), timeout=10)
+            self._next[key] = low if start == OFFSET_BEGINNING else high
+        else:
+            self._next.pop(key, None)
 
     def _start_offset(self, key: TP) -> int:
         stored = [self._stored[b.name].get(key) for b in self._builders_of[key[0]]]
@@ -256,10 +265,7 @@ class ConsumerRuntime:
                 log.debug("seek %s failed (%s); reassigning", key, exc)
                 self.consumer.incremental_unassign([TopicPartition(*key)])
                 self.consumer.incremental_assign([TopicPartition(key[0], key[1], start)])
-            if start >= 0:
-                self._next[key] = start
-            else:
-                self._next.pop(key, None)
+            self._set_next(key, start)
         self._rewind = False
 
     # -- reading --------------------------------------------------------------------

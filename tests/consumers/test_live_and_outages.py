@@ -1,0 +1,152 @@
+"""Live mode, and a schema registry outage: the consumer waits and retries, never skips."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from urllib.parse import urlsplit
+
+import duckdb
+import pytest
+from consumer_helpers import PlainKafkaHooks, create_topics
+
+from consumers.builders import make_builders
+from consumers.runtime import ConsumerRuntime, RuntimeOptions
+from consumers.sinks import open_sink
+from schemas import events as ev
+from schemas.config import StreamConfig
+from schemas.topics import EventType
+
+pytestmark = pytest.mark.stack
+
+ROUTE = ev.RuntimeEnvContext(env_id="e", env_component_id="ec", model_component_id="m")
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _publish_sessions(hooks: PlainKafkaHooks, ids: list[str]) -> None:
+    for sid in ids:
+        hooks.publish(EventType.SESSION_STARTED,
+                      ev.SessionStartedEvent(session_id=sid, route=ROUTE, env_id="e"))
+    hooks.flush()
+
+
+def _count(path: str) -> int:
+    con = duckdb.connect(path)  # same process: shares the runtime's database instance
+    try:
+        return int(con.execute("SELECT count(*) FROM sessions").fetchone()[0])  # type: ignore[index]
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def runtime_thread() -> Iterator[Callable[[ConsumerRuntime], threading.Thread]]:
+    started: list[tuple[ConsumerRuntime, threading.Thread]] = []
+
+    def start(runtime: ConsumerRuntime) -> threading.Thread:
+        thread = threading.Thread(target=runtime.run, daemon=True)
+        thread.start()
+        started.append((runtime, thread))
+        return thread
+
+    yield start
+    for runtime, thread in started:
+        runtime.stop()
+        thread.join(30)
+
+
+def test_live_mode_applies_events_published_after_it_started(
+    stream_config: StreamConfig, tmp_path: object, runtime_thread: Callable[..., object],
+) -> None:
+    create_topics(stream_config, partitions=2)
+    hooks = PlainKafkaHooks(stream_config)
+    _publish_sessions(hooks, ["before"])  # live mode starts at the end: not applied
+    path = str(tmp_path) + "/live.duckdb"
+    sink = open_sink(f"duckdb://{path}")
+    runtime = ConsumerRuntime(stream_config, make_builders(["sessions"]), sink,
+                              RuntimeOptions(group_id=uuid.uuid4().hex,
+                                             checkpoint_interval=0.1))
+    runtime_thread(runtime)
+    _wait_for(lambda: len(runtime.assignment) == 2 * 5)  # 5 topics x 2 partitions
+    time.sleep(1.0)  # let the fetchers settle at the end offsets
+    _publish_sessions(hooks, ["live-1", "live-2"])
+    _wait_for(lambda: _count(path) == 2)
+
+
+class _Proxy:
+    """A TCP relay to the real registry that can be switched on late (a registry outage)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+
+    def start(self) -> None:
+        self.server.listen(16)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_a_registry_outage_makes_the_consumer_wait_then_apply_everything(
+    stream_config: StreamConfig, duckdb_url: str, caplog: pytest.LogCaptureFixture,
+    runtime_thread: Callable[..., threading.Thread],
+) -> None:
+    create_topics(stream_config, partitions=2)
+    _publish_sessions(PlainKafkaHooks(stream_config), [f"s{i}" for i in range(20)])
+    real = urlsplit(stream_config.registry_url)
+    proxy = _Proxy((real.hostname or "127.0.0.1", real.port or 80))
+    down = replace(stream_config, registry_url=stream_config.registry_url.replace(
+        real.netloc, f"127.0.0.1:{proxy.port}"))  # bound, not listening: connection refused
+    sink = open_sink(duckdb_url)
+    runtime = ConsumerRuntime(down, make_builders(["sessions"]), sink,
+                              RuntimeOptions(group_id=uuid.uuid4().hex, from_beginning=True,
+                                             until_end=True))
+    caplog.set_level(logging.WARNING, logger="consumers.runtime")
+    thread = runtime_thread(runtime)
+    try:
+        _wait_for(lambda: sum("registry unavailable" in r.getMessage()
+                              for r in caplog.records) >= 2)
+        assert thread.is_alive() and runtime.events == 0
+        proxy.start()  # the registry is back
+        thread.join(60)
+    finally:
+        proxy.close()
+    assert not thread.is_alive()
+    assert sink.query("SELECT count(*) FROM sessions") == [(20,)]
+    assert runtime.dead_letters == 0
