@@ -7,6 +7,7 @@ every output format shows the same rows in the same order.
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -77,6 +78,6 @@ def json_value(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, float) and math.isnan(value):
         return None
-    if hasattr(value, "is_finite"):  # decimal.Decimal from PostgreSQL aggregates
-        return float(value)
+    if isinstance(value, decimal.Decimal):  # PostgreSQL's SUM/AVG are NUMERIC
+        return int(value) if value == value.to_integral_value() else float(value)
     return value
