@@ -17,6 +17,7 @@ import dataclasses
 import datetime as dt
 import enum
 import json
+import logging
 import sys
 import uuid
 from collections.abc import Callable
@@ -27,6 +28,14 @@ import click
 from schemas.cli_options import stream_options
 from schemas.config import StreamConfig
 from schemas.topics import EventType
+
+
+class TailError(Exception):
+    """Tailing cannot go on (no Kafka, no registry, no such topic); the message says why."""
+
+
+_LIBRDKAFKA_LOG = logging.getLogger("rlmesh_stream.tail.librdkafka")
+_LIBRDKAFKA_LOG.addHandler(logging.NullHandler())  # silent unless logging is configured
 
 MAX_FIELD_CHARS = 120
 """A field's text in a one-line description is cut here: a line stays a line."""
@@ -131,12 +140,34 @@ def format_json(event: Any, *, topic: str, partition: int, offset: int,
 def run_tail(config: StreamConfig, event_type: EventType, emit: Callable[[str], None], *,
              session_id: str | None = None, from_beginning: bool = False,
              as_json: bool = False, count: int | None = None, exit_at_end: bool = False,
-             warn: Callable[[str], None] = lambda msg: None) -> int:
+             warn: Callable[[str], None] = lambda msg: None,
+             metadata_timeout: float = 10.0) -> int:
     """Consume and print until interrupted, `count` events, or (with `exit_at_end`) the end.
 
     Returns the number of events printed. Records of other sessions are skipped
     by their key before decoding, so `--session` is cheap on a busy topic.
+    Raises TailError when Kafka, the registry or the topic is not there.
     """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    from schemas.errors import RegistryUnavailableError
+
+    try:
+        return _consume(config, event_type, emit, session_id=session_id,
+                        from_beginning=from_beginning, as_json=as_json, count=count,
+                        exit_at_end=exit_at_end, warn=warn, metadata_timeout=metadata_timeout)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else exc
+        text = err.str() if hasattr(err, "str") else str(err)
+        raise TailError(f"Kafka at {config.bootstrap}: {text}") from exc
+    except (RegistryUnavailableError, SchemaRegistryError) as exc:
+        raise TailError(f"schema registry at {config.registry_url}: {exc}") from exc
+
+
+def _consume(config: StreamConfig, event_type: EventType, emit: Callable[[str], None], *,
+             session_id: str | None, from_beginning: bool, as_json: bool, count: int | None,
+             exit_at_end: bool, warn: Callable[[str], None], metadata_timeout: float) -> int:
     from confluent_kafka import Consumer, KafkaError, KafkaException
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
@@ -150,14 +181,17 @@ def run_tail(config: StreamConfig, event_type: EventType, emit: Callable[[str], 
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest" if from_beginning else "latest",
         "enable.partition.eof": exit_at_end,
+        # librdkafka's own retries and connection logs go to Python logging, not the
+        # terminal: a failure reaches the user once, as a TailError.
+        "logger": _LIBRDKAFKA_LOG,
     })
     decoder = EventDecoder(SchemaRegistryClient(config.registry_config()))
     key = session_id.encode("utf-8") if session_id is not None else None
     printed = 0
     try:
-        meta = consumer.list_topics(topic, timeout=15).topics.get(topic)
+        meta = consumer.list_topics(topic, timeout=metadata_timeout).topics.get(topic)
         if meta is None or meta.error is not None:
-            raise click.ClickException(
+            raise TailError(
                 f"topic {topic} does not exist: check --topic-prefix "
                 f"(now {config.topic_prefix!r}) and that producers have published")
         partitions = set(meta.partitions)
@@ -217,5 +251,7 @@ def tail(config: StreamConfig, event: str, session_id: str | None, from_beginnin
                  session_id=session_id, from_beginning=from_beginning, as_json=as_json,
                  count=count, exit_at_end=exit_at_end,
                  warn=lambda msg: click.echo(f"warning: {msg}", err=True))
+    except TailError as exc:
+        raise click.ClickException(str(exc)) from exc
     except KeyboardInterrupt:
         sys.exit(130)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from analysis_events import ROUTE, completed
 
-from consumers.tail import describe, format_line
+from consumers.tail import TailError, describe, format_line, run_tail
+from schemas.config import StreamConfig
 from schemas.events import ObservationEmittedEvent, SpaceSpec
+from schemas.topics import EventType
 
 
 def test_a_line_shows_payload_leaves_as_sizes_not_bytes() -> None:
@@ -31,3 +34,9 @@ def test_a_line_shows_the_episode_outcome_fields() -> None:
 def test_a_line_starts_with_time_session_and_route() -> None:
     line = format_line(completed("sess-9", 1), timestamp_ms=1_767_225_600_250)
     assert line.startswith("00:00:00.250 sess-9 [env=CartPole-v1 model=ppo] episode_id=")
+
+
+def test_no_kafka_is_one_clear_error() -> None:
+    config = StreamConfig(bootstrap="127.0.0.1:1", registry_url="http://127.0.0.1:1")
+    with pytest.raises(TailError, match=r"^Kafka at 127.0.0.1:1: .*transport failure"):
+        run_tail(config, EventType.EPISODE_COMPLETED, print, metadata_timeout=1.0)
