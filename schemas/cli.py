@@ -1,0 +1,136 @@
+"""`rlmesh-stream schemas ...`: register, check and document the event contract.
+
+`register` is idempotent (the registry returns the existing id for a schema it
+already holds) and sets BACKWARD compatibility on every subject. `check` asks
+the registry whether each local schema can read what the subject holds and,
+when not, names the subject and the offending fields; it exits 1 then, so a
+deploy pipeline can gate on it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from schemas import registry
+from schemas.cli_options import stream_options
+from schemas.compat import avro_incompatibilities, proto_incompatibilities
+from schemas.config import StreamConfig
+from schemas.errors import RegistryUnavailableError, SchemaNotRegisteredError
+from schemas.registrar import SchemaRegistrar
+from schemas.schema_defs import registry_schema
+from schemas.topics import EVENT_TYPES, EventType
+
+_FORMAT = click.option("--format", "fmt", type=click.Choice(["avro", "protobuf"]),
+                       default="avro", show_default=True, help="Wire format of the topics.")
+
+
+@click.group("schemas")
+def schemas() -> None:
+    """Register, check and document the event schemas."""
+
+
+@schemas.command("register")
+@stream_options
+@_FORMAT
+def register(config: StreamConfig, fmt: str) -> None:
+    """Register every event schema under its topic's subject (BACKWARD compatibility)."""
+    client = SchemaRegistryClient(config.registry_config())
+    registrar = SchemaRegistrar(client, fmt, config.topic_prefix)  # type: ignore[arg-type]
+    for et in EVENT_TYPES:
+        subject = registrar.subject(et)
+        try:
+            sid = registrar.schema_id(et)
+        except RegistryUnavailableError as exc:
+            raise click.ClickException(str(exc)) from exc
+        except SchemaRegistryError as exc:
+            raise click.ClickException(f"{subject}: registration refused: {exc}") from exc
+        click.echo(f"{subject}\tid {sid}\tBACKWARD")
+
+
+@schemas.command("check")
+@stream_options
+@_FORMAT
+def check(config: StreamConfig, fmt: str) -> None:
+    """Check the local schemas can read what the registry holds; exit 1 naming what cannot."""
+    client = SchemaRegistryClient(config.registry_config())
+    registrar = SchemaRegistrar(client, fmt, config.topic_prefix,  # type: ignore[arg-type]
+                                auto_register=False)
+    failed = 0
+    for et in EVENT_TYPES:
+        subject = registrar.subject(et)
+        try:
+            status, problems = _check_one(client, registrar, et, fmt)
+        except RegistryUnavailableError as exc:
+            raise click.ClickException(str(exc)) from exc
+        click.echo(f"{subject}\t{status}")
+        for problem in problems:
+            click.echo(f"  {subject}: {problem}")
+        failed += status == "INCOMPATIBLE"
+    if failed:
+        click.echo(f"{failed} subject(s) incompatible with the local schemas", err=True)
+        sys.exit(1)
+
+
+def _check_one(client: Any, registrar: SchemaRegistrar, et: EventType, fmt: str
+               ) -> tuple[str, list[str]]:
+    subject = registrar.subject(et)
+    try:
+        latest = registry.call(f"read {subject}", client.get_latest_version, subject)
+    except SchemaRegistryError as exc:
+        if registry.is_not_found(exc):
+            return "not registered", []
+        raise
+    try:
+        ours = registry_schema(client, et, fmt, register=False)  # type: ignore[arg-type]
+    except SchemaNotRegisteredError as exc:
+        return "INCOMPATIBLE", [str(exc)]
+    held = str(latest.schema.schema_str)
+    mine = str(ours.schema_str)
+    try:
+        ok = registry.call(f"test {subject}", client.test_compatibility, subject, ours)
+    except SchemaRegistryError as exc:
+        # Apicurio's ccompat API answers 422 to a compatibility test of a protobuf
+        # schema with references; fall back to our field-number check.
+        if fmt != "protobuf" or exc.http_status_code != 422:
+            raise
+        local = proto_incompatibilities(mine, held, et.event_class.__name__)
+        if local:
+            return "INCOMPATIBLE", local
+        ok = True
+    if ok:
+        return ("current" if _is_latest(client, subject, ours, latest.version)
+                else "compatible"), []
+    if fmt == "avro":
+        problems = avro_incompatibilities(json.loads(mine), json.loads(held))
+    else:
+        problems = proto_incompatibilities(mine, held, et.event_class.__name__)
+    return "INCOMPATIBLE", problems or [
+        f"the registry refuses our schema against version {latest.version} "
+        "(no field-level difference found)"]
+
+
+def _is_latest(client: Any, subject: str, ours: Any, latest_version: int) -> bool:
+    """Whether the subject's latest version is our schema (registries reformat the text)."""
+    try:
+        found = registry.call(f"look up {subject}", client.lookup_schema, subject, ours)
+    except SchemaRegistryError as exc:
+        if registry.is_not_found(exc):
+            return False
+        raise
+    return bool(found.version == latest_version)
+
+
+@schemas.command("catalog")
+@click.option("--check", "check_only", is_flag=True,
+              help="Exit 1 if docs/topic-catalog.md is not current.")
+def catalog(check_only: bool) -> None:
+    """Write docs/topic-catalog.md from the schemas."""
+    from schemas.catalog import main
+
+    sys.exit(main(["--check"] if check_only else []))
