@@ -66,3 +66,22 @@ def test_success_rate_is_blank_when_the_env_reports_none(sink: str) -> None:
     doc = json.loads(out.stdout)
     assert doc["rows"][0]["success_rate"] is None
     assert any("reported no" in note for note in doc["notes"])
+
+
+def test_a_store_locked_by_a_writer_is_a_clear_error(sink: str) -> None:
+    import subprocess
+    import sys
+
+    path = sink.removeprefix("duckdb://")
+    writer = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+         "print('locked', flush=True); time.sleep(60)", path],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "locked"
+        result = CliRunner().invoke(report, ["episodes", "--sink", sink])
+    finally:
+        writer.kill()
+        writer.wait()
+    assert result.exit_code == 1
+    assert "DuckDB allows one writing process" in result.stderr
