@@ -42,9 +42,12 @@ from consumers.reports import FORMATS, Column, Report, StoreError, render
 @click.option("--episode-time", type=click.Choice(["started_at", "completed_at"]),
               default="started_at", show_default=True,
               help="Episode time matched against the log's time (--by asof).")
-@click.option("--step-column", default="step", show_default=True)
-@click.option("--time-column", default="time", show_default=True)
-@click.option("--checkpoint-column", default="checkpoint", show_default=True)
+@click.option("--step-column", default="step", show_default=True,
+              help="Log column with the training step (the plot's x axis).")
+@click.option("--time-column", default="time", show_default=True,
+              help="Log column with the wall-clock time of each row (--by asof).")
+@click.option("--checkpoint-column", default="checkpoint", show_default=True,
+              help="Log column with the checkpoint or model id.")
 @click.option("--metric", default="loss", show_default=True,
               help="Training metric column shown next to each checkpoint ('' for none).")
 @click.option("--log-timezone", default=None,
