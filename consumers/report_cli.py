@@ -75,9 +75,14 @@ def report() -> None:
 @click.option("--fail-on", type=click.Choice(["caution", "info"]), default=None,
               help=f"Exit with status {GATE_EXIT_CODE} when any advisory is this severe "
                    "or worse ('info' trips on info and caution).")
-def advisories_cmd(sink: str, fmt: str, output: Path | None, fail_on: str | None) -> None:
+@click.option("--env", "envs", multiple=True,
+              help="Only this env id (repeatable); default: every env.")
+@click.option("--model", "models", multiple=True,
+              help="Only this model component id (repeatable); default: every model.")
+def advisories_cmd(sink: str, fmt: str, output: Path | None, fail_on: str | None,
+                   envs: tuple[str, ...], models: tuple[str, ...]) -> None:
     """Relay advisories grouped by env, model and leg, caution first."""
-    rep = _run(sink, advisory_report)
+    rep = _run(sink, lambda store: advisory_report(store, envs=envs, models=models))
     _emit(rep, fmt, output)
     if gate_failed(rep, fail_on):
         tripped = [r for r in rep.rows if gate_failed(Report(rep.name, "", [], [r]), fail_on)]

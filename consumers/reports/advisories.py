@@ -9,6 +9,8 @@ so that an eval pipeline can gate on it (`--fail-on`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from consumers.reports.model import Column, Report
 from consumers.reports.store import Store, require_table
 
@@ -20,6 +22,7 @@ WITH adv AS (
     SELECT lower(severity) AS severity, env_id, model_component_id, leg, message,
            session_id, "count" AS n, first_seen, last_seen
     FROM advisories
+    WHERE {where}
 ),
 per_message AS (
     SELECT severity, env_id, model_component_id, leg, message, SUM(n) AS n,
@@ -67,13 +70,29 @@ COLUMNS = [
 ]
 
 
-def advisory_report(store: Store) -> Report:
-    """Group advisories by severity, env, model and leg, worst and widest first."""
+def _route_filter(envs: Sequence[str], models: Sequence[str]) -> tuple[str, list[str]]:
+    """A WHERE clause (with parameters) keeping only the named envs and models."""
+    clauses, params = ["TRUE"], []
+    for column, values in (("env_id", envs), ("model_component_id", models)):
+        if values:
+            clauses.append(f"{column} IN ({', '.join('%s' for _ in values)})")
+            params += list(values)
+    return " AND ".join(clauses), params
+
+
+def advisory_report(store: Store, *, envs: Sequence[str] = (),
+                    models: Sequence[str] = ()) -> Report:
+    """Group advisories by severity, env, model and leg, worst and widest first.
+
+    `envs` / `models` narrow the report (and so a `--fail-on` gate) to one eval's
+    routes; empty means the whole fleet.
+    """
     require_table(store, "advisories", "`rlmesh-stream consume`")
-    groups = store.query(_GROUPS_SQL).dicts()
+    where, params = _route_filter(envs, models)
+    groups = store.query(_GROUPS_SQL.format(where=where), params).dicts()
     counts = store.query(
         "SELECT lower(severity) AS severity, COUNT(DISTINCT session_id) AS sessions "
-        "FROM advisories GROUP BY lower(severity)"
+        f"FROM advisories WHERE {where} GROUP BY lower(severity)", params
     ).dicts()
     sessions_by_severity = {r["severity"]: int(r["sessions"]) for r in counts}
     summary: dict[str, object] = {
@@ -83,7 +102,8 @@ def advisory_report(store: Store) -> Report:
         "sessions with info": sessions_by_severity.get("info", 0),
     }
     if store.has_table("sessions"):
-        total = store.query("SELECT COUNT(*) AS n FROM sessions").rows[0][0]
+        total = store.query(f"SELECT COUNT(*) AS n FROM sessions WHERE {where}",
+                            params).rows[0][0]
         summary["sessions in store"] = int(total)
     return Report(
         name="advisories",

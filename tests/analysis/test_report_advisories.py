@@ -181,3 +181,18 @@ def test_reports_read_the_store_consume_writes_by_default() -> None:
     from consumers.report_cli import DEFAULT_SINK as REPORT_DEFAULT
 
     assert REPORT_DEFAULT == CONSUME_DEFAULT
+
+
+def test_model_filter_narrows_the_report_and_the_gate(fleet: str) -> None:
+    result = CliRunner().invoke(report, ["advisories", "--sink", fleet, "--model", "sac",
+                                         "--fail-on", "caution", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert [(r["model_component_id"], r["severity"]) for r in doc["rows"]] == [("sac", "info")]
+
+
+def test_env_filter_keeps_only_that_envs_groups(fleet: str) -> None:
+    with open_store(fleet) as store:
+        rows = advisory_report(store, envs=["CartPole-v1"]).rows
+    assert {r["env_id"] for r in rows} == {"CartPole-v1"}
+    assert len(rows) == 2
