@@ -170,8 +170,8 @@ def _reader(path: Path, fmt: str, types: dict[str, str] | None = None) -> str:
         return f"read_csv('{p}', header=true{extra})"
     if types:
         cols = ", ".join(f"'{_sql_str(k)}': '{v}'" for k, v in types.items())
-        return f"read_json('{p}', format='newline_delimited', columns={{{cols}}})"
-    return f"read_json('{p}', format='newline_delimited')"
+        return f"read_json('{p}', format='auto', columns={{{cols}}})"
+    return f"read_json('{p}', format='auto')"
 
 
 def _describe(con: duckdb.DuckDBPyConnection, relation: str) -> dict[str, str]:
@@ -179,7 +179,10 @@ def _describe(con: duckdb.DuckDBPyConnection, relation: str) -> dict[str, str]:
 
 
 def load_training_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> list[str]:
-    """Read the log into temp table `training_log` with `_row` and a normalised `_train_at`.
+    """Read the log (JSON lines or array, CSV, Parquet) into temp table `training_log`.
+
+    Adds `_row` (1-based position, for error messages) and `_train_at` (the row's
+    instant, as-of joins only).
 
     Returns the log's own column names. Text timestamps are read as text (not
     left to the reader's detection) so that every row is checked the same way.

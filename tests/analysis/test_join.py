@@ -395,3 +395,11 @@ def test_a_postgresql_store_needs_duckdbs_postgres_extension() -> None:
     with pytest.raises(StoreError, match="through DuckDB's postgres extension, which is not "
                                          "installed here"):
         connect("postgresql://postgres@127.0.0.1:1/none")
+
+
+def test_the_log_may_be_a_json_array(tmp_path: Path) -> None:
+    sink = make_sink(tmp_path, timeline_episodes())
+    log = tmp_path / "log.json"
+    log.write_text(json.dumps(LOG))
+    pairs, _ = joined(sink, JoinSpec("asof", log))
+    assert pairs["ep-000004"] == "c300"
