@@ -68,6 +68,9 @@ class JoinSpec:
     episode_time: EpisodeTime = "started_at"
     log_timezone: str | None = None
     epoch_unit: str = "s"
+    # as-of only: (episode column, log column) that must be equal, e.g. each actor
+    # follows its own training run: ("model_component_id", "run")
+    asof_match: tuple[str, str] | None = None
 
 
 @dataclass
@@ -203,10 +206,13 @@ def load_training_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> list[st
         needed["checkpoint"] = cols.checkpoint
     if cols.metric:
         needed["metric"] = cols.metric
+    if spec.mode == "asof" and spec.asof_match is not None:
+        needed["match"] = spec.asof_match[1]
     missing = [(role, name) for role, name in needed.items() if name not in detected]
     if missing:
-        what = ", ".join(f"{role} column {name!r} (--{role}-column)" if role != "metric"
-                         else f"metric column {name!r} (--metric)" for role, name in missing)
+        flags = {"metric": "--metric", "match": "--match"}
+        what = ", ".join(f"{role} column {name!r} ({flags.get(role, f'--{role}-column')})"
+                         for role, name in missing)
         raise JoinError(f"training log {path.name} has no {what}; "
                         f"its columns are: {', '.join(detected)}")
     # Only the as-of join reads the time column; a key join passes it through untouched.
@@ -351,7 +357,10 @@ def run_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> JoinResult:
     if not episode_cols:
         raise JoinError("the store has no `episodes` table yet (has `rlmesh-stream consume` "
                         "run with the episodes builder?)")
-    for name in (spec.episode_key if spec.mode == "key" else spec.episode_time,):
+    wanted: list[str] = [spec.episode_key if spec.mode == "key" else spec.episode_time]
+    if spec.mode == "asof" and spec.asof_match is not None:
+        wanted.append(spec.asof_match[0])
+    for name in wanted:
         if name not in episode_cols:
             raise JoinError(f"episodes have no column {name!r}; "
                             f"they have: {', '.join(episode_cols)}")
@@ -424,17 +433,27 @@ def _key_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
 def _asof_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
                total: int) -> JoinResult:
     et, step = q(spec.episode_time), q(spec.columns.step)
-    # One row per instant: two log rows at the same time would make the match arbitrary.
+    # With `asof_match`, each episode only looks at the log rows of its own run
+    # (an equality condition of the ASOF join): the timeline is per match key.
+    match_e = match_l = ""
+    partition = "_train_at"
+    if spec.asof_match is not None:
+        match_e = f"CAST(e.{q(spec.asof_match[0])} AS VARCHAR)"
+        match_l = f"CAST(l.{q(spec.asof_match[1])} AS VARCHAR)"
+        partition = f"CAST({q(spec.asof_match[1])} AS VARCHAR), _train_at"
+    # One row per instant (and key): two log rows at the same time would make the
+    # match arbitrary.
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE timeline AS
         SELECT * FROM training_log WHERE _train_at IS NOT NULL
-        QUALIFY row_number() OVER (PARTITION BY _train_at ORDER BY {step} DESC NULLS LAST,
-                                   _row DESC) = 1""")
+        QUALIFY row_number() OVER (PARTITION BY {partition}
+                                   ORDER BY {step} DESC NULLS LAST, _row DESC) = 1""")
+    on = f"{match_e} = {match_l} AND " if match_e else ""
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE joined AS
         SELECT e.*, {train_select}
         FROM store.episodes e
-        ASOF JOIN timeline l ON e.{et} >= l._train_at""")
+        ASOF JOIN timeline l ON {on}e.{et} >= l._train_at""")
     matched = _scalar(con, "SELECT COUNT(*) FROM joined")
     first = _scalar(con, "SELECT MIN(_train_at) FROM timeline")
     no_time = _scalar(con, f"SELECT COUNT(*) FROM store.episodes WHERE {et} IS NULL")
@@ -444,9 +463,20 @@ def _asof_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str
     result = JoinResult("asof", total, matched, group_column=group)
     why_no_time = ("not completed yet" if spec.episode_time == "completed_at"
                    else "whose start was never seen")
-    result.unmatched = {f"have no {spec.episode_time} ({why_no_time})": no_time,
-                        f"{spec.episode_time.removesuffix('_at')} before the first "
-                        f"training-log row ({first})": total - matched - no_time}
+    result.unmatched = {f"have no {spec.episode_time} ({why_no_time})": no_time}
+    early = total - matched - no_time
+    if spec.asof_match is not None:
+        e_col, l_col = spec.asof_match
+        unknown = _scalar(con, f"""
+            SELECT COUNT(*) FROM store.episodes e WHERE e.{et} IS NOT NULL AND
+                ({match_e} IS NULL OR {match_e} NOT IN (SELECT {match_l} FROM timeline l))""")
+        result.unmatched[f"have a {e_col} that is not in the log's {l_col!r} column"] = unknown
+        early -= unknown
+        result.unmatched[f"{spec.episode_time.removesuffix('_at')} before the first "
+                         f"training-log row of their {l_col}"] = early
+    else:
+        result.unmatched[f"{spec.episode_time.removesuffix('_at')} before the first "
+                         f"training-log row ({first})"] = early
     dropped = _scalar(con, "SELECT COUNT(*) FROM training_log WHERE _train_at IS NULL")
     if dropped:
         result.notes.append(f"{dropped} log rows without a time were left out")

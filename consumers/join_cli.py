@@ -42,6 +42,9 @@ from consumers.reports import FORMATS, Column, Report, StoreError, render
 @click.option("--episode-time", type=click.Choice(["started_at", "completed_at"]),
               default="started_at", show_default=True,
               help="Episode time matched against the log's time (--by asof).")
+@click.option("--match", "asof_match", default=None, metavar="EPISODE_COL=LOG_COL",
+              help="--by asof: only log rows whose LOG_COL equals the episode's EPISODE_COL "
+                   "(e.g. model_component_id=run, for actors each following their own run).")
 @click.option("--step-column", default="step", show_default=True,
               help="Log column with the training step (the plot's x axis).")
 @click.option("--time-column", default="time", show_default=True,
@@ -66,9 +69,16 @@ from consumers.reports import FORMATS, Column, Report, StoreError, render
               show_default=True, help="Format of the per-checkpoint summary.")
 def join(sink: str, log_path: Path, log_format: str | None, mode: str, episode_key: str,
          episode_time: str, step_column: str, time_column: str, checkpoint_column: str,
-         metric: str, log_timezone: str | None, epoch_unit: str, table: str | None,
-         export_path: Path | None, plot_prefix: Path | None, fmt: str) -> None:
+         asof_match: str | None, metric: str, log_timezone: str | None, epoch_unit: str,
+         table: str | None, export_path: Path | None, plot_prefix: Path | None,
+         fmt: str) -> None:
     """Join the episode table with a training log and summarise per checkpoint."""
+    match: tuple[str, str] | None = None
+    if asof_match is not None:
+        episode_col, sep, log_col = asof_match.partition("=")
+        if not sep or not episode_col or not log_col:
+            raise click.BadParameter("use EPISODE_COL=LOG_COL", param_hint="--match")
+        match = (episode_col, log_col)
     spec = JoinSpec(
         mode="key" if mode == "key" else "asof",
         log=log_path,
@@ -78,6 +88,7 @@ def join(sink: str, log_path: Path, log_format: str | None, mode: str, episode_k
         episode_time="completed_at" if episode_time == "completed_at" else "started_at",
         log_timezone=log_timezone,
         epoch_unit=epoch_unit,
+        asof_match=match,
     )
     try:
         con = connect(sink, writable=table is not None)

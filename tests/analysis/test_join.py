@@ -403,3 +403,50 @@ def test_the_log_may_be_a_json_array(tmp_path: Path) -> None:
     log.write_text(json.dumps(LOG))
     pairs, _ = joined(sink, JoinSpec("asof", log))
     assert pairs["ep-000004"] == "c300"
+
+
+# --------------------------------------------------------------------------- as of, per run
+
+TWO_RUNS = [  # two training runs logging at interleaved times
+    {"run": "run-a", "step": 10, "time": "2026-03-01T12:00:00Z", "checkpoint": "a10", "loss": 1.0},
+    {"run": "run-b", "step": 10, "time": "2026-03-01T12:00:05Z", "checkpoint": "b10", "loss": 2.0},
+    {"run": "run-a", "step": 20, "time": "2026-03-01T12:00:30Z", "checkpoint": "a20", "loss": 0.5},
+    {"run": "run-b", "step": 20, "time": "2026-03-01T12:00:40Z", "checkpoint": "b20", "loss": 1.5},
+]
+
+
+def test_asof_match_follows_each_actors_own_run(tmp_path: Path) -> None:
+    sink = make_sink(tmp_path, [
+        episode("a", 1, model_component_id="run-a", started_at=at(35)),  # a20 (b20 not yet)
+        episode("b", 1, model_component_id="run-b", started_at=at(35)),  # b10, not a20
+        episode("b", 2, model_component_id="run-b", started_at=at(45)),  # b20
+    ])
+    log = write_log(tmp_path / "runs.jsonl", TWO_RUNS)
+    con = connect(sink)
+    run_join(con, JoinSpec("asof", log, asof_match=("model_component_id", "run")))
+    rows = con.execute("SELECT session_id, episode_record_id, train_checkpoint FROM joined "
+                       "ORDER BY ALL").fetchall()
+    assert rows == [("a", "ep-000001", "a20"), ("b", "ep-000001", "b10"),
+                    ("b", "ep-000002", "b20")]
+
+
+def test_asof_match_counts_episodes_of_runs_not_in_the_log(tmp_path: Path) -> None:
+    sink = make_sink(tmp_path, [
+        episode("a", 1, model_component_id="run-a", started_at=at(35)),
+        episode("c", 1, model_component_id="run-c", started_at=at(35)),
+        episode("b", 1, model_component_id="run-b", started_at=at(1)),  # before run-b's first row
+    ])
+    log = write_log(tmp_path / "runs.jsonl", TWO_RUNS)
+    _, result = joined(sink, JoinSpec("asof", log, asof_match=("model_component_id", "run")))
+    assert result.summary() == (
+        "1 of 3 episodes matched a training-log row (1 have a model_component_id that is not "
+        "in the log's 'run' column; 1 started before the first training-log row of their run)")
+
+
+def test_cli_match_needs_two_column_names(tmp_path: Path) -> None:
+    sink = make_sink(tmp_path, timeline_episodes())
+    log = write_log(tmp_path / "log.jsonl", LOG)
+    result = CliRunner().invoke(join, ["--sink", sink, "--log", str(log), "--by", "asof",
+                                       "--match", "model_component_id"])
+    assert result.exit_code == 2
+    assert "EPISODE_COL=LOG_COL" in result.stderr
