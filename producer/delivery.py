@@ -12,6 +12,7 @@ where `recovered` counts events an earlier process left in the spool.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -59,6 +60,10 @@ class HeaderFactory:
             for et in EventType
         }
 
+    def base(self, event_type: EventType) -> Headers:
+        """The headers every record of this event type carries (the sequence comes after)."""
+        return list(self._base[event_type])
+
     def headers(
         self, event_type: EventType, sequence: int, omitted_bytes: int | None = None
     ) -> Headers:
@@ -90,8 +95,7 @@ class Stats:
     in_flight: int = 0  # handed to librdkafka, no outcome yet
     spooled: int = 0  # waiting in the spool / held in memory, not yet handed to librdkafka
     spooled_total: int = 0  # events ever written to the spool or held
-    delivered_bytes: int = 0  # value bytes acknowledged
-    accepted_bytes: int = 0  # value bytes of accepted events
+    delivered_bytes: int = 0  # value bytes acknowledged (see Ledger.count_delivered)
     queue_depth: int = 0  # messages in librdkafka's queue (incl. in flight)
     disabled: int = 0  # events skipped by a per-event-type switch (never accepted)
     leaves_omitted: int = 0  # events published without their leaves (size cap)
@@ -111,18 +115,40 @@ class Ledger:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.accepted = 0
+        # Sequence numbers, one per accepted event: next() on a count is atomic in CPython, so
+        # the hot path takes no lock for it, and the count is also the number accepted.
+        self._sequence = itertools.count()
         self.recovered = 0
-        self.delivered = 0
+        self._delivered = itertools.count()
         self.failed: dict[str, int] = {}
         self.dropped = 0
         self.spooled_total = 0
         self.delivered_bytes = 0
-        self.accepted_bytes = 0
         self.disabled = 0
         self.leaves_omitted = 0
         self._last_failure_log = 0.0
         self._suppressed = 0
+
+    def next_sequence(self) -> int:
+        return next(self._sequence)
+
+    def count_delivered(self, nbytes: int) -> None:
+        """One delivery report: lock-free, as it runs once per event on the poller thread.
+
+        `delivered_bytes` is a plain add: exact with the one poller thread, approximate
+        only while another thread's `flush` serves reports at the same time.
+        """
+        next(self._delivered)
+        self.delivered_bytes += nbytes
+
+    @property
+    def delivered(self) -> int:
+        return int(repr(self._delivered)[len("count("):-1])
+
+    @property
+    def accepted(self) -> int:
+        """Events accepted so far: the next sequence number, read without consuming it."""
+        return int(repr(self._sequence)[len("count("):-1])
 
     def fail(self, reason: str, count: int = 1) -> None:
         with self.lock:
@@ -150,6 +176,6 @@ class Ledger:
                 delivered=self.delivered, failed=failed, dropped=self.dropped,
                 in_flight=max(in_flight, 0), spooled=spooled,
                 spooled_total=self.spooled_total, delivered_bytes=self.delivered_bytes,
-                accepted_bytes=self.accepted_bytes, queue_depth=queue_depth,
+                queue_depth=queue_depth,
                 disabled=self.disabled, leaves_omitted=self.leaves_omitted,
             )

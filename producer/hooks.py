@@ -41,16 +41,25 @@ from producer.delivery import (
 from producer.encoding import PayloadEncoder, SchemaIds, frame_prefix, make_encoder, make_registrar
 from producer.records import Headers, Record
 from producer.spool import Spool
+from schemas import access
 from schemas import events as ev
 from schemas import headers as h
 from schemas.config import StreamConfig
-from schemas.topics import EventType
+from schemas.topics import EVENT_TYPES, EventType
 
 log = logging.getLogger(__name__)
+_ACCESS_LOG = access.RateLimitedLog()  # auth errors repeat on every reconnect
 
 _POLL_INTERVAL_S = 0.05
 _FULL_RETRY_SLEEP_S = 0.0005
 _REGISTRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+_INDEX: dict[EventType, int] = {et: i for i, et in enumerate(EVENT_TYPES)}
+(_ENV_CONNECTED, _MODEL_CONNECTED, _SESSION_STARTED, _SESSION_ENDED, _SESSION_FAILED, _LOG,
+ _EPISODE_STARTED, _EPISODE_COMPLETED, _ACTION_RECEIVED, _STEP_COMPLETED, _OBSERVATION_EMITTED,
+ _RELAY_ADVISORY, _TELEMETRY_SNAPSHOT) = (_INDEX[EventType[name]] for name in (
+    "ENV_CONNECTED", "MODEL_CONNECTED", "SESSION_STARTED", "SESSION_ENDED", "SESSION_FAILED",
+    "LOG", "EPISODE_STARTED", "EPISODE_COMPLETED", "ACTION_RECEIVED", "STEP_COMPLETED",
+    "OBSERVATION_EMITTED", "RELAY_ADVISORY", "TELEMETRY_SNAPSHOT"))
 _LEAF_EVENTS = {
     EventType.OBSERVATION_EMITTED: ("observation", "raw_observation"),
     EventType.ACTION_RECEIVED: ("action", "raw_action"),
@@ -105,6 +114,11 @@ class KafkaRuntimeHooks:
         self._topics = {et: et.topic(prefix) for et in EventType}
         self._disabled = settings.disabled_events
         self._leaf_cap = settings.leaves_max_bytes
+        self._slots = [
+            _Slot(et, self._topics[et], et not in self._disabled, self._headers.base(et),
+                  _LEAF_EVENTS.get(et) if self._leaf_cap is not None else None)
+            for et in EVENT_TYPES
+        ]
         self._max_block_s = settings.max_block_ms / 1000.0
         self._on_error = settings.on_error
 
@@ -162,62 +176,60 @@ class KafkaRuntimeHooks:
     # -- the runtime's callbacks --------------------------------------------------------------
 
     def env_connected(self, event: ev.EnvConnectedEvent) -> None:
-        self._publish(EventType.ENV_CONNECTED, event)
+        self._publish(self._slots[_ENV_CONNECTED], event)
 
     def model_connected(self, event: ev.ModelConnectedEvent) -> None:
-        self._publish(EventType.MODEL_CONNECTED, event)
+        self._publish(self._slots[_MODEL_CONNECTED], event)
 
     def session_started(self, event: ev.SessionStartedEvent) -> None:
-        self._publish(EventType.SESSION_STARTED, event)
+        self._publish(self._slots[_SESSION_STARTED], event)
 
     def episode_started(self, event: ev.EpisodeStartedEvent) -> None:
-        self._publish(EventType.EPISODE_STARTED, event)
+        self._publish(self._slots[_EPISODE_STARTED], event)
 
     def episode_completed(self, event: ev.EpisodeCompletedEvent) -> None:
-        self._publish(EventType.EPISODE_COMPLETED, event)
+        self._publish(self._slots[_EPISODE_COMPLETED], event)
 
     def action_received(self, event: ev.ActionReceivedEvent) -> None:
-        self._publish(EventType.ACTION_RECEIVED, event)
+        self._publish(self._slots[_ACTION_RECEIVED], event)
 
     def transform_action(self, event: ev.ActionReceivedEvent) -> list[bytes] | None:
         """An observer, not a transformer: the action leaves go on unchanged."""
         return event.action
 
     def step_completed(self, event: ev.StepCompletedEvent) -> None:
-        self._publish(EventType.STEP_COMPLETED, event)
+        self._publish(self._slots[_STEP_COMPLETED], event)
 
     def observation_emitted(self, event: ev.ObservationEmittedEvent) -> None:
-        self._publish(EventType.OBSERVATION_EMITTED, event)
+        self._publish(self._slots[_OBSERVATION_EMITTED], event)
 
     def transform_observation(self, event: ev.ObservationEmittedEvent) -> list[bytes] | None:
         """An observer, not a transformer: the observation leaves go on unchanged."""
         return event.observation
 
     def session_ended(self, event: ev.SessionEndedEvent) -> None:
-        self._publish(EventType.SESSION_ENDED, event)
+        self._publish(self._slots[_SESSION_ENDED], event)
         self.flush(self.settings.session_end_flush_timeout_s)
 
     def on_telemetry(self, event: ev.TelemetrySnapshotEvent) -> None:
-        self._publish(EventType.TELEMETRY_SNAPSHOT, event)
+        self._publish(self._slots[_TELEMETRY_SNAPSHOT], event)
 
     def session_failed(self, event: ev.SessionFailedEvent) -> None:
-        self._publish(EventType.SESSION_FAILED, event)
+        self._publish(self._slots[_SESSION_FAILED], event)
         self.flush(self.settings.session_end_flush_timeout_s)
 
     def log(self, event: ev.LogEvent) -> None:
-        self._publish(EventType.LOG, event)
+        self._publish(self._slots[_LOG], event)
 
     def relay_advisory(self, event: ev.RelayAdvisoryEvent) -> None:
-        self._publish(EventType.RELAY_ADVISORY, event)
+        self._publish(self._slots[_RELAY_ADVISORY], event)
 
     def publish(self, event: ev.RuntimeEvent) -> None:
         """Any runtime event, dispatched by its type (for callers that hold a union)."""
         et = EventType.of(event)
+        self._publish(self._slots[_INDEX[et]], event)
         if et is EventType.SESSION_ENDED or et is EventType.SESSION_FAILED:
-            self._publish(et, event)
             self.flush(self.settings.session_end_flush_timeout_s)
-        else:
-            self._publish(et, event)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -228,17 +240,20 @@ class KafkaRuntimeHooks:
         while we wait. Never raises.
         """
         deadline = time.monotonic() + max(timeout, 0.0)
+        pause = 0.0005
         try:
             while True:
-                remaining = deadline - time.monotonic()
-                if self._backlog_active and len(self._backlog) and remaining > 0:
+                if self._backlog_active and len(self._backlog):
                     self._wake.set()
-                    self._producer.flush(min(remaining, 0.05))
-                    continue
-                left = self._producer.flush(max(remaining, 0.0))
+                # flush(0) sends what lingers right away and serves reports without blocking;
+                # a blocking flush would sleep in poll() while our poller thread takes the
+                # reports it waits for, costing up to 100 ms a call.
+                left = int(self._producer.flush(0))
                 backlog = len(self._backlog)
                 if (left == 0 and backlog == 0) or time.monotonic() >= deadline:
-                    return int(left) + backlog
+                    return left + backlog
+                time.sleep(pause)
+                pause = min(pause * 2, 0.01)
         except Exception:  # flush is called from runtime callbacks: never raise into them
             log.exception("rlmesh-stream: flush failed")
             return len(self._producer) + len(self._backlog)
@@ -305,40 +320,41 @@ class KafkaRuntimeHooks:
 
     # -- the hot path ---------------------------------------------------------------------------
 
-    def _publish(self, et: EventType, event: Any) -> None:
-        if et in self._disabled:
-            with self._ledger.lock:
-                self._ledger.disabled += 1
+    def _publish(self, slot: _Slot, event: Any) -> None:
+        ledger = self._ledger
+        if not slot.enabled:
+            with ledger.lock:
+                ledger.disabled += 1
             return
         if self._closed:
-            with self._ledger.lock:
-                self._ledger.accepted += 1
-                self._ledger.dropped += 1
+            ledger.next_sequence()
+            with ledger.lock:
+                ledger.dropped += 1
             return
         omitted: int | None = None
         try:
-            if self._leaf_cap is not None and et in _LEAF_EVENTS:
-                event, omitted = self._cap_leaves(et, event)
+            if slot.leaf_fields is not None:
+                event, omitted = self._cap_leaves(slot.leaf_fields, event)
             payload = self._encoder.encode(event)
         except Exception as exc:
-            self._reject(et, event, exc)
+            self._reject(slot.et, event, exc)
             return
-        ledger = self._ledger
-        with ledger.lock:
-            seq = ledger.accepted
-            ledger.accepted += 1
-            ledger.accepted_bytes += len(payload)
-            if omitted is not None:
+        seq = ledger.next_sequence()
+        if omitted is None:
+            headers: Headers = [*slot.base_headers, (h.SEQUENCE, b"%d" % seq)]
+        else:
+            headers = [*slot.base_headers, (h.SEQUENCE, b"%d" % seq),
+                       (h.LEAVES_OMITTED_BYTES, b"%d" % omitted)]
+            with ledger.lock:
                 ledger.leaves_omitted += 1
-        headers = self._headers.headers(et, seq, omitted)
         key = event.session_id.encode("utf-8")
-        prefix = self._prefixes.get(et)
-        if prefix is None or self._backlog_active:
-            framed = prefix is not None
-            self._hold(Record(et, key, prefix + payload if framed else payload, framed,  # type: ignore[operator]
-                              headers, seq))
-            return
-        self._produce(et, key, prefix + payload, headers, seq)
+        prefix = slot.prefix
+        if prefix is None:
+            self._hold(Record(slot.et, key, payload, False, headers, seq))
+        elif self._backlog_active:
+            self._hold(Record(slot.et, key, prefix + payload, True, headers, seq))
+        else:
+            self._produce(slot.et, key, prefix + payload, headers, seq)
 
     def _produce(self, et: EventType, key: bytes, value: bytes, headers: Headers,
                  seq: int) -> None:
@@ -376,10 +392,10 @@ class KafkaRuntimeHooks:
         with self._ledger.lock:
             self._ledger.dropped += 1
 
-    def _cap_leaves(self, et: EventType, event: Any) -> tuple[Any, int | None]:
+    def _cap_leaves(self, fields: tuple[str, ...], event: Any) -> tuple[Any, int | None]:
         """Publish an oversized payload without its leaves, flagged, never cut or split."""
         size = 0
-        for name in _LEAF_EVENTS[et]:
+        for name in fields:
             leaves = getattr(event, name)
             if leaves:
                 for leaf in leaves:
@@ -387,8 +403,7 @@ class KafkaRuntimeHooks:
         assert self._leaf_cap is not None
         if size <= self._leaf_cap:
             return event, None
-        fields = dict.fromkeys(_LEAF_EVENTS[et])
-        return dataclasses.replace(event, **fields), size
+        return dataclasses.replace(event, **dict.fromkeys(fields)), size
 
     def _hold(self, record: Record) -> None:
         with self._hold_lock:
@@ -405,9 +420,7 @@ class KafkaRuntimeHooks:
 
     def _reject(self, et: EventType, event: Any, exc: Exception) -> None:
         """An event the contract cannot carry: accepted, then failed with its reason."""
-        with self._ledger.lock:
-            seq = self._ledger.accepted
-            self._ledger.accepted += 1
+        seq = self._ledger.next_sequence()
         session = getattr(event, "session_id", "?")
         self._fail(et, str(session).encode("utf-8", "replace"), seq,
                    f"contract:{type(exc).__name__}", str(exc))
@@ -426,10 +439,7 @@ class KafkaRuntimeHooks:
 
     def _on_delivery(self, headers: Headers, err: KafkaError | None, msg: Message) -> None:
         if err is None:
-            ledger = self._ledger
-            with ledger.lock:
-                ledger.delivered += 1
-                ledger.delivered_bytes += len(msg)
+            self._ledger.count_delivered(len(msg))
             self._kafka_ok = True
             if self._kafka_unreachable_logged:
                 self._kafka_unreachable_logged = False
@@ -454,7 +464,9 @@ class KafkaRuntimeHooks:
                     self._ledger.spooled_total += 1
                 self._wake.set()
                 return
-        self._fail(et, key, seq, err.name(), err.str())
+        detail = access.kafka_access_message(self.settings.stream, err, operation="write to",
+                                             topic=msg.topic()) or err.str()
+        self._fail(et, key, seq, err.name(), detail)
 
     def _on_backlog_delivery(self, tracker: _BatchTracker, headers: Headers,
                              err: KafkaError | None, msg: Message) -> None:
@@ -465,6 +477,10 @@ class KafkaRuntimeHooks:
 
     def _on_kafka_error(self, err: KafkaError) -> None:
         code = err.code()
+        denied = access.kafka_access_message(self.settings.stream, err, operation="write to")
+        if denied is not None:  # name the principal, not just "authentication failed"
+            _ACCESS_LOG.error(log, denied)
+            return
         if code in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT,
                     KafkaError._RESOLVE) and not self._kafka_unreachable_logged:
             self._kafka_ok = False
@@ -561,6 +577,7 @@ class KafkaRuntimeHooks:
                 if et not in self._prefixes and et not in self._disabled:
                     schema_id = self._registrar.schema_id(et)
                     self._prefixes[et] = frame_prefix(schema_id, self.settings.format)
+                    self._slots[_INDEX[et]].prefix = self._prefixes[et]
         except Exception as exc:
             if not self._registry_unreachable_logged:
                 self._registry_unreachable_logged = True
@@ -574,6 +591,21 @@ class KafkaRuntimeHooks:
             log.warning("rlmesh-stream: schema registry answers again; publishing held events")
             self._registry_unreachable_logged = False
         return True
+
+
+class _Slot:
+    """Everything the hot path needs about one event type, looked up once (no enum hashing)."""
+
+    __slots__ = ("base_headers", "enabled", "et", "leaf_fields", "prefix", "topic")
+
+    def __init__(self, et: EventType, topic: str, enabled: bool, base_headers: Headers,
+                 leaf_fields: tuple[str, ...] | None) -> None:
+        self.et = et
+        self.topic = topic
+        self.enabled = enabled
+        self.base_headers = base_headers
+        self.leaf_fields = leaf_fields
+        self.prefix: bytes | None = None  # the wire-format prefix, once the schema id is known
 
 
 class _LibrdkafkaLog:

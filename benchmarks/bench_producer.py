@@ -1,0 +1,260 @@
+"""Producer benchmark: what the hook costs a rollout, side by side in one run.
+
+(a) `step_completed` (8 lanes) through `KafkaRuntimeHooks` vs the floor: a bare
+    `Producer.produce` of pre-encoded bytes (and, for reference, the same with
+    the four contract headers and a per-message delivery callback, which any
+    producer meeting the contract pays);
+(b) ours vs confluent-kafka's `AvroSerializer` + `produce` for the same records;
+(c) wall time of a CartPole `rlmesh.run` with the bridge vs without hooks;
+(d) resident memory while Kafka is unreachable for `--outage-seconds` at
+    `--outage-rate` events/s, spool on, against the configured queue bound.
+
+Needs the stack: RLMESH_STREAM_BOOTSTRAP / RLMESH_STREAM_REGISTRY_URL (defaults: the
+shared dev stack ports). Run: `make bench` or `.venv/bin/python benchmarks/bench_producer.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import os
+import socket
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from confluent_kafka import Producer
+
+from producer.hooks import KafkaRuntimeHooks
+from schemas import events as ev
+from schemas import headers as h
+from schemas.config import StreamConfig
+from schemas.topics import EventType
+
+BOOTSTRAP = os.environ.get("RLMESH_STREAM_BOOTSTRAP", "127.0.0.1:19092")
+REGISTRY = os.environ.get("RLMESH_STREAM_REGISTRY_URL", "http://127.0.0.1:18081/apis/ccompat/v7")
+
+
+def _prefix() -> str:
+    return f"bench{uuid.uuid4().hex[:8]}.rlmesh.runtime"
+
+
+def _step_event(lanes: int = 8) -> ev.StepCompletedEvent:
+    return ev.StepCompletedEvent(
+        session_id=str(uuid.uuid4()),
+        route=ev.RuntimeEnvContext(env_id="CartPole-v1", env_component_id="env",
+                                   model_component_id="model", lane=None),
+        episode_id=str(uuid.uuid4()), episode_record_id="ep-000001", step=17, env_index=0,
+        rewards=[1.0] * lanes, infos=None, terminated=[False] * lanes,
+        truncated=[False] * lanes, autoreset_roll=[False] * lanes, predict_ms=0.4, step_ms=0.3)
+
+
+def _timed(n: int, fn: Any, producer: Producer | None = None) -> float:
+    """Mean microseconds per call of `fn(i)` over n calls (a full queue is waited out)."""
+    t0 = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                fn(i)
+                break
+            except BufferError:
+                assert producer is not None
+                producer.poll(0.001)
+        if producer is not None and i % 1000 == 0:
+            producer.poll(0)
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def _hooks(**overrides: Any) -> KafkaRuntimeHooks:
+    config = StreamConfig(bootstrap=BOOTSTRAP, registry_url=REGISTRY, topic_prefix=_prefix())
+    hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False, startup_wait_s=15,
+                              **overrides)
+    if not hooks.schemas_ready:
+        raise SystemExit("schema registry did not answer; is the stack up?")
+    return hooks
+
+
+def bench_hot_path(n: int) -> dict[str, float]:
+    event = _step_event(8)
+    hooks = _hooks()
+    conf = hooks.settings.kafka_config()
+    value = hooks._encoder.encode(event)  # same bytes a framed record carries, minus 5
+    key = event.session_id.encode()
+    topic = EventType.STEP_COMPLETED.topic(hooks.settings.stream.topic_prefix)
+    headers = [(h.EVENT_TYPE, b"step_completed"), (h.CONTRACT, b"1"),
+               (h.PRODUCER_ID, hooks.producer_id.encode()), (h.SEQUENCE, b"123456")]
+
+    hooks.step_completed(event)  # warm up
+    hooks.flush(30)
+    ours = _timed(n, lambda i: hooks.step_completed(event))
+    hooks.flush(60)
+
+    bare = Producer(conf)
+    bare.produce(topic, value, key)
+    bare.flush(30)
+    floor = _timed(n, lambda i: bare.produce(topic, value, key), bare)
+    bare.flush(60)
+
+    def report(hdrs: Any, err: Any, msg: Any) -> None:
+        pass
+
+    contract = _timed(n, lambda i: bare.produce(
+        topic, value, key, headers=headers,
+        on_delivery=functools.partial(report, headers)), bare)
+    bare.flush(60)
+    stats = hooks.close(30)
+    assert stats.delivered == stats.accepted == n + 1, stats
+    return {"ours": ours, "floor": floor, "floor_contract": contract}
+
+
+def bench_vs_avro_serializer(n: int) -> dict[str, float]:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from schemas.avro import schema_text
+
+    event = _step_event(8)
+    hooks = _hooks()
+    ours = _timed(n, lambda i: hooks.step_completed(event))
+    hooks.close(60)
+
+    prefix = _prefix()
+    topic = EventType.STEP_COMPLETED.topic(prefix)
+    client = SchemaRegistryClient({"url": REGISTRY})
+    serializer = AvroSerializer(client, schema_text(EventType.STEP_COMPLETED),
+                                lambda obj, ctx: dataclasses.asdict(obj))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    producer = Producer(hooks.settings.kafka_config())
+    key = event.session_id.encode()
+    producer.produce(topic, serializer(event, ctx), key)
+    producer.flush(30)
+    theirs = _timed(n, lambda i: producer.produce(topic, serializer(event, ctx), key), producer)
+    producer.flush(60)
+    return {"ours": ours, "avro_serializer": theirs}
+
+
+def bench_cartpole(episodes: int, repeats: int) -> dict[str, float]:
+    import gymnasium as gym
+    import rlmesh
+    from rlmesh.numpy import Model
+
+    from producer.bridge import rlmesh_bridge
+
+    model = Model(lambda obs: np.int64(0) if obs[2] < 0 else np.int64(1))
+    seeds = list(range(episodes))
+    hooks = _hooks()
+    plain: list[float] = []
+    noop: list[float] = []
+    bridged: list[float] = []
+    steps = 0
+    rlmesh.run(model, gym.make("CartPole-v1"), seeds=seeds[:2])  # warm up
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = rlmesh.run(model, gym.make("CartPole-v1"), seeds=seeds)
+        plain.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()  # rlmesh's own cost of relaying events to any RunHooks
+        rlmesh.run(model, gym.make("CartPole-v1"), seeds=seeds, hooks=rlmesh.RunHooks())
+        noop.append(time.perf_counter() - t0)
+        bridge = rlmesh_bridge(hooks, env_id="CartPole-v1", model_component_id="bench")
+        t0 = time.perf_counter()
+        rlmesh.run(model, gym.make("CartPole-v1"), seeds=seeds, hooks=bridge)
+        bridged.append(time.perf_counter() - t0)
+        steps = result.total_steps
+    stats = hooks.close(60)
+    assert stats.failed == {} and stats.dropped == 0, stats
+    p, n, b = statistics.median(plain), statistics.median(noop), statistics.median(bridged)
+    return {"plain_s": p, "noop_s": n, "bridge_s": b, "overhead_pct": (b - p) / p * 100,
+            "noop_pct": (n - p) / p * 100, "ours_pct": (b - n) / p * 100, "steps": steps,
+            "events": stats.delivered}
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def bench_outage_memory(seconds: float, rate: float) -> dict[str, Any]:
+    with socket.socket() as s:  # a port nothing listens on: Kafka is down the whole time
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    spool = Path(tempfile.mkdtemp(prefix="bench-spool-"))
+    queue_messages, queue_kbytes = 20_000, 16 * 1024
+    config = StreamConfig(bootstrap=dead, registry_url=REGISTRY, topic_prefix=_prefix())
+    hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False, startup_wait_s=15,
+                              overflow="spool", spool_dir=spool,
+                              queue_max_messages=queue_messages, queue_max_kbytes=queue_kbytes,
+                              max_block_ms=5)
+    event = _step_event(8)
+    baseline = _rss_mib()
+    samples: list[tuple[float, float]] = []
+    t0 = time.monotonic()
+    sent = 0
+    next_sample = 1.0
+    while (elapsed := time.monotonic() - t0) < seconds:
+        hooks.step_completed(event)
+        sent += 1
+        if elapsed >= next_sample:
+            samples.append((elapsed, _rss_mib()))
+            next_sample += 1.0
+        ahead = sent / rate - elapsed
+        if ahead > 0.001:
+            time.sleep(ahead)
+    stats = hooks.stats()
+    hooks.close(0.5)
+    spool_mib = sum(p.stat().st_size for p in spool.rglob("*.seg")) / 2**20
+    peak = max(r for _, r in samples)
+    late = [r for t, r in samples if t >= seconds / 2]
+    return {
+        "seconds": seconds, "rate_target": rate, "rate_achieved": sent / seconds,
+        "baseline_mib": baseline, "peak_mib": peak, "growth_mib": peak - baseline,
+        "second_half_spread_mib": max(late) - min(late) if late else 0.0,
+        "queue_bound": f"{queue_messages} msgs / {queue_kbytes // 1024} MiB",
+        "spooled": stats.spooled, "spool_mib": spool_mib, "accepted": stats.accepted,
+        "dropped": stats.dropped,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--episodes", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--outage-seconds", type=float, default=60.0)
+    parser.add_argument("--outage-rate", type=float, default=20_000.0)
+    args = parser.parse_args()
+
+    a = bench_hot_path(args.events)
+    b = bench_vs_avro_serializer(args.events)
+    c = bench_cartpole(args.episodes, args.repeats)
+    d = bench_outage_memory(args.outage_seconds, args.outage_rate)
+
+    print("| measure | ours | reference | ratio | target |")
+    print("| --- | --- | --- | --- | --- |")
+    print(f"| (a) step_completed, 8 lanes, per event | {a['ours']:.2f} us | bare produce "
+          f"{a['floor']:.2f} us | {a['ours'] / a['floor']:.1f}x | <= 4x |")
+    print(f"| (a') same, vs produce + 4 headers + delivery callback | {a['ours']:.2f} us | "
+          f"{a['floor_contract']:.2f} us | {a['ours'] / a['floor_contract']:.1f}x | - |")
+    print(f"| (b) vs AvroSerializer + produce | {b['ours']:.2f} us | "
+          f"{b['avro_serializer']:.2f} us | {b['avro_serializer'] / b['ours']:.1f}x faster "
+          f"| >= 3x faster |")
+    print(f"| (c) CartPole rlmesh.run, {args.episodes} episodes ({c['steps']} steps), median "
+          f"of {args.repeats} | {c['bridge_s'] * 1000:.0f} ms with bridge | "
+          f"{c['plain_s'] * 1000:.0f} ms without hooks | {c['overhead_pct']:+.1f}% | <= 5% |")
+    print(f"| (c') of which rlmesh's relay to a no-op RunHooks | "
+          f"{c['noop_s'] * 1000:.0f} ms | {c['plain_s'] * 1000:.0f} ms | "
+          f"{c['noop_pct']:+.1f}% (ours on top: {c['ours_pct']:+.1f}%) | - |")
+    print(f"| (d) RSS, Kafka down {d['seconds']:.0f} s at {d['rate_achieved']:.0f} ev/s "
+          f"(spool on) | peak {d['peak_mib']:.0f} MiB (+{d['growth_mib']:.0f} MiB; "
+          f"second-half spread {d['second_half_spread_mib']:.1f} MiB) | baseline "
+          f"{d['baseline_mib']:.0f} MiB, queue bound {d['queue_bound']} | "
+          f"spooled {d['spooled']} ({d['spool_mib']:.0f} MiB on disk) | flat |")
+
+
+if __name__ == "__main__":
+    main()
