@@ -23,6 +23,7 @@ from consumers.reports import (
     gate_failed,
     open_store,
     render,
+    telemetry_report,
 )
 from consumers.reports.store import Store
 
@@ -67,7 +68,7 @@ def _emit(report: Report, fmt: str, output: Path | None) -> None:
 
 @click.group()
 def report() -> None:
-    """Reports over the consumed tables (advisories, delivery, episodes)."""
+    """Reports over the consumed tables (advisories, delivery, episodes, telemetry)."""
 
 
 @report.command("advisories")
@@ -103,3 +104,16 @@ def episodes_cmd(sink: str, fmt: str, output: Path | None) -> None:
 def delivery_cmd(sink: str, fmt: str, output: Path | None) -> None:
     """Records, sequence gaps and duplicates per producer id."""
     _emit(_run(sink, delivery_report), fmt, output)
+
+
+@report.command("telemetry")
+@_common
+@click.option("--op", "ops", multiple=True,
+              help="Only this operation, e.g. model.predict (repeatable).")
+@click.option("--metric", "metrics", multiple=True,
+              help="Only this metric, e.g. rpc.total (repeatable).")
+def telemetry_cmd(sink: str, fmt: str, output: Path | None, ops: tuple[str, ...],
+                  metrics: tuple[str, ...]) -> None:
+    """Latency, sizes and counts per env, model and operation, from session snapshots."""
+    _emit(_run(sink, lambda store: telemetry_report(store, ops=ops, metrics=metrics)), fmt,
+          output)

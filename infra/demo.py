@@ -8,8 +8,8 @@ A newcomer should see it work before reading code. The demo:
    (`rlmesh.run` on Gymnasium's CartPole-v1, a real native rollout loop), each
    run published by `KafkaRuntimeHooks` through the rlmesh bridge;
 4. consumes every topic into a DuckDB store with all the builders;
-5. prints the episode, advisory and delivery reports, and writes the HTML
-   advisory report;
+5. prints the episode, advisory, delivery and telemetry reports, and writes
+   the HTML advisory report;
 6. joins the episodes with a training log and plots eval against training.
 
 Honesty about step 6: nothing is trained here. The four checkpoints are
@@ -180,11 +180,13 @@ def _reports(sink_url: str, out: Path, say: Callable[[str], None]) -> None:
         episode_report,
         open_store,
         render,
+        telemetry_report,
     )
 
     with open_store(sink_url) as store:
-        for build in (episode_report, advisory_report, delivery_report):
-            report = build(store)
+        for report in (episode_report(store), advisory_report(store), delivery_report(store),
+                       telemetry_report(store, ops=("model.predict", "env.step"),
+                                        metrics=("rpc.total",))):
             say(render(report, "table"))
         html = out / "advisories.html"
         html.write_text(render(advisory_report(store), "html"), encoding="utf-8")

@@ -10,6 +10,7 @@ from consumers.reports.episodes import episode_report
 from consumers.reports.model import Column, Report
 from consumers.reports.render import FORMATS, render
 from consumers.reports.store import StoreError, open_store
+from consumers.reports.telemetry import telemetry_report
 
 __all__ = [
     "FORMATS",
@@ -22,4 +23,5 @@ __all__ = [
     "gate_failed",
     "open_store",
     "render",
+    "telemetry_report",
 ]

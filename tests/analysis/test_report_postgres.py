@@ -17,6 +17,7 @@ from consumers.reports import (
     episode_report,
     open_store,
     render,
+    telemetry_report,
 )
 from consumers.sinks import open_sink
 
@@ -34,11 +35,16 @@ ROWS: dict[str, list[dict[str, Any]]] = {
         episode("s1", 2, cumulative_reward=25.0, success=False, step_ms=0.7),
         episode("s1", 3, status="abandoned", model_component_id="sac"),
     ],
+    "telemetry_sessions": [
+        {"session_id": s, "op": "model.predict", "component": "model", "metric": "rpc.total",
+         "kind": "Duration", "count": n, "avg": a, "p50": a, "p95": 2 * a, "p99": 3 * a,
+         "env_id": "CartPole-v1", "model_component_id": "ppo"}
+        for s, n, a in (("s1", 10, 1.5), ("s2", 30, 0.5))],
     "delivery_sequences": [
         {"producer_id": "p", "seq": s, "copies": c} for s, c in ((0, 1), (1, 2), (3, 1))],
 }
 BUILDS = {"advisories": advisory_report, "episodes": episode_report,
-          "delivery": delivery_report}
+          "delivery": delivery_report, "telemetry": telemetry_report}
 
 
 def _fill(url: str) -> None:
