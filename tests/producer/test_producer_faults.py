@@ -220,3 +220,30 @@ def test_a_registry_unreachable_at_start_holds_events_says_so_once_and_catches_u
 def _said_unreachable(caplog) -> list[logging.LogRecord]:
     return [r for r in caplog.records if "registry" in r.getMessage()
             and "unreachable" in r.getMessage()]
+
+
+def test_a_broker_unreachable_at_start_the_hook_comes_up_says_so_once_and_catches_up(
+    make_hooks, throwaway_kafka, throwaway_config, caplog,
+):
+    throwaway_kafka.stop()
+    caplog.set_level(logging.WARNING, logger="producer.hooks")
+    started = time.monotonic()
+    hooks = make_hooks(config=throwaway_config)
+    came_up = time.monotonic() - started
+    session = str(uuid.uuid4())
+    for i in range(300):
+        hooks.step_completed(step(session, i))
+    time.sleep(3)
+    during = hooks.stats()
+    throwaway_kafka.start()
+
+    assert hooks.flush(60) == 0
+    landed = read_back(throwaway_config.bootstrap, throwaway_config.registry_url,
+                       throwaway_config.topic_prefix, expected=300, decode=False)
+
+    assert came_up < 5
+    assert (during.accepted, during.delivered, during.unresolved) == (300, 0, 300)
+    said = [r for r in caplog.records if "Kafka at" in r.getMessage()
+            and "unreachable" in r.getMessage()]
+    assert len(said) == 1
+    assert sorted(r.sequence for r in landed) == list(range(300))
