@@ -51,10 +51,16 @@ class RegistryServer:
             "apicurio.kafkasql.bootstrap.servers": self.bootstrap,
             "apicurio.kafkasql.topic": JOURNAL_TOPIC,
             "apicurio.kafkasql.snapshots.topic": SNAPSHOTS_TOPIC,
+            # The journal consumer's idle poll; at the default 5 s, replaying the journal at
+            # start waits out two empty polls (~11 s of a ~21 s start). 100 ms: ~2 s.
+            "apicurio.kafkasql.consumer.poll.timeout": "100",
             # Marks the process as this stack's, for `owns()`; Quarkus ignores it.
             "rlmesh.stream.home": str(self.home),
         }
-        return [str(java.path), HEAP, *(f"-D{k}={v}" for k, v in props.items()),
+        # C1 only: the registry serves a handful of requests, so start-up time and memory
+        # matter more than peak throughput (measured: ~15% faster start, ~35 MiB less RSS).
+        return [str(java.path), HEAP, "-XX:TieredStopAtLevel=1",
+                *(f"-D{k}={v}" for k, v in props.items()),
                 "-jar", str(self.dist / "quarkus-run.jar")]
 
 

@@ -183,23 +183,31 @@ class LocalStack:
         kafka_java = find_java(KAFKA_MIN_JAVA, "Kafka", self.env) if kafka_pid is None else None
         registry_java = (find_java(REGISTRY_MIN_JAVA, "Apicurio Registry", self.env)
                          if registry_pid is None else None)
-        if kafka_java or registry_java:
-            if not self.artifacts.is_cached():
-                log(f"fetching Kafka and Apicurio Registry into {self.artifacts.cache_dir} ...")
+        if (kafka_java or registry_java) and not self.artifacts.is_cached():
+            log(f"fetching Kafka and Apicurio Registry into {self.artifacts.cache_dir} ...")
+            fetch_started = time.monotonic()
             self.artifacts.ensure()
+            log(f"fetched in {time.monotonic() - fetch_started:.1f} s")
 
         if kafka_java is not None:
             assert controller_port is not None
             state = self._start_kafka(state, kafka_java, controller_port, log)
         else:
+            assert kafka_pid is not None
             log(f"kafka already running (pid {kafka_pid}) at {self.bootstrap}")
+            # It may still be starting (another `up` moments ago), or hung: wait for an answer.
+            self._wait("kafka", kafka_pid, self.home / "kafka" / "kafka.log",
+                       KAFKA_READY_TIMEOUT, lambda: kafka_ready(self.bootstrap) is not None)
         self._controller_port = state["kafka"]["controller_port"]
 
         if registry_java is not None:
             assert management_port is not None
             state = self._start_registry(state, registry_java, management_port, log)
         else:
+            assert registry_pid is not None
             log(f"registry already running (pid {registry_pid}) at {self.registry_url}")
+            self._wait("schema registry", registry_pid, self.home / "registry" / "registry.log",
+                       REGISTRY_READY_TIMEOUT, lambda: registry_ready(self.registry_url))
         self._management_port = state["registry"]["management_port"]
         return self.status()
 
@@ -209,7 +217,10 @@ class LocalStack:
         node.write_config()
         cluster_id = state.get("cluster_id") or random_cluster_id(java, self.artifacts.kafka_libs)
         if not node.is_formatted():
+            format_started = time.monotonic()
             node.format_storage(java, cluster_id)
+            log(f"formatted Kafka storage in {node.data_dir} "
+                f"({time.monotonic() - format_started:.1f} s)")
         log(f"starting kafka on {node.bootstrap} (java {java.major}) ...")
         started = time.monotonic()
         pid = proc.spawn_detached(node.command(java), node.home, node.log_file)
