@@ -1,0 +1,32 @@
+"""The eval-vs-training plot: what it draws from the per-checkpoint aggregate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from consumers.plots import plot_checkpoints
+
+ROWS = [
+    {"checkpoint": "c1", "step": 100, "metric": 0.9, "success_rate": 0.25,
+     "mean_reward": 10.0, "std_reward": 2.0},
+    {"checkpoint": "c2", "step": 200, "metric": 0.4, "success_rate": 0.75,
+     "mean_reward": 30.0, "std_reward": None},  # one episode: no spread
+]
+
+
+def test_writes_a_png_and_an_svg_next_to_the_prefix(tmp_path: Path) -> None:
+    paths = plot_checkpoints(ROWS, tmp_path / "out" / "plot", metric_name="loss")
+    assert paths == [tmp_path / "out" / "plot.png", tmp_path / "out" / "plot.svg"]
+    assert paths[0].read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_svg_labels_every_axis_and_names_each_checkpoint(tmp_path: Path) -> None:
+    svg = plot_checkpoints(ROWS, tmp_path / "plot", metric_name="lr")[1].read_text()
+    for text in ("training step", "success rate (%)", "mean episode reward", "lr", "c1", "c2"):
+        assert f">{text}</text>" in svg, text
+
+
+def test_an_env_without_success_says_so_instead_of_plotting_zero(tmp_path: Path) -> None:
+    rows = [dict(r, success_rate=None) for r in ROWS]
+    svg = plot_checkpoints(rows, tmp_path / "plot", metric_name="loss")[1].read_text()
+    assert ">the env reported no success</text>" in svg
