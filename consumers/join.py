@@ -286,7 +286,8 @@ def _text_time_sql(con: duckdb.DuckDBPyConnection, spec: JoinSpec, col: str,
     has_offset = f"regexp_matches({text}, '{_OFFSET_RE}')"
     is_number = f"regexp_matches({text}, '{_NUMBER_RE}')"
     epoch = _epoch_sql(con, spec, f"CASE WHEN {is_number} THEN {text} END")
-    local = (_local_sql(con, spec, f"TRY_CAST({text} AS TIMESTAMP)", tz)
+    local = (_local_sql(con, spec, f"TRY_CAST({text} AS TIMESTAMP)", tz,
+                        applies=f"{col} IS NOT NULL AND NOT {is_number} AND NOT {has_offset}")
              if tz is not None else "NULL::TIMESTAMPTZ")
     expr = (f"CASE WHEN {col} IS NULL THEN NULL "
             f"WHEN {is_number} THEN {epoch} "
@@ -314,13 +315,15 @@ def _text_time_sql(con: duckdb.DuckDBPyConnection, spec: JoinSpec, col: str,
     return expr
 
 
-def _local_sql(con: duckdb.DuckDBPyConnection, spec: JoinSpec, naive: str, tz: str) -> str:
+def _local_sql(con: duckdb.DuckDBPyConnection, spec: JoinSpec, naive: str, tz: str,
+               applies: str = "TRUE") -> str:
     """Local wall-clock time in zone `tz` -> instant, refusing DST-ambiguous or missing times.
 
     A local time t has an instant u with local(u) = t; the two candidates use the
     zone's UTC offset 12 hours either side of t. Both valid and different: t
     happened twice (clocks went back). Neither valid: t never happened (clocks
-    went forward).
+    went forward). `applies` selects the rows that are local times (not those
+    written with an offset), so only they are checked.
     """
     z = f"'{_sql_str(tz)}'"
     x = f"timezone('UTC', {naive})"
@@ -340,7 +343,7 @@ def _local_sql(con: duckdb.DuckDBPyConnection, spec: JoinSpec, naive: str, tz: s
                          f"NOT {ok1} AND NOT {ok2}")):
         found = con.execute(
             f"SELECT COUNT(*), MIN(_row), arg_min({col}, _row) FROM training_log_raw "
-            f"WHERE {naive} IS NOT NULL AND {cond}").fetchone()
+            f"WHERE {applies} AND {naive} IS NOT NULL AND {cond}").fetchone()
         if found and found[0]:
             raise JoinError(
                 f"{found[0]} local time(s) in column {name!r} are {label} in {tz} (first: "

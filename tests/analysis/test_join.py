@@ -10,6 +10,7 @@ so as of its start, episodes 1 and 2 ran c100, episode 3 c200, episode 4 c300.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
@@ -450,3 +451,13 @@ def test_cli_match_needs_two_column_names(tmp_path: Path) -> None:
                                        "--match", "model_component_id"])
     assert result.exit_code == 2
     assert "EPISODE_COL=LOG_COL" in result.stderr
+
+
+def test_a_log_timezone_leaves_timestamps_with_an_offset_alone(tmp_path: Path) -> None:
+    # 02:30 does not exist in Paris on 2026-03-29, but this one says it is UTC
+    rows = [dict(LOG[0], time="2026-03-29T02:30:00+00:00")]
+    later = dt.datetime(2026, 3, 29, 3, 0, tzinfo=dt.UTC)
+    sink = make_sink(tmp_path, [episode("s", 1, started_at=later)])
+    log = write_log(tmp_path / "log.jsonl", rows)
+    pairs, _ = joined(sink, JoinSpec("asof", log, log_timezone="Europe/Paris"))
+    assert pairs == {"ep-000001": "c100"}
