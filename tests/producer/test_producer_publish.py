@@ -44,6 +44,20 @@ def test_every_event_type_lands_in_its_topic_keyed_by_session_decodable_with_hea
         assert h.LEAVES_OMITTED_BYTES not in record.headers
 
 
+def test_every_event_type_also_round_trips_in_the_protobuf_format(make_hooks, stream_config):
+    hooks = make_hooks(format="protobuf")
+    session = str(uuid.uuid4())
+    sent = one_of_each(session)
+    for et, event in sent.items():
+        getattr(hooks, CALLBACK[et])(event)
+    assert hooks.flush(15) == 0
+
+    landed = read_back(stream_config.bootstrap, stream_config.registry_url,
+                       stream_config.topic_prefix, expected=len(sent))
+
+    assert {r.event_type: r.event for r in landed} == sent
+
+
 def test_sequence_numbers_run_from_zero_without_gaps_in_accept_order(make_hooks, stream_config):
     hooks = make_hooks()
     session = str(uuid.uuid4())

@@ -7,6 +7,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from producer.records import Record, decode_records, encode_record
 from producer.spool import Spool
 from schemas.topics import EventType
@@ -122,3 +125,18 @@ def test_records_written_before_a_sigkill_survive_it(tmp_path):
     heir = Spool(tmp_path, "heir")
 
     assert [r.sequence for r in _drain(heir)] == list(range(100))
+
+
+@given(
+    key=st.binary(max_size=64),
+    payload=st.binary(max_size=2048),
+    framed=st.booleans(),
+    sequence=st.integers(min_value=0, max_value=2**62),
+    headers=st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=40)), max_size=6),
+)
+def test_any_record_round_trips_through_its_disk_frame(key, payload, framed, sequence, headers):
+    record = Record(EventType.LOG, key, payload, framed, headers, sequence)
+
+    (decoded,), _ = decode_records(encode_record(record))
+
+    assert decoded == record
