@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -46,8 +47,9 @@ def simulate(config: StreamConfig, sessions: int, lanes: int, episodes: int, see
     from producer.simulator import simulate_fleet
 
     started = time.monotonic()
-    hooks = KafkaRuntimeHooks(config=config, format=fmt, spool_dir=spool_dir,
-                              exit_flush_timeout_s=flush_timeout)
+    options: dict[str, Any] = {"spool_dir": spool_dir} if spool_dir is not None else {}
+    hooks = KafkaRuntimeHooks(config=config, format=fmt, exit_flush_timeout_s=flush_timeout,
+                              **options)
     with hooks:
         manifest = simulate_fleet(hooks, sessions=sessions, lanes=lanes, episodes=episodes,
                                   seed=seed, rate=rate, failure_rate=failure_rate)

@@ -99,7 +99,8 @@ class ProducerSettings:
         """Read `RLMESH_STREAM_<FIELD>` (e.g. `RLMESH_STREAM_SPOOL_DIR`); overrides win.
 
         `RLMESH_STREAM_DISABLED_EVENTS` is a comma-separated list of event type
-        names (`observation_emitted,action_received`).
+        names (`observation_emitted,action_received`). A spool directory from
+        either source turns the spool policy on unless `overflow` says otherwise.
         """
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
@@ -107,12 +108,14 @@ class ProducerSettings:
             raw = env.get(ENV_PREFIX + f.name.upper())
             if raw and f.name in _PARSERS:
                 values[f.name] = _PARSERS[f.name](raw)
-        if "spool_dir" in values and "overflow" not in values:
-            values["overflow"] = "spool"
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        if "spool_dir" in overrides and overrides["spool_dir"] is not None:
-            values["spool_dir"] = Path(overrides["spool_dir"])
-            values.setdefault("overflow", "spool")
+        overflow_given = "overflow" in values or "overflow" in overrides
+        values.update(overrides)  # an explicit None (e.g. leaves_max_bytes=None) is honoured
+        if values.get("spool_dir") is not None:
+            values["spool_dir"] = Path(values["spool_dir"])
+            if not overflow_given:
+                values["overflow"] = "spool"
+        elif values.get("overflow") == "spool" and "overflow" not in overrides:
+            values["overflow"] = "drop"  # spool_dir=None switched the spool off
         if "disabled_events" in values:
             values["disabled_events"] = parse_event_types(values["disabled_events"])
         values["stream"] = stream if stream is not None else StreamConfig.from_env(env)

@@ -99,7 +99,9 @@ class KafkaRuntimeHooks:
                         "topic_prefix": topic_prefix}
             stream = dataclasses.replace(
                 stream, **{k: v for k, v in explicit.items() if v is not None})
-            settings = ProducerSettings.from_env(stream=stream, format=format, **overrides)
+            if format is not None:
+                overrides["format"] = format
+            settings = ProducerSettings.from_env(stream=stream, **overrides)
         elif overrides or format is not None:
             settings = settings.with_overrides(
                 **overrides, **({"format": format} if format is not None else {}))

@@ -51,3 +51,13 @@ def test_kafka_overrides_win_over_the_defaults():
     conf = ProducerSettings(kafka_overrides={"linger.ms": 0}).kafka_config()
 
     assert conf["linger.ms"] == 0
+
+
+def test_an_explicit_none_switches_the_leaves_cap_off():
+    assert ProducerSettings.from_env({}, leaves_max_bytes=None).leaves_max_bytes is None
+
+
+def test_an_explicit_overflow_wins_over_a_spool_directory():
+    settings = ProducerSettings.from_env({"RLMESH_STREAM_SPOOL_DIR": "/tmp/s"}, overflow="drop")
+
+    assert settings.overflow == "drop" and settings.spool_dir == Path("/tmp/s")

@@ -181,7 +181,7 @@ def test_a_full_queue_with_the_drop_policy_counts_drops_exactly_and_never_blocks
     landed = read_back(throwaway_config.bootstrap, throwaway_config.registry_url,
                        throwaway_config.topic_prefix, expected=100, timeout=20, decode=False)
 
-    assert slowest < 0.020 + 0.015
+    assert slowest < 0.020 + 0.025  # the configured wait, plus scheduling slack
     assert during.dropped == 900
     assert (after.accepted, after.delivered, after.dropped, after.failed) == (1000, 100, 900, {})
     assert sorted(r.sequence for r in landed) == list(range(100))

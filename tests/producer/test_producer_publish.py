@@ -162,6 +162,22 @@ def test_an_event_the_contract_cannot_carry_is_counted_failed_and_reported_not_r
     assert failures[0].reason.startswith("contract:")
 
 
+def test_a_record_kafka_refuses_is_counted_failed_with_its_reason_and_reported_not_raised(
+    make_hooks,
+):
+    failures: list[DeliveryFailure] = []
+    hooks = make_hooks(on_error=failures.append, leaves_max_bytes=None)
+    too_big = observation(str(uuid.uuid4()), 1, leaves=[bytes(3 * 1024 * 1024)])
+
+    hooks.observation_emitted(too_big)
+    hooks.flush(15)
+
+    stats = hooks.stats()
+    assert stats.failed == {"MSG_SIZE_TOO_LARGE": 1} and stats.delivered == 0
+    assert [(f.event_type, f.sequence, f.reason) for f in failures] == [
+        ("observation_emitted", 0, "MSG_SIZE_TOO_LARGE")]
+
+
 def test_a_session_lands_on_the_same_partition_in_every_topic_as_javas_murmur2(
     make_hooks, stream_config,
 ):
