@@ -114,7 +114,8 @@ class Ledger:
     """The counters behind `Stats`, updated under one lock from every thread."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        # Reentrant: a SIGTERM handler may close the hook while this thread holds it.
+        self.lock = threading.RLock()
         # Sequence numbers, one per accepted event: next() on a count is atomic in CPython, so
         # the hot path takes no lock for it, and the count is also the number accepted.
         self._sequence = itertools.count()

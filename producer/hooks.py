@@ -133,7 +133,7 @@ class KafkaRuntimeHooks:
         else:
             self._backlog = MemoryBacklog(settings.held_max_events)
         self._spooling = settings.overflow == "spool"
-        self._hold_lock = threading.Lock()
+        self._hold_lock = threading.RLock()  # reentrant for the SIGTERM handler
         self._backlog_active = len(self._backlog) > 0
         self._wake = threading.Event()
         self._shedding = False

@@ -80,7 +80,7 @@ class Spool:
         self._own_lock = own_lock
         self._max_bytes = max_bytes
         self._segment_bytes = segment_bytes
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: the SIGTERM handler may close mid-put
         self._ready: deque[_Segment] = deque()
         self._adopted: dict[Path, int] = {}  # dead owner's dir -> our lock on it
         self._fd: int | None = None

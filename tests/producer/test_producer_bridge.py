@@ -107,3 +107,20 @@ def test_a_run_that_raises_ends_its_session_as_failed(make_hooks, stream_config)
     assert error is not None
     assert isinstance(failed, ev.SessionFailedEvent) and "policy exploded" in failed.reason
     assert not [r for r in landed if r.event_type is EventType.SESSION_ENDED]
+
+
+def test_a_session_run_through_the_bridge_publishes_its_episodes(make_hooks, stream_config):
+    hooks = make_hooks()
+    bridge = rlmesh_bridge(hooks, env_id="CartPole-v1", model_component_id="numpy-policy")
+    with Model(_policy).session(gym.make("CartPole-v1")) as session:
+        result = session.run(seeds=[7, 8], hooks=bridge)
+    hooks.flush(15)
+
+    landed = read_back(stream_config.bootstrap, stream_config.registry_url,
+                       stream_config.topic_prefix, expected=hooks.stats().delivered)
+
+    completed = sorted((r.event for r in landed if r.event_type is EventType.EPISODE_COMPLETED),
+                       key=lambda e: e.episode_index)
+    assert [(e.step_count, e.cumulative_reward, e.seed) for e in completed] == [
+        (x.steps, x.reward, x.seed) for x in result.episodes]
+    assert sum(r.event_type is EventType.STEP_COMPLETED for r in landed) == result.total_steps
