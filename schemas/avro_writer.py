@@ -79,6 +79,25 @@ def doubles_pack(n: int) -> Callable[..., bytes]:
     return pack
 
 
+_STRINGS: dict[str, bytes] = {}
+_MEMO_STRING_CHARS = 128
+
+
+def string_bytes(value: str) -> bytes:
+    """Avro `string` (length + UTF-8) of a str; short ones (ids, names) are memoised."""
+    if type(value) is not str:
+        if not isinstance(value, str):
+            raise _NotEncodable  # the validator names the field
+        value = str(value)  # a str subclass (StrEnum, ...): its plain text
+    raw = value.encode()
+    out = ZZ[len(raw)] + raw
+    if len(value) <= _MEMO_STRING_CHARS:
+        if len(_STRINGS) >= _MEMO_LIMIT:
+            _STRINGS.clear()
+        _STRINGS[value] = out
+    return out
+
+
 _BOOL_ARRAYS: dict[tuple[bool, ...], bytes] = {}
 
 
@@ -285,6 +304,7 @@ class _Gen:
             "ZZ": ZZ, "_varlong": _varlong, "_D": _DOUBLE, "_DP": _DOUBLES,
             "doubles_pack": doubles_pack, "_BOOL": _BOOL, "_01": _ZERO_ONE, "_fail": _fail,
             "_MEMO_LIMIT": _MEMO_LIMIT, "_BA": _BOOL_ARRAYS, "bool_array": bool_array,
+            "_S": _STRINGS, "string_bytes": string_bytes,
         }
         self.n = 0
 
@@ -403,11 +423,9 @@ class _Gen:
         t = self.define(t)
         kind = t if isinstance(t, str) else t["type"]
         p = self.var()
-        if kind == "string":
-            b = self.var("b")
-            body.append(f"{b} = {v}.encode()")
-            body.append(f"{p} = ZZ[len({b})]")
-            parts += [p, b]
+        if kind == "string":  # ids repeat event after event: memoised encodings
+            body.append(f"{p} = _S.get({v}) or string_bytes({v})")
+            parts.append(p)
         elif kind == "long":
             if rust is not None and rust != "i64":
                 lo, hi = bd.RUST_INT_RANGES[rust]
