@@ -408,17 +408,33 @@ class KafkaRuntimeHooks:
         return dataclasses.replace(event, **dict.fromkeys(fields)), size
 
     def _hold(self, record: Record) -> None:
-        with self._hold_lock:
-            ok = self._backlog.put(record)
-            if ok:
-                self._backlog_active = True
-        if ok:
+        held = self._put_backlog(record)
+        if held is None:
+            return
+        if held:
             with self._ledger.lock:
                 self._ledger.spooled_total += 1
             self._wake.set()
             return
         with self._ledger.lock:
             self._ledger.dropped += 1
+
+    def _put_backlog(self, record: Record) -> bool | None:
+        """True when held, False when the backlog is full, None when the spool failed.
+
+        A spool that cannot be written (disk full, directory removed) must not
+        raise into the runtime: the event is counted failed with the OS error.
+        """
+        try:
+            with self._hold_lock:
+                ok = self._backlog.put(record)
+                if ok:
+                    self._backlog_active = True
+                return ok
+        except OSError as exc:
+            self._fail(record.event_type, record.key, record.sequence,
+                       f"spool:{type(exc).__name__}", str(exc))
+            return None
 
     def _reject(self, et: EventType, event: Any, exc: Exception) -> None:
         """An event the contract cannot carry: accepted, then failed with its reason."""
@@ -457,10 +473,9 @@ class KafkaRuntimeHooks:
             self._kafka_ok = False
         if self._spooling and err.code() not in PERMANENT_ERRORS:
             record = Record(et, key, msg.value() or b"", True, headers, seq)
-            with self._hold_lock:
-                ok = self._backlog.put(record)
-                if ok:
-                    self._backlog_active = True
+            ok = self._put_backlog(record)
+            if ok is None:
+                return  # counted failed by _put_backlog
             if ok:
                 with self._ledger.lock:
                     self._ledger.spooled_total += 1

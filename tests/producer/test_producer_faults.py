@@ -247,3 +247,20 @@ def test_a_broker_unreachable_at_start_the_hook_comes_up_says_so_once_and_catche
             and "unreachable" in r.getMessage()]
     assert len(said) == 1
     assert sorted(r.sequence for r in landed) == list(range(300))
+
+
+def test_a_spool_that_cannot_be_written_counts_events_failed_and_never_raises(
+    stack, topic_prefix, make_hooks, tmp_path,
+):
+    closed = TcpGate("127.0.0.1", 1)  # never opened: the registry is away, so events are held
+    config = StreamConfig(bootstrap=stack.bootstrap, topic_prefix=topic_prefix,
+                          registry_url=f"http://127.0.0.1:{closed.port}/apis/ccompat/v7")
+    hooks = make_hooks(config=config, overflow="spool", spool_dir=tmp_path, startup_wait_s=0.2)
+    (tmp_path / hooks.producer_id / "000000000000.seg").symlink_to("/dev/full")  # disk full
+
+    for i in range(5):
+        hooks.step_completed(step(str(uuid.uuid4()), i))
+
+    stats = hooks.stats()
+    assert stats.failed == {"spool:OSError": 5}
+    assert (stats.accepted, stats.spooled, stats.dropped) == (5, 0, 0)
