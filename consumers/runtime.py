@@ -39,6 +39,7 @@ from consumers.deadletter import DeadLetter, DeadLetterQueue
 from consumers.progress import Progress
 from consumers.records import Record, timestamp_of
 from consumers.sinks import OffsetConflict, OffsetUpdate, Sink, SinkBatch
+from schemas.access import AccessDeniedError, kafka_access_message
 from schemas.config import StreamConfig
 from schemas.errors import DecodeError, RegistryUnavailableError
 from schemas.topics import EventType, event_type_of_topic
@@ -121,6 +122,7 @@ class ConsumerRuntime:
         self._rewind = False
         self._stopping = False
         self.events = 0  # records applied (committed) by this process
+        self.first_record_at: float | None = None  # monotonic time of the first record read
         self.dead_letters = 0
         self.consumer: Consumer | None = None
 
@@ -274,10 +276,17 @@ class ConsumerRuntime:
         error = message.error()
         if error is not None:
             if error.code() != KafkaError._PARTITION_EOF:
+                denied = kafka_access_message(self.config, error, operation="read",
+                                              topic=message.topic(),
+                                              group=self.options.group_id)
+                if denied is not None:  # retrying cannot help: say who lacks what
+                    raise AccessDeniedError(denied)
                 if error.fatal():
                     raise KafkaException(error)
                 log.warning("consumer error: %s", error)
             return
+        if self.first_record_at is None:
+            self.first_record_at = time.monotonic()
         topic, partition, offset = message.topic(), message.partition(), message.offset()
         assert topic is not None and partition is not None and offset is not None
         key = (topic, partition)
