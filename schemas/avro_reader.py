@@ -101,6 +101,10 @@ def _set_field(msg: Message, fd: descriptor.FieldDescriptor, value: Any) -> None
         setattr(msg, fd.name, value)
 
 
+def _canonical(parsed: Any) -> str:
+    return str(fastavro.schema.to_parsing_canonical_form(parsed))
+
+
 def _space_spec(v: dict[str, Any]) -> Message:
     return _proto_from_avro(SpaceSpec, v)
 
@@ -177,15 +181,38 @@ class AvroReader:
         reader = load_schema(event_type)
         self.event_type = event_type
         self._reader = fastavro.parse_schema(reader)
+        self._fast: Callable[[bytes, int], tuple[Any, int]] | None = None
         if writer_schema is None:
             self._writer = self._reader
             self._resolve: Any = None
         else:
             self._writer = fastavro.parse_schema(writer_schema, named_schemas=named_schemas)
             self._resolve = self._reader
+        if _canonical(self._writer) == _canonical(self._reader):
+            from schemas.avro_fastread import compile_reader
+
+            self._fast = compile_reader(event_type)[0]
         self._convert = _Builder().record(reader)
 
     def __call__(self, payload: bytes | memoryview) -> Any:
+        if self._fast is not None:
+            return self._read_fast(bytes(payload))
+        return self._read_resolved(payload)
+
+    def _read_fast(self, b: bytes) -> Any:
+        try:
+            event, end = self._fast(b, 0)  # type: ignore[misc]
+        except Exception as exc:
+            raise CorruptPayloadError(
+                f"{self.event_type.event_class.__name__}: Avro payload does not decode "
+                f"with its writer schema: {exc!r}") from exc
+        if end != len(b):
+            raise CorruptPayloadError(
+                f"{self.event_type.event_class.__name__}: {len(b) - end} "
+                "trailing bytes after the Avro record")
+        return event
+
+    def _read_resolved(self, payload: bytes | memoryview) -> Any:
         buf = io.BytesIO(payload)
         try:
             data = fastavro.schemaless_reader(

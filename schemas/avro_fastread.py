@@ -1,0 +1,345 @@
+"""Generated Avro decoders for payloads written with exactly our schema (the common case).
+
+Why: consumers decode every record; fastavro's generic reader builds a dict
+per record that then has to be turned into dataclasses. When the writer
+schema is our reader schema (same parsing canonical form) no resolution is
+needed, so a decoder generated from the `.avsc` reads the bytes straight into
+the dataclasses. Any other writer schema goes through fastavro's resolution
+(`schemas.avro_reader`). Everything is bounds-checked: a truncated or
+malformed payload raises, and the caller turns that into CorruptPayloadError.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from schemas import bindings as bd
+from schemas.avro import load_schema
+from schemas.avro_reader import _space_spec
+from schemas.topics import EventType
+
+ZD = [(x >> 1) ^ -(x & 1) for x in range(128)]
+"""Zigzag-decoded value of every one-byte varint."""
+
+
+class Malformed(ValueError):
+    """The payload is not valid Avro for the schema."""
+
+
+def read_long(b: bytes, p: int) -> tuple[int, int]:
+    """A zigzag varint at p: (value, next position)."""
+    n = shift = 0
+    while True:
+        x = b[p]
+        p += 1
+        n |= (x & 0x7F) << shift
+        if x < 0x80:
+            return (n >> 1) ^ -(n & 1), p
+        shift += 7
+        if shift > 63:
+            raise Malformed("varint longer than 10 bytes")
+
+
+def _bad(what: str) -> None:
+    raise Malformed(what)
+
+
+_DOUBLES: dict[int, Callable[..., tuple[float, ...]]] = {}
+
+
+def doubles(n: int) -> Callable[..., tuple[float, ...]]:
+    unpack = _DOUBLES.get(n)
+    if unpack is None:
+        unpack = _DOUBLES[n] = struct.Struct(f"<{n}d").unpack_from
+    return unpack
+
+
+_D = struct.Struct("<d").unpack_from
+
+
+# ---------------------------------------------------------------- generic (subtrees)
+
+class _Generic:
+    """Interpretive reader producing fastavro-style values (records in multi-branch
+    unions as (full name, dict)); used for SpaceSpec, which is cached per bytes."""
+
+    def __init__(self, root: dict[str, Any]) -> None:
+        self.named: dict[str, Any] = {}
+        self._collect(root)
+
+    def _collect(self, node: Any) -> None:
+        if isinstance(node, list):
+            for n in node:
+                self._collect(n)
+        elif isinstance(node, dict):
+            if node["type"] in ("record", "enum"):
+                self.named[f"{node['namespace']}.{node['name']}"] = node
+                for f in node.get("fields", []):
+                    self._collect(f["type"])
+            elif node["type"] == "array":
+                self._collect(node["items"])
+            elif node["type"] == "map":
+                self._collect(node["values"])
+
+    def read(self, t: Any, b: bytes, p: int) -> tuple[Any, int]:
+        if isinstance(t, str) and t in self.named:
+            t = self.named[t]
+        if isinstance(t, list):
+            i, p = read_long(b, p)
+            if not 0 <= i < len(t):
+                raise Malformed(f"union branch {i} of {len(t)}")
+            branch = t[i]
+            value, p = self.read(branch, b, p)
+            resolved = self.named.get(branch, branch) if isinstance(branch, str) else branch
+            if isinstance(resolved, dict) and resolved["type"] == "record" and len(t) > 2:
+                return (f"{resolved['namespace']}.{resolved['name']}", value), p
+            return value, p
+        kind = t if isinstance(t, str) else t["type"]
+        if kind == "null":
+            return None, p
+        if kind == "boolean":
+            if b[p] > 1:
+                raise Malformed("boolean byte not 0/1")
+            return b[p] == 1, p + 1
+        if kind == "long":
+            return read_long(b, p)
+        if kind in ("string", "bytes"):
+            n, p = read_long(b, p)
+            if n < 0 or p + n > len(b):
+                raise Malformed("truncated string/bytes")
+            raw = b[p:p + n]
+            return (raw.decode() if kind == "string" else raw), p + n
+        if kind == "double":
+            return _D(b, p)[0], p + 8
+        if kind == "enum":
+            i, p = read_long(b, p)
+            if not 0 <= i < len(t["symbols"]):
+                raise Malformed(f"enum index {i}")
+            return t["symbols"][i], p
+        if kind == "record":
+            out = {}
+            for f in t["fields"]:
+                out[f["name"]], p = self.read(f["type"], b, p)
+            return out, p
+        if kind == "array":
+            items: list[Any] = []
+            while True:
+                n, p = read_long(b, p)
+                if n == 0:
+                    return items, p
+                if n < 0:
+                    n = -n
+                    _, p = read_long(b, p)
+                for _ in range(n):
+                    item, p = self.read(t["items"], b, p)
+                    items.append(item)
+        raise Malformed(f"unsupported Avro type {kind}")
+
+
+class _SpaceSpecReader:
+    def __init__(self, node: dict[str, Any]) -> None:
+        self._generic = _Generic(node)
+        self._node = node
+
+    def __call__(self, b: bytes, p: int) -> tuple[Any, int]:
+        data, end = self._generic.read(self._node, b, p)
+        return _space_spec(data), end
+
+
+# ---------------------------------------------------------------- MetaMap
+
+def _meta_reader(node: dict[str, Any]) -> Callable[[bytes, int], tuple[dict[str, Any], int]]:
+    branches: list[Any] = node["fields"][0]["type"]["values"]
+    names = [br if isinstance(br, str) else f"{br['namespace']}.{br['name']}" for br in branches]
+    kinds = {"long": 0, "double": 1, "string": 2, "boolean": 3, "bytes": 4,
+             bd.META_LIST: 5, bd.META_MAP: 6}
+    table = [kinds[n] for n in names]
+
+    def value(b: bytes, p: int) -> tuple[Any, int]:
+        i, p = read_long(b, p)
+        k = table[i] if 0 <= i < len(table) else -1
+        if k == 0:
+            return read_long(b, p)
+        if k == 1:
+            return _D(b, p)[0], p + 8
+        if k in (2, 4):
+            n, p = read_long(b, p)
+            if n < 0 or p + n > len(b):
+                raise Malformed("truncated MetaMap text/bytes")
+            raw = b[p:p + n]
+            return (raw.decode() if k == 2 else raw), p + n
+        if k == 3:
+            if b[p] > 1:
+                raise Malformed("boolean byte not 0/1")
+            return b[p] == 1, p + 1
+        if k == 5:
+            items: list[Any] = []
+            while True:
+                n, p = read_long(b, p)
+                if n == 0:
+                    return items, p
+                if n < 0:
+                    n = -n
+                    _, p = read_long(b, p)
+                for _ in range(n):
+                    item, p = value(b, p)
+                    items.append(item)
+        if k == 6:
+            return mapping(b, p)
+        raise Malformed(f"MetaValue branch {i}")
+
+    def mapping(b: bytes, p: int) -> tuple[dict[str, Any], int]:
+        out: dict[str, Any] = {}
+        while True:
+            n, p = read_long(b, p)
+            if n == 0:
+                return out, p
+            if n < 0:
+                n = -n
+                _, p = read_long(b, p)
+            for _ in range(n):
+                kn, p = read_long(b, p)
+                if kn < 0 or p + kn > len(b):
+                    raise Malformed("truncated MetaMap key")
+                key = b[p:p + kn].decode()
+                out[key], p = value(b, p + kn)
+
+    return mapping
+
+
+# ---------------------------------------------------------------- code generation
+
+class _Gen:
+    def __init__(self) -> None:
+        self.named: dict[str, Any] = {}
+        self.funcs: dict[str, str] = {}
+        self.sources: list[str] = []
+        self.n = 0
+        self.ns: dict[str, Any] = {"ZD": ZD, "read_long": read_long, "_bad": _bad,
+                                   "doubles": doubles, "_DP": _DOUBLES, "_D": _D}
+
+    def var(self, stem: str) -> str:
+        self.n += 1
+        return f"{stem}{self.n}"
+
+    def define(self, t: Any) -> Any:
+        if isinstance(t, dict) and t["type"] in ("record", "enum"):
+            self.named[f"{t['namespace']}.{t['name']}"] = t
+        return self.named.get(t, t) if isinstance(t, str) else t
+
+    def _define_all(self, node: Any) -> None:
+        if isinstance(node, list):
+            for n in node:
+                self._define_all(n)
+        elif isinstance(node, dict):
+            self.define(node)
+            for f in node.get("fields", []):
+                self._define_all(f["type"])
+            for key in ("items", "values"):
+                if key in node:
+                    self._define_all(node[key])
+
+    def record_func(self, t: dict[str, Any]) -> str:
+        full = f"{t['namespace']}.{t['name']}"
+        if full in self.funcs:
+            return self.funcs[full]
+        fname = f"dec_{t['name']}"
+        self.funcs[full] = fname
+        if full == bd.META_MAP:
+            self._define_all(t)
+            self.ns[fname] = _meta_reader(t)
+            return fname
+        if full == bd.SPACE_SPEC:
+            self._define_all(t)
+            self.ns[fname] = _SpaceSpecReader(t)
+            return fname
+        cls = bd.RECORD_CLASSES[full]
+        self.ns[f"_cls_{t['name']}"] = cls
+        body: list[str] = ["L = len(b)"]
+        names = []
+        for f in t["fields"]:
+            v = self.var("v")
+            self.value(f["type"], v, body)
+            names.append((f["name"], v))
+        args = ", ".join(f"{n}={v}" for n, v in names)
+        body.append(f"return _cls_{t['name']}({args}), p")
+        self.sources.append(f"def {fname}(b, p):\n" + "\n".join(f"    {x}" for x in body))
+        return fname
+
+    def long(self, v: str, body: list[str]) -> None:
+        x = self.var("x")
+        body += [f"{x} = b[p]", f"if {x} < 128:", f"    {v} = ZD[{x}]", "    p += 1",
+                 "else:", f"    {v}, p = read_long(b, p)"]
+
+    def value(self, t: Any, v: str, body: list[str]) -> None:
+        t = self.define(t)
+        if isinstance(t, list):
+            assert t[0] == "null" and len(t) == 2
+            i = self.var("i")
+            body += [f"{i} = b[p]", "p += 1", f"if {i} == 0:", f"    {v} = None",
+                     f"elif {i} == 2:"]
+            inner: list[str] = []
+            self.value(t[1], v, inner)
+            body += [f"    {line}" for line in inner]
+            body += ["else:", "    _bad('union branch')"]
+            return
+        kind = t if isinstance(t, str) else t["type"]
+        if kind == "long":
+            self.long(v, body)
+        elif kind in ("string", "bytes"):
+            n = self.var("n")
+            self.long(n, body)
+            body += [f"if {n} < 0 or p + {n} > L: _bad('truncated')"]
+            conv = ".decode()" if kind == "string" else ""
+            body += [f"{v} = b[p:p + {n}]{conv}", f"p += {n}"]
+        elif kind == "double":
+            body += [f"{v} = _D(b, p)[0]", "p += 8"]
+        elif kind == "boolean":
+            body += [f"{v} = b[p]", f"if {v} > 1: _bad('boolean')", f"{v} = {v} == 1", "p += 1"]
+        elif kind == "enum":
+            table = self.var("_E")
+            cls = bd.ENUM_CLASSES[f"{t['namespace']}.{t['name']}"]
+            self.ns[table] = {i: cls[s] for i, s in enumerate(t["symbols"])}
+            idx = self.var("e")
+            self.long(idx, body)
+            body += [f"{v} = {table}[{idx}]"]
+        elif kind == "record":
+            fn = self.record_func(t)
+            body += [f"{v}, p = {fn}(b, p)"]
+        elif kind == "array":
+            self.array(self.define(t["items"]), v, body)
+        else:
+            raise NotImplementedError(kind)
+
+    def array(self, items: Any, v: str, body: list[str]) -> None:
+        n = self.var("n")
+        body += [f"{v} = []", "while True:"]
+        inner: list[str] = []
+        self.long(n, inner)
+        inner += [f"if {n} == 0:", "    break", f"if {n} < 0:", f"    {n} = -{n}",
+                  "    _, p = read_long(b, p)"]
+        if items == "double":
+            inner += [f"{v} += (_DP.get({n}) or doubles({n}))(b, p)", f"p += 8 * {n}"]
+        elif items == "boolean":
+            c = self.var("c")
+            inner += [f"{c} = b[p:p + {n}]",
+                      f"if len({c}) != {n} or {c}.translate(None, b'\\x00\\x01'): _bad('flags')",
+                      f"{v} += map(bool, {c})", f"p += {n}"]
+        else:
+            item = self.var("it")
+            loop: list[str] = []
+            self.value(items, item, loop)
+            inner += [f"for _ in range({n}):"] + [f"    {x}" for x in loop]
+            inner += [f"    {v}.append({item})"]
+        body += [f"    {x}" for x in inner]
+
+
+def compile_reader(event_type: EventType) -> tuple[Callable[[bytes, int], tuple[Any, int]], str]:
+    """The generated decoder of an event type: (bytes, start) -> (event, end)."""
+    gen = _Gen()
+    root = gen.record_func(load_schema(event_type))
+    source = "\n\n".join(gen.sources)
+    exec(compile(source, f"<avro decoder {event_type.event_class.__name__}>", "exec"), gen.ns)
+    return gen.ns[root], source
