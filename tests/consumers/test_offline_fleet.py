@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
+from consumer_helpers import create_topics, query, run_offline
 
+from producer.hooks import KafkaRuntimeHooks
 from producer.manifest import Manifest
 from producer.simulator import simulate_fleet
 from schemas import events as ev
@@ -30,18 +31,37 @@ class Fleet:
     producer_id: str
 
 
+class _Recording:
+    """Passes each callback on to the real hooks, keeping the events for the expectations."""
+
+    def __init__(self, hooks: KafkaRuntimeHooks) -> None:
+        self.hooks = hooks
+        self.sent: list[tuple[EventType, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.hooks, name)
+
+        def call(event: Any) -> None:
+            self.sent.append((EventType.of(event), event))
+            target(event)
+
+        return call
+
+
 @pytest.fixture(scope="module")
 def fleet(stack: Any) -> Iterator[Fleet]:
-    """One simulated fleet for the module: 12 sessions of 3 lanes, some failing."""
+    """One simulated fleet for the module, published by the producer's KafkaRuntimeHooks:
+    12 sessions of 3 lanes, some failing."""
     config = StreamConfig.from_env(env={}, bootstrap=stack.bootstrap,
                                    registry_url=stack.registry_url,
                                    topic_prefix=f"t{uuid.uuid4().hex[:10]}.rlmesh.runtime")
     create_topics(config, partitions=4)
-    hooks = PlainKafkaHooks(config)
-    manifest = simulate_fleet(hooks, sessions=12, lanes=3, episodes=4, seed=11,
+    hooks = KafkaRuntimeHooks(config=config)
+    recording = _Recording(hooks)
+    manifest = simulate_fleet(recording, sessions=12, lanes=3, episodes=4, seed=11,
                               failure_rate=0.3, window_every=5)
-    hooks.flush()
-    yield Fleet(config, manifest, hooks.sent, hooks.producer_id)
+    hooks.close()
+    yield Fleet(config, manifest, recording.sent, hooks.producer_id)
 
 
 @pytest.fixture
@@ -51,8 +71,9 @@ def built(fleet: Fleet, sink_url: str) -> str:
 
 
 def test_every_event_is_applied_once(fleet: Fleet, built: str) -> None:
-    assert query(built, "SELECT records, gaps, duplicates FROM delivery_producers") == [
-        (fleet.manifest.total_events, 0, 0)]
+    assert query(built, "SELECT producer_id, records, gaps, duplicates "
+                        "FROM delivery_producers") == [
+        (fleet.producer_id, fleet.manifest.total_events, 0, 0)]
 
 
 def test_episodes_equal_the_manifest(fleet: Fleet, built: str) -> None:
