@@ -1,0 +1,56 @@
+"""`rlmesh-stream consume`: offline runs from the command line, with plain progress lines."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import pytest
+from consumer_helpers import PlainKafkaHooks, create_topics, query
+
+from consumers.progress import Progress
+from schemas import events as ev
+from schemas.config import StreamConfig
+from schemas.topics import EventType
+
+ROUTE = ev.RuntimeEnvContext(env_id="e", env_component_id="ec", model_component_id="m")
+
+
+def test_progress_is_plain_lines_with_events_rate_and_lag_off_a_terminal() -> None:
+    out = io.StringIO()
+    progress = Progress("consume sessions", stream=out, interval=0)
+    progress.update(10, 5)
+    progress.close()
+    first = out.getvalue().splitlines()[0]
+    assert first.startswith("consume sessions: 10 events, ")
+    assert "events/s" in first and first.endswith("lag 5")
+
+
+def _consume(config: StreamConfig, sink: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "infra.cli", "consume", "sessions", "--sink", sink,
+         "--bootstrap", config.bootstrap, "--registry-url", config.registry_url,
+         "--topic-prefix", config.topic_prefix, "--from-beginning", "--until-end"],
+        capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.stack
+def test_consume_until_end_builds_the_table_and_a_rerun_reads_nothing(
+    stream_config: StreamConfig, duckdb_url: str,
+) -> None:
+    create_topics(stream_config, partitions=2)
+    hooks = PlainKafkaHooks(stream_config)
+    for i in range(7):
+        hooks.publish(EventType.SESSION_STARTED,
+                      ev.SessionStartedEvent(session_id=f"s{i}", route=ROUTE, env_id="e"))
+    hooks.flush()
+
+    first = _consume(stream_config, duckdb_url)
+    assert first.returncode == 0, first.stderr
+    assert first.stderr.splitlines()[-1].startswith("consume sessions: 7 events")
+    assert query(duckdb_url, "SELECT count(*) FROM sessions") == [(7,)]
+
+    again = _consume(stream_config, duckdb_url)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.splitlines()[-1].startswith("consume sessions: 0 events")
