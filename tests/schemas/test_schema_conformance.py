@@ -103,3 +103,38 @@ def test_a_retyped_field_in_the_seed_is_reported_for_all_three_renderings():
         bool(rust_seed.mismatches_avro(struct, _avro_record(struct.name), {}, structs, enums)),
         bool(rust_seed.mismatches_proto(struct, _proto_message(struct.name), structs, enums)),
     ] == [[], True, True]  # Python has one int type: its width lives in the schemas
+
+
+def _all_records(node, out):
+    if isinstance(node, list):
+        for n in node:
+            _all_records(n, out)
+    elif isinstance(node, dict):
+        if node["type"] == "record":
+            out[node["name"]] = node
+            for f in node["fields"]:
+                _all_records(f["type"], out)
+        elif node["type"] == "array":
+            _all_records(node["items"], out)
+        elif node["type"] == "map":
+            _all_records(node["values"], out)
+
+
+def test_every_field_of_every_avro_record_has_a_doc():
+    records: dict = {}
+    for schema in EVENT_SCHEMAS.values():
+        _all_records(schema, records)
+    undocumented = [f"{r['name']}.{f['name']}" for r in records.values() for f in r["fields"]
+                    if not f.get("doc")]
+    assert (undocumented, len(records) > len(EVENT_SCHEMAS)) == ([], True)
+
+
+def test_every_named_avro_type_is_named_as_its_rust_or_protobuf_type():
+    records: dict = {}
+    for schema in EVENT_SCHEMAS.values():
+        _all_records(schema, records)
+    expected = {*EVENT_SCHEMAS, "RuntimeEnvContext", "Advisory", "Snapshot", "Row", "Source",
+                "Metric", "MetaMap", "MetaList", "SpaceSpec", "BoxSpec", "UniformBounds",
+                "ElementwiseBounds", "DiscreteSpec", "MultiBinarySpec", "MultiDiscreteSpec",
+                "TextSpec", "DictSpec", "TupleSpec"}
+    assert set(records) == expected
