@@ -116,3 +116,42 @@ def _avro_record(event) -> dict:
                   "model_component_id": r.model_component_id, "lane": r.lane},
         "level": event.level.name, "message": event.message, "source": event.source,
     }
+
+
+def _proto_v2_registered(registry, stream_config) -> int:
+    from schemas.proto_defs import proto_text, references
+    from schemas.registrar import SchemaRegistrar
+
+    SchemaRegistrar(registry, "protobuf", stream_config.topic_prefix).schema_id(EventType.LOG)
+    v2 = proto_text(EventType.LOG).replace(
+        "  optional string source = 5;\n",
+        "  optional string source = 5;\n  optional string thread = 6;\n")
+    return registry.register_schema(_subject(stream_config),
+                                    Schema(v2, "PROTOBUF", references(registry, EventType.LOG)))
+
+
+def test_protobuf_v2_with_an_added_optional_field_registers_under_backward(registry,
+                                                                           stream_config):
+    assert _proto_v2_registered(registry, stream_config) > 0
+
+
+def test_protobuf_v1_reader_reads_v2_records(registry, stream_config):
+    from schemas.serde import EventEncoder
+
+    v2_id = _proto_v2_registered(registry, stream_config)
+    event = example(EventType.LOG)
+    # a v2 writer's bytes: v1's fields plus field 6 (`thread`, a string)
+    payload = EventEncoder("protobuf").encode(event) + b"\x32\x08worker-3"
+    value = frame(v2_id, payload, "protobuf")
+    assert EventDecoder(registry).decode(value) == event
+
+
+def test_registry_refuses_a_protobuf_field_retyped(registry, stream_config):
+    from schemas.proto_defs import proto_text, references
+
+    _proto_v2_registered(registry, stream_config)
+    bad = proto_text(EventType.LOG).replace("string message = 4;", "int64 message = 4;")
+    with pytest.raises(SchemaRegistryError) as info:
+        registry.register_schema(_subject(stream_config),
+                                 Schema(bad, "PROTOBUF", references(registry, EventType.LOG)))
+    assert info.value.http_status_code == 409
