@@ -196,12 +196,18 @@ class AvroReader:
 
     def __call__(self, payload: bytes | memoryview) -> Any:
         if self._fast is not None:
-            return self._read_fast(bytes(payload))
+            return self._read_fast(bytes(payload), 0)
         return self._read_resolved(payload)
 
-    def _read_fast(self, b: bytes) -> Any:
+    def read_at(self, value: bytes, offset: int) -> Any:
+        """Decode the record starting at `offset` of `value` (a framed record: no copy)."""
+        if self._fast is not None:
+            return self._read_fast(value, offset)
+        return self._read_resolved(memoryview(value)[offset:])
+
+    def _read_fast(self, b: bytes, offset: int) -> Any:
         try:
-            event, end = self._fast(b, 0)  # type: ignore[misc]
+            event, end = self._fast(b, offset)  # type: ignore[misc]
         except Exception as exc:
             raise CorruptPayloadError(
                 f"{self.event_type.event_class.__name__}: Avro payload does not decode "

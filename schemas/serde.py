@@ -170,7 +170,9 @@ def _avro_reader(client: Any, sid: int, schema: Any) -> _Reader:
             f"schema id {sid} ({full}) cannot be resolved to our reader schema: {exc}") from exc
 
     def reader(value: bytes) -> RuntimeEvent:
-        return read(memoryview(value)[5:])  # type: ignore[no-any-return]
+        if type(value) is not bytes:
+            value = bytes(value)
+        return read.read_at(value, 5)
 
     reader.event_type = et  # type: ignore[attr-defined]
     return reader
