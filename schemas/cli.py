@@ -21,7 +21,11 @@ from schemas import registry
 from schemas.cli_options import stream_options
 from schemas.compat import avro_incompatibilities, proto_incompatibilities
 from schemas.config import StreamConfig
-from schemas.errors import RegistryUnavailableError, SchemaNotRegisteredError
+from schemas.errors import (
+    RegistryUnavailableError,
+    SchemaNotRegisteredError,
+    SubjectFormatError,
+)
 from schemas.registrar import SchemaRegistrar
 from schemas.schema_defs import registry_schema
 from schemas.topics import EVENT_TYPES, EventType
@@ -46,7 +50,7 @@ def register(config: StreamConfig, fmt: str) -> None:
         subject = registrar.subject(et)
         try:
             sid = registrar.schema_id(et)
-        except RegistryUnavailableError as exc:
+        except (RegistryUnavailableError, SubjectFormatError) as exc:
             raise click.ClickException(str(exc)) from exc
         except SchemaRegistryError as exc:
             raise click.ClickException(f"{subject}: registration refused: {exc}") from exc

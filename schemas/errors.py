@@ -43,6 +43,10 @@ class RegistryUnavailableError(ConnectionError):
     """The schema registry could not be reached; retry later."""
 
 
+class SubjectFormatError(ValueError):
+    """The subject already holds schemas of the other wire format (a topic carries one)."""
+
+
 class SchemaNotRegisteredError(LookupError):
     """Registration is off and the event's schema is not registered under its subject."""
 
@@ -54,5 +58,6 @@ __all__ = [
     "DecodeError",
     "RegistryUnavailableError",
     "SchemaNotRegisteredError",
+    "SubjectFormatError",
     "UnknownSchemaIdError",
 ]

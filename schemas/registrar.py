@@ -18,7 +18,11 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from schemas import registry
 from schemas.config import DEFAULT_TOPIC_PREFIX
-from schemas.errors import SchemaNotRegisteredError
+from schemas.errors import (
+    RegistryUnavailableError,
+    SchemaNotRegisteredError,
+    SubjectFormatError,
+)
 from schemas.schema_defs import registry_schema
 from schemas.topics import EVENT_TYPES, EventType, subject_name, topic_name
 from schemas.wire import FORMATS, Format
@@ -68,12 +72,28 @@ class SchemaRegistrar:
     def _register(self, event_type: EventType) -> int:
         subject = self.subject(event_type)
         schema = self.schema(event_type)
-        sid = registry.call(f"register {subject}", self.client.register_schema, subject, schema)
+        try:
+            sid = registry.call(f"register {subject}", self.client.register_schema, subject,
+                                schema)
+        except (RegistryUnavailableError, SchemaRegistryError):
+            self._refuse_other_format(subject)  # Apicurio answers 500 to a format switch
+            raise
         current = registry.call(f"read compatibility of {subject}", self._compatibility, subject)
         if current != COMPATIBILITY:
             registry.call(f"set compatibility of {subject}", self.client.set_compatibility,
                           subject, COMPATIBILITY)
         return int(sid)
+
+    def _refuse_other_format(self, subject: str) -> None:
+        try:
+            latest = self.client.get_latest_version(subject)
+        except Exception:  # the original failure is the one to report
+            return
+        held = (latest.schema.schema_type or "AVRO").upper()
+        if held != self.format.upper():
+            raise SubjectFormatError(
+                f"{subject} holds {held} schemas; a topic carries one format, so "
+                f"{self.format} events need another topic prefix")
 
     def _compatibility(self, subject: str) -> str | None:
         try:

@@ -141,3 +141,13 @@ def test_lookup_with_registration_off_finds_the_registered_id(registry, stream_c
     looked_up = SchemaRegistrar(registry, fmt, stream_config.topic_prefix,
                                 auto_register=False).schema_id(EventType.LOG)
     assert looked_up == registered
+
+
+@pytest.mark.stack
+def test_registering_protobuf_on_an_avro_subject_is_a_format_error(registry, stream_config):
+    from schemas.errors import SubjectFormatError
+    from schemas.registrar import SchemaRegistrar
+
+    SchemaRegistrar(registry, "avro", stream_config.topic_prefix).schema_id(EventType.LOG)
+    with pytest.raises(SubjectFormatError, match="holds AVRO schemas"):
+        SchemaRegistrar(registry, "protobuf", stream_config.topic_prefix).schema_id(EventType.LOG)
