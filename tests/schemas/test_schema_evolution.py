@@ -19,7 +19,7 @@ from event_examples import example
 
 from schemas.avro import load_schema
 from schemas.cli import schemas as schemas_cli
-from schemas.serde import EventDecoder, EventSerializer, frame
+from schemas.serde import EventDecoder, EventEncoder, EventSerializer, frame
 from schemas.topics import EventType, subject_name
 
 pytestmark = pytest.mark.stack
@@ -136,8 +136,6 @@ def test_protobuf_v2_with_an_added_optional_field_registers_under_backward(regis
 
 
 def test_protobuf_v1_reader_reads_v2_records(registry, stream_config):
-    from schemas.serde import EventEncoder
-
     v2_id = _proto_v2_registered(registry, stream_config)
     event = example(EventType.LOG)
     # a v2 writer's bytes: v1's fields plus field 6 (`thread`, a string)
@@ -155,3 +153,37 @@ def test_registry_refuses_a_protobuf_field_retyped(registry, stream_config):
         registry.register_schema(_subject(stream_config),
                                  Schema(bad, "PROTOBUF", references(registry, EventType.LOG)))
     assert info.value.http_status_code == 409
+
+
+def test_a_leg_this_reader_does_not_know_decodes_as_unknown_in_avro(registry, stream_config):
+    from schemas.events import Leg
+
+    EventSerializer(registry, topic_prefix=stream_config.topic_prefix).registrar.schema_id(
+        EventType.RELAY_ADVISORY)
+    v2 = load_schema(EventType.RELAY_ADVISORY)
+    leg = next(f for f in v2["fields"] if f["name"] == "leg")["type"]
+    leg["symbols"].append("BOTH")
+    subject = subject_name(EventType.RELAY_ADVISORY.topic(stream_config.topic_prefix))
+    v2_id = registry.register_schema(subject, Schema(json.dumps(v2), "AVRO"))
+    event = example(EventType.RELAY_ADVISORY)
+    route = _avro_record(example(EventType.LOG))["route"]
+    record = {"session_id": event.session_id, "route": route, "leg": "BOTH",
+              "advisory": {"severity": "CAUTION", "message": event.advisory.message}}
+    payload = io.BytesIO()
+    fastavro.schemaless_writer(payload, fastavro.parse_schema(v2), record)
+    assert EventDecoder(registry).decode(frame(v2_id, payload.getvalue())).leg is Leg.UNKNOWN
+
+
+def test_a_leg_this_reader_does_not_know_decodes_as_unknown_in_protobuf(registry,
+                                                                        stream_config):
+    from schemas.events import Leg
+    from schemas.proto_defs import message_class
+    from schemas.registrar import SchemaRegistrar
+
+    sid = SchemaRegistrar(registry, "protobuf", stream_config.topic_prefix).schema_id(
+        EventType.RELAY_ADVISORY)
+    msg = message_class(EventType.RELAY_ADVISORY).FromString(
+        EventEncoder("protobuf").encode(example(EventType.RELAY_ADVISORY)))
+    msg.leg = 7  # a direction added by a newer rlmesh (open enum)
+    value = frame(sid, msg.SerializeToString(), "protobuf")
+    assert EventDecoder(registry).decode(value).leg is Leg.UNKNOWN
