@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -136,3 +137,19 @@ def test_the_simulate_command_publishes_the_fleet_and_writes_its_manifest(
                        stream_config.topic_prefix, expected=manifest.total_events, decode=False)
     assert summary["delivered"] == manifest.total_events == len(landed)
     assert Counter(r.event_type.value for r in landed) == Counter(manifest.event_counts)
+
+
+def test_the_rate_option_paces_emission():
+    started = time.monotonic()
+    manifest, _ = _fleet(sessions=2, lanes=1, episodes=2, rate=2000.0)
+    elapsed = time.monotonic() - started
+
+    assert elapsed >= manifest.total_events / 2000.0 * 0.9
+
+
+def test_a_session_with_no_episode_budget_connects_snapshots_and_ends():
+    manifest, log = _fleet(sessions=1, episodes=0, failure_rate=0.0)
+
+    calls = [c for c, _ in log.events]
+    assert calls[-2:] == ["on_telemetry", "session_ended"]
+    assert manifest.episodes == [] and manifest.sessions[0].status == "ended"
