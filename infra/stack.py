@@ -215,7 +215,7 @@ class LocalStack:
                      log: Callable[[str], None]) -> dict[str, Any]:
         node = self._kafka(controller_port)
         node.write_config()
-        cluster_id = state.get("cluster_id") or random_cluster_id(java, self.artifacts.kafka_libs)
+        cluster_id = state.get("cluster_id") or random_cluster_id()
         if not node.is_formatted():
             format_started = time.monotonic()
             node.format_storage(java, cluster_id)
