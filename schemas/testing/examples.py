@@ -6,6 +6,8 @@ that need "an event of type X" share one honest instance.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from schemas import events as ev
 from schemas import telemetry as tm
 from schemas.events import SpaceSpec
@@ -20,15 +22,14 @@ EP2 = "0190a5d2-7c1e-7b3a-9f00-000000000002"
 
 
 def box_space() -> SpaceSpec:
-    spec = SpaceSpec(shape=[4], dtype=SpaceSpec.DESCRIPTOR.fields_by_name["dtype"]
-                     .enum_type.values_by_name["DATA_TYPE_FLOAT32"].number)
+    spec = SpaceSpec(shape=[4], dtype="DATA_TYPE_FLOAT32")
     spec.box.uniform.low = b"\x00\x00\x80\xff"
     spec.box.uniform.high = b"\x00\x00\x80\x7f"
     return spec
 
 
 def discrete_space() -> SpaceSpec:
-    spec = SpaceSpec(shape=[], dtype=9)  # DATA_TYPE_INT64
+    spec = SpaceSpec(shape=[], dtype="DATA_TYPE_INT64")
     spec.discrete.n = 2
     spec.discrete.start = 0
     return spec
@@ -36,10 +37,11 @@ def discrete_space() -> SpaceSpec:
 
 def example(event_type: EventType) -> ev.RuntimeEvent:
     """A fresh valid instance of the event type."""
-    return _EXAMPLES[event_type]()
+    event: ev.RuntimeEvent = _EXAMPLES[event_type]()
+    return event
 
 
-_EXAMPLES = {
+_EXAMPLES: dict[EventType, Callable[[], ev.RuntimeEvent]] = {
     EventType.ENV_CONNECTED: lambda: ev.EnvConnectedEvent(
         session_id=SESSION, route=ROUTE, env_id="CartPole-v1"),
     EventType.MODEL_CONNECTED: lambda: ev.ModelConnectedEvent(session_id=SESSION, route=ROUTE),

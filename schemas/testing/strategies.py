@@ -29,7 +29,7 @@ U64 = st.integers(0, 2**63 - 1)  # the contract's u64: Avro long holds at most 2
 F64 = st.floats(allow_nan=True, allow_infinity=True, width=64)
 
 # Any Unicode but lone surrogates (category Cs), which UTF-8 cannot carry.
-TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
 IDS = st.one_of(st.uuids().map(str), TEXT)
 LEAF = st.binary(max_size=256)
 
@@ -82,7 +82,8 @@ SPACE_KINDS = ("none", "box", "discrete", "multi_binary", "multi_discrete", "tex
 @st.composite
 def space_specs(draw: st.DrawFn, depth: int = 0, kind: str | None = None) -> SpaceSpec:
     """A SpaceSpec of any kind (Dict and Tuple nest up to two levels)."""
-    spec = SpaceSpec(shape=draw(st.lists(I64, max_size=4)), dtype=draw(DATA_TYPES))
+    spec = SpaceSpec(shape=draw(st.lists(I64, max_size=4)))
+    spec.dtype = draw(DATA_TYPES)  # type: ignore[assignment]  # the wire value, 0..12
     kinds = SPACE_KINDS if depth < 2 else SPACE_KINDS[:6]
     kind = kind or draw(st.sampled_from(kinds))
     if kind == "box":

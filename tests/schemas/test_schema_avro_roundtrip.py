@@ -7,10 +7,10 @@ import io
 import fastavro
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from event_examples import example
 
 from schemas.avro import load_schema
 from schemas.serde import EventDecoder, EventEncoder, EventSerializer
+from schemas.testing.examples import example
 from schemas.topics import EVENT_TYPES, EventType
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from event_examples import example
 
 from schemas.errors import ContractError
 from schemas.events import RuntimeEnvContext
 from schemas.serde import EventEncoder
+from schemas.testing.examples import example
 from schemas.topics import EventType
 
 FORMATS = ["avro", "protobuf"]

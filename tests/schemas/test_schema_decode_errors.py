@@ -11,7 +11,6 @@ import json
 
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from event_examples import example
 
 from schemas.errors import (
     BadMagicByteError,
@@ -21,6 +20,7 @@ from schemas.errors import (
     UnknownSchemaIdError,
 )
 from schemas.serde import EventDecoder, EventSerializer, frame
+from schemas.testing.examples import example
 from schemas.topics import EventType
 
 

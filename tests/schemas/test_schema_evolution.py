@@ -15,11 +15,11 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
-from event_examples import example
 
 from schemas.avro import load_schema
 from schemas.cli import schemas as schemas_cli
 from schemas.serde import EventDecoder, EventEncoder, EventSerializer, frame
+from schemas.testing.examples import example
 from schemas.topics import EventType, subject_name
 
 pytestmark = pytest.mark.stack

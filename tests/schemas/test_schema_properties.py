@@ -13,13 +13,13 @@ import io
 import fastavro
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from event_examples import example
-from event_strategies import deep_meta_map, events, exact, space_specs
 from hypothesis import HealthCheck, given, settings
 
 from schemas.avro import load_schema
 from schemas.errors import ContractError
 from schemas.serde import EventDecoder, EventEncoder, EventSerializer
+from schemas.testing.examples import example
+from schemas.testing.strategies import deep_meta_map, events, exact, space_specs
 from schemas.topics import EVENT_TYPES, EventType
 from schemas.validate import MAX_META_DEPTH
 

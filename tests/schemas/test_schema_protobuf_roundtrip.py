@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from event_examples import example
 
 from schemas.serde import EventDecoder, EventEncoder, EventSerializer
+from schemas.testing.examples import example
 from schemas.topics import EVENT_TYPES, EventType
 
 
