@@ -307,6 +307,9 @@ class _Gen:
             "_S": _STRINGS, "string_bytes": string_bytes,
         }
         self.n = 0
+        self.lens: dict[str, str] = {}  # array field -> local holding its length
+        self.last_len = ""
+        self.memo_keys: dict[str, list[str]] = {}  # memoised record -> its key fields
 
     def var(self, stem: str = "p") -> str:
         self.n += 1
@@ -337,6 +340,7 @@ class _Gen:
         fields = node["fields"]
         body: list[str] = []
         parts: list[str] = []
+        outer_lens, self.lens = self.lens, {}
         i = 0
         while i < len(fields):
             run = 0  # adjacent plain doubles are packed by one struct call
@@ -351,11 +355,14 @@ class _Gen:
                 continue
             self.field(fields[i], f"o.{fields[i]['name']}", body, parts)
             i += 1
-        for group in node.get("lane_aligned", []):
-            lens = " or ".join(f"len(o.{g}) != _n0" for g in group[1:])
-            body.append(f"_n0 = len(o.{group[0]})")
-            body.append(f"if {lens}: _fail()")
+        for group in node.get("lane_aligned", []):  # lengths already taken by the arrays
+            n0 = self.lens[group[0]]
+            body.append("if " + " or ".join(f"{self.lens[g]} != {n0}" for g in group[1:])
+                        + ": _fail()")
+        self.lens = outer_lens
         memo = all(self._scalar(f["type"]) for f in fields)
+        if memo:
+            self.memo_keys[full] = [f["name"] for f in fields]
         lines = [f"def {fname}(o):"]
         if memo:
             key = "(" + "".join(f"o.{f['name']}, " for f in fields) + ")"
@@ -418,6 +425,8 @@ class _Gen:
             parts.append(p)
         else:
             self.value(t, v, rust, body, parts)
+            if isinstance(t, dict) and t["type"] == "array":
+                self.lens[f["name"]] = self.last_len
 
     def value(self, t: Any, v: str, rust: str | None, body: list[str], parts: list[str]) -> None:
         t = self.define(t)
@@ -448,7 +457,12 @@ class _Gen:
             parts.append(p)
         elif kind == "record":
             fn = self.record_func(t)
-            body.append(f"{p} = {fn}({v})")
+            keys = self.memo_keys.get(f"{t['namespace']}.{t['name']}")
+            if keys is None:
+                body.append(f"{p} = {fn}({v})")
+            else:  # look the memo up inline: saves a call per event
+                key = "(" + "".join(f"{v}.{k}, " for k in keys) + ")"
+                body.append(f"{p} = _memo_{fn}.get({key}) or {fn}({v})")
             parts.append(p)
         elif kind == "array":
             self.array(self.define(t["items"]), v, body, parts)
@@ -459,6 +473,7 @@ class _Gen:
         p = self.var()
         n = self.var("n")
         body.append(f"{n} = len({v})")
+        self.last_len = n
         if items == "double":
             body.append(f"if {n}:")
             body.append(f"    {p} = b''.join((ZZ[{n}], "
