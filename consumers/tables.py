@@ -335,7 +335,9 @@ TELEMETRY_ROLLUPS = Table(
     (
         Column("window_start", "TIMESTAMPTZ", nullable=False),
         Column("window_end", "TIMESTAMPTZ"),
-        *_route(key=True),
+        # no env_component_id: several components' rows share a rollup row, and keeping
+        # whichever came first would make the row depend on arrival order
+        *(c for c in _route(key=True) if c.name != "env_component_id"),
         Column("lane_key", "INTEGER", nullable=False, doc="COALESCE(lane, -1), for the key"),
         Column("op", "TEXT", nullable=False),
         Column("component", "TEXT", nullable=False),
@@ -404,7 +406,7 @@ DELIVERY_SEQUENCES = Table(
         Column("producer_id", "TEXT", nullable=False),
         Column("seq", "BIGINT", nullable=False),
         Column("copies", "BIGINT", Merge.SUM, doc="records seen with this sequence"),
-        Column("first_topic", "TEXT"),
+        Column("first_topic", "TEXT", Merge.MIN, doc="a topic it was read from (smallest)"),
     ),
     ("producer_id", "seq"),
     "Every producer sequence number seen, once, with how often. Shared by all consumer "

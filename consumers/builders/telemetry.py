@@ -65,7 +65,8 @@ class TelemetryBuilder(Builder):
         start = window_start(record.timestamp, self.window)
         for r in e.snapshot.rows:
             yield TELEMETRY_ROLLUPS, {
-                "window_start": start, "window_end": start + self.window, **route,
+                "window_start": start, "window_end": start + self.window, "env_id": e.route.env_id,
+                "model_component_id": e.route.model_component_id, "lane": e.route.lane,
                 "lane_key": -1 if e.route.lane is None else e.route.lane,
                 "op": r.source.op, "component": r.source.component, "metric": r.metric.name,
                 "kind": enum_text(r.metric.kind), "count": r.count, "row_count": 1,

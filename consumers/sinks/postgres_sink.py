@@ -35,8 +35,12 @@ class PostgresSink(Sink):
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
-        with self.conn.transaction():
-            yield
+        try:
+            with self.conn.transaction():
+                yield
+        except BaseException:
+            self._staged.clear()  # staging tables created in a rolled-back transaction are gone
+            raise
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self.conn.cursor() as cur:

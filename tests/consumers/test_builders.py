@@ -164,6 +164,18 @@ def test_window_snapshots_roll_up_per_tumbling_window(tmp_path: Any) -> None:
         (T0, 8, 2.5, 9.0, 1), (T0 + timedelta(minutes=1), 5, 9.0, 27.0, 1)]
 
 
+def test_a_rollup_row_shared_by_sessions_does_not_depend_on_their_order(tmp_path: Any) -> None:
+    other = ev.RuntimeEnvContext(env_id="e", env_component_id="ec-2", model_component_id="m",
+                                 lane=1)
+    first = _record(_snapshot(Horizon.WINDOW, 2, 1.0), 1)
+    second = _record(_snapshot(Horizon.WINDOW, 3, 2.0), 2)
+    assert isinstance(second.event, ev.TelemetrySnapshotEvent)
+    second.event.route = other
+    one = _build(tmp_path, TelemetryBuilder(), [[first], [second]], "a", "telemetry_rollups")
+    two = _build(tmp_path, TelemetryBuilder(), [[second], [first]], "b", "telemetry_rollups")
+    assert one == two
+
+
 def test_session_snapshot_rows_are_kept_exactly(tmp_path: Any) -> None:
     records = [_record(_snapshot(Horizon.SESSION, 40, 2.5), 1)]
     _build(tmp_path, TelemetryBuilder(), [records], "x", "telemetry_sessions")
