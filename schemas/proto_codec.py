@@ -148,30 +148,35 @@ class _Planner:
         from google.protobuf import message_factory
 
         msg_cls = message_factory.GetMessageClass(md)
-        plan: list[tuple[str, Conv]] = []
         u64 = self.u64.get(md.name, set())
         nullable = self.nullable.get(md.name, set())
-
-        def encode(obj: Any) -> Message:
-            if not isinstance(obj, cls):
-                raise _Unencodable(f"expected {cls.__name__}")
-            kw: dict[str, Any] = {}
-            for name, conv in plan:
-                v = getattr(obj, name)
-                if v is None:
-                    if name not in nullable:  # proto3 would silently write the zero value
-                        raise _Unencodable(f"{name} is None")
-                    kw[name] = None
-                else:
-                    kw[name] = conv(v)
-            for name in u64:
-                v = kw[name]
-                if v is not None and v > _I64_MAX:
-                    raise _Unencodable(f"{name} above i64")
-            return msg_cls(**kw)
-
+        ns: dict[str, Any] = {"cls": cls, "msg_cls": msg_cls, "_Unencodable": _Unencodable,
+                              "isinstance": isinstance}
+        lines = ["def encode(o):",
+                 "    if type(o) is not cls and not isinstance(o, cls):",
+                 "        raise _Unencodable('wrong type')"]
+        kwargs = []
+        for i, fd in enumerate(md.fields):
+            conv = self._field_to(fd)
+            v = f"v{i}"
+            lines.append(f"    {v} = o.{fd.name}")
+            if fd.name not in nullable:  # proto3 would silently write the zero value
+                lines.append(f"    if {v} is None: raise _Unencodable('{fd.name} is None')")
+            if fd.name in u64:
+                lines.append(f"    if {v} is not None and {v} > {_I64_MAX}: "
+                             f"raise _Unencodable('{fd.name} above i64')")
+            if conv is _ident:
+                kwargs.append(f"{fd.name}={v}")
+            else:
+                ns[f"c{i}"] = conv
+                call = f"c{i}({v})"
+                if fd.name in nullable:
+                    call = f"None if {v} is None else {call}"
+                kwargs.append(f"{fd.name}={call}")
+        lines.append(f"    return msg_cls({', '.join(kwargs)})")
+        exec(compile("\n".join(lines), f"<protobuf encoder {md.name}>", "exec"), ns)
+        encode: Conv = ns["encode"]
         self.to[md.full_name] = encode
-        plan.extend((fd.name, self._field_to(fd)) for fd in md.fields)
         return encode
 
     def _field_to(self, fd: descriptor.FieldDescriptor) -> Conv:
@@ -201,20 +206,21 @@ class _Planner:
         if md.full_name in self.frm:
             return self.frm[md.full_name]
         cls = bd.RECORD_CLASSES[f"{PACKAGE}.{md.name}"]
-        plan: list[tuple[str, bool, Conv]] = []
-
-        def decode(msg: Message) -> Any:
-            kw: dict[str, Any] = {}
-            for name, optional, conv in plan:
-                if optional and not msg.HasField(name):
-                    kw[name] = None
-                else:
-                    kw[name] = conv(getattr(msg, name))
-            return cls(**kw)
-
+        ns: dict[str, Any] = {"cls": cls}
+        kwargs = []
+        for i, fd in enumerate(md.fields):
+            name, optional, conv = self._field_from(fd)
+            value = f"m.{name}"
+            if conv is not _ident:
+                ns[f"c{i}"] = conv
+                value = f"c{i}({value})"
+            if optional:
+                value = f"{value} if m.HasField('{name}') else None"
+            kwargs.append(f"{name}={value}")
+        source = f"def decode(m):\n    return cls({', '.join(kwargs)})"
+        exec(compile(source, f"<protobuf decoder {md.name}>", "exec"), ns)
+        decode: Conv = ns["decode"]
         self.frm[md.full_name] = decode
-        for fd in md.fields:
-            plan.append(self._field_from(fd))
         return decode
 
     def _field_from(self, fd: descriptor.FieldDescriptor) -> tuple[str, bool, Conv]:
