@@ -17,6 +17,7 @@ from consumers.builders import BUILDER_NAMES, make_builders
 from consumers.progress import Progress
 from consumers.runtime import ConsumerRuntime, RuntimeOptions
 from consumers.sinks import open_sink
+from schemas.access import AccessDeniedError
 from schemas.cli_options import stream_options
 from schemas.config import StreamConfig
 
@@ -71,6 +72,8 @@ def _builder_command(name: str) -> click.Command:
             runtime.run()
         except KeyboardInterrupt:
             pass
+        except AccessDeniedError as exc:  # names the principal and the resource; no traceback
+            raise click.ClickException(str(exc)) from None
         finally:
             store.close()
         if runtime.dead_letters:

@@ -190,11 +190,22 @@ class ConsumerRuntime:
             "fetch.wait.max.ms": 100,
             "session.timeout.ms": 10_000,
             "heartbeat.interval.ms": 1_000,
+            "error_cb": self._on_kafka_error,
         }
         if self.options.instance_id:
             conf["group.instance.id"] = self.options.instance_id
         conf.update(self.options.kafka_overrides)
         return conf
+
+    def _on_kafka_error(self, err: KafkaError) -> None:
+        """Client-level errors: wrong credentials stop the process (raised out of consume)."""
+        denied = kafka_access_message(self.config, err, operation="read",
+                                      group=self.options.group_id)
+        if denied is not None:
+            raise AccessDeniedError(denied)
+        if err.fatal():
+            raise KafkaException(err)
+        log.warning("consumer error: %s", err)
 
     # -- rebalancing ----------------------------------------------------------------
 
