@@ -86,21 +86,28 @@ def rss_mib(pid: int) -> float | None:
 
 def stop(pid: int, timeout: float = 30.0) -> None:
     """SIGTERM the process's group, wait for a clean shutdown, then SIGKILL."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
+    _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not is_alive(pid):
             break
         time.sleep(0.2)
     else:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
+        _signal(pid, signal.SIGKILL)
         while is_alive(pid) and time.monotonic() < deadline + 10:
             time.sleep(0.1)
     child = _CHILDREN.pop(pid, None)
     if child is not None:
         child.wait(timeout=5)
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    """Signal the process group `pid` leads (our servers do), else the process alone."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
