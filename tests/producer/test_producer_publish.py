@@ -98,7 +98,7 @@ def test_a_disabled_event_type_is_neither_published_nor_accepted(make_hooks, str
     hooks.flush(15)
 
     landed = read_back(stream_config.bootstrap, stream_config.registry_url,
-                       stream_config.topic_prefix, expected=2, timeout=8)
+                       stream_config.topic_prefix, expected=2, timeout=3)
 
     assert [r.event_type for r in landed] == [EventType.STEP_COMPLETED]
     assert hooks.stats().disabled == 1
