@@ -383,10 +383,13 @@ STEPS = Table(
     "steps",
     (
         Column("session_id", "TEXT", nullable=False),
-        Column("step", "BIGINT", nullable=False),
+        Column("step_offset", "BIGINT", nullable=False,
+               doc="the step_completed record's offset: identifies the group step, since "
+                   "`step` is the primary lane's episode step and repeats within a session"),
         Column("slot", "INTEGER", nullable=False, doc="position in the step's per-lane vectors"),
-        Column("episode_id", "TEXT", doc="from action_received's per-lane episode_ids"),
-        Column("episode_record_id", "TEXT"),
+        Column("step", "BIGINT", doc="the primary lane's step, as the event carries it"),
+        Column("episode_record_id", "TEXT",
+               doc="the primary slot's episode only: step_completed names no other lane's"),
         *_route(),
         Column("reward", "DOUBLE"),
         Column("terminated", "BOOLEAN"),
@@ -396,8 +399,8 @@ STEPS = Table(
         Column("step_ms", "DOUBLE"),
         Column("completed_at", "TIMESTAMPTZ", Merge.MIN),
     ),
-    ("session_id", "step", "slot"),
-    "Optional (off by default): one row per lane-step, from step_completed and action_received.",
+    ("session_id", "step_offset", "slot"),
+    "Optional (off by default): one row per lane of each step_completed event.",
 )
 
 DELIVERY_SEQUENCES = Table(

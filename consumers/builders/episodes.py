@@ -68,15 +68,16 @@ class EpisodesBuilder(Builder):
 
 
 class EpisodesWithStepsBuilder(EpisodesBuilder):
-    """Episodes plus the optional `steps` table: one row per lane-step.
+    """Episodes plus the optional `steps` table: one row per lane of each group step.
 
-    A step's reward and flags come from `step_completed`; the lane's episode
-    ids from `action_received` of the same step (its per-lane vectors), since
-    `step_completed` names only the primary lane's episode.
+    A group step is identified by its `step_completed` record (a session's records
+    are all in one partition), because the event's `step` is the primary lane's
+    episode step: it repeats within a session, and is 0 when the primary lane has no
+    episode. The event names only the primary slot's episode.
     """
 
     event_types: ClassVar[frozenset[EventType]] = EpisodesBuilder.event_types | {
-        EventType.STEP_COMPLETED, EventType.ACTION_RECEIVED,
+        EventType.STEP_COMPLETED,
     }
     tables: ClassVar[tuple[Table, ...]] = (*EpisodesBuilder.tables, STEPS)
 
@@ -86,24 +87,18 @@ class EpisodesWithStepsBuilder(EpisodesBuilder):
             route = route_columns(e.route)
             for slot, reward in enumerate(e.rewards):
                 yield STEPS, {
-                    "session_id": e.session_id, "step": e.step, "slot": slot, **route,
+                    "session_id": e.session_id, "step_offset": record.offset, "slot": slot,
+                    "step": e.step, **route,
+                    "episode_record_id": (e.episode_record_id or None) if slot == 0 else None,
                     "reward": reward, "terminated": _at(e.terminated, slot),
                     "truncated": _at(e.truncated, slot),
                     "autoreset_roll": _at(e.autoreset_roll, slot),
                     "predict_ms": e.predict_ms, "step_ms": e.step_ms,
                     "completed_at": record.timestamp,
                 }
-        elif isinstance(e, ev.ActionReceivedEvent):
-            route = route_columns(e.route)
-            for slot, record_id in enumerate(e.episode_record_ids):
-                yield STEPS, {
-                    "session_id": e.session_id, "step": e.step, "slot": slot, **route,
-                    "episode_id": _at(e.episode_ids, slot) or None,
-                    "episode_record_id": record_id or None,
-                }
         else:
             yield from super().rows(record)
 
 
-def _at(values: list[bool] | list[str], i: int) -> bool | str | None:
+def _at(values: list[bool], i: int) -> bool | None:
     return values[i] if i < len(values) else None

@@ -185,17 +185,17 @@ def test_session_snapshot_rows_are_kept_exactly(tmp_path: Any) -> None:
         ("s", "env.step", "rpc.total", "Duration", 40, 2.5, 2.5, 5.0, 7.5)]
 
 
-def test_steps_table_has_a_row_per_lane_step_with_its_episode(tmp_path: Any) -> None:
-    step = ev.StepCompletedEvent(session_id="s", route=ROUTE, episode_id="id-1",
-                                 episode_record_id="ep-000001", step=4, env_index=0,
-                                 rewards=[1.0, 0.5], terminated=[False, True],
-                                 truncated=[False, False], autoreset_roll=[False, False],
-                                 predict_ms=2.0, step_ms=1.0)
-    action = ev.ActionReceivedEvent(session_id="s", route=ROUTE, episode_id="id-1",
-                                    episode_record_id="ep-000001", episode_ids=["id-1", "id-2"],
-                                    episode_record_ids=["ep-000001", "ep-000002"], step=4,
-                                    env_index=0, action_space=ev.SpaceSpec())
-    rows = _build(tmp_path, EpisodesWithStepsBuilder(),
-                  [[_record(step, 2)], [_record(action, 1)]], "x", "steps")
-    assert [(r[2], r[4], r[9], r[10]) for r in rows] == [
-        (0, "ep-000001", 1.0, False), (1, "ep-000002", 0.5, True)]
+def test_steps_table_has_a_row_per_lane_of_each_step(tmp_path: Any) -> None:
+    def step(n: int, rid: str) -> ev.StepCompletedEvent:
+        return ev.StepCompletedEvent(session_id="s", route=ROUTE, episode_id="id",
+                                     episode_record_id=rid, step=n, env_index=0,
+                                     rewards=[1.0, 0.5], terminated=[False, True],
+                                     truncated=[False, False], autoreset_roll=[False, False],
+                                     predict_ms=2.0, step_ms=1.0)
+
+    # step 0 of two different primary episodes: two group steps, not one
+    records = [_record(step(0, "ep-000001"), 1), _record(step(0, "ep-000002"), 2)]
+    rows = _build(tmp_path, EpisodesWithStepsBuilder(), [records], "x", "steps")
+    assert [(r[1], r[2], r[4], r[9]) for r in rows] == [
+        (10, 0, "ep-000001", 1.0), (10, 1, None, 0.5),
+        (20, 0, "ep-000002", 1.0), (20, 1, None, 0.5)]

@@ -157,3 +157,17 @@ def test_running_again_over_the_same_history_changes_nothing(fleet: Fleet, built
     assert again.events == 0
     assert {t: sorted(map(repr, v)) for t, v in after.items()} == \
         {t: sorted(map(repr, v)) for t, v in before.items()}
+
+
+def test_optional_steps_hold_every_lane_step_and_add_up_to_episode_rewards(
+    fleet: Fleet, sink_url: str,
+) -> None:
+    run_offline(fleet.config, sink_url, ["episodes"], steps=True)
+    lanes_per_step = sum(len(e.rewards) for et, e in fleet.sent
+                         if et is EventType.STEP_COMPLETED)
+    assert query(sink_url, "SELECT count(*) FROM steps") == [(lanes_per_step,)]
+    rewards: dict[str, float] = defaultdict(float)
+    for e in fleet.manifest.episodes:
+        rewards[e.session_id] += e.reward
+    rows = query(sink_url, "SELECT session_id, SUM(reward) FROM steps GROUP BY 1")
+    assert {sid: float(total) for sid, total in rows} == dict(rewards)
