@@ -170,7 +170,7 @@ class ConsumerRuntime:
                     self.progress.update(self.events, self._lag())
                 if self.options.until_end and self._at_end():
                     break
-            self._flush()
+            self._flush(final=True)
         finally:
             if self.progress:
                 self.progress.update(self.events, self._lag())
@@ -223,6 +223,12 @@ class ConsumerRuntime:
                 self._ends[key] = consumer.get_watermark_offsets(tp, timeout=10)[1]
             self._set_next(key, start)
         consumer.incremental_assign(assign)
+        known = [tp for tp in assign if tp.offset >= 0]
+        if known:  # the sink's offsets, mirrored into the group for lag tools
+            try:
+                consumer.commit(offsets=known, asynchronous=True)
+            except KafkaException as exc:
+                log.debug("kafka commit on assignment failed (harmless): %s", exc)
         log.info("assigned %s", sorted(k for k in self._assigned))
 
     def _set_next(self, key: TP, start: int) -> None:
@@ -343,7 +349,7 @@ class ConsumerRuntime:
             bool(self._buffer)
             and time.monotonic() - self._last_flush >= self.options.checkpoint_interval)
 
-    def _flush(self) -> None:
+    def _flush(self, final: bool = False) -> None:
         """Apply the buffer: every builder's rows and every offset in one transaction."""
         self._last_flush = time.monotonic()
         if not self._buffer:
@@ -373,7 +379,7 @@ class ConsumerRuntime:
         self.events += len(self._buffer)
         self.dead_letters += len(dead)
         self._buffer.clear()
-        self._commit_to_kafka(progress)
+        self._commit_to_kafka(progress, wait=final)
         if self.on_checkpoint:
             self.on_checkpoint(CheckpointInfo(count, committed_at, by_builder))
 
@@ -406,14 +412,17 @@ class ConsumerRuntime:
                 batch.add_dead_letter(names, d.topic, d.partition, d.offset, d.error)
         return batch, by_builder, progress
 
-    def _commit_to_kafka(self, progress: dict[TP, int]) -> None:
+    def _commit_to_kafka(self, progress: dict[TP, int], wait: bool = False) -> None:
         """Mirror the sink's offsets into the group, for lag tools only."""
         assert self.consumer is not None
         offsets = [TopicPartition(t, p, o) for (t, p), o in progress.items()
                    if (t, p) in self._assigned]
         if offsets:
             try:
-                self.consumer.commit(offsets=offsets, asynchronous=True)
+                if wait:
+                    self.consumer.commit(offsets=offsets, asynchronous=False)
+                else:
+                    self.consumer.commit(offsets=offsets, asynchronous=True)
             except KafkaException as exc:
                 log.debug("kafka commit failed (harmless, the sink has the offsets): %s", exc)
 

@@ -54,3 +54,27 @@ def test_consume_until_end_builds_the_table_and_a_rerun_reads_nothing(
     again = _consume(stream_config, duckdb_url)
     assert again.returncode == 0, again.stderr
     assert again.stderr.splitlines()[-1].startswith("consume sessions: 0 events")
+
+
+@pytest.mark.stack
+def test_the_group_offsets_in_kafka_mirror_the_sink_for_lag_tools(
+    stream_config: StreamConfig, duckdb_url: str,
+) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    create_topics(stream_config, partitions=1)
+    hooks = PlainKafkaHooks(stream_config)
+    for i in range(3):
+        hooks.publish(EventType.SESSION_STARTED,
+                      ev.SessionStartedEvent(session_id=f"s{i}", route=ROUTE, env_id="e"))
+    hooks.flush()
+    assert _consume(stream_config, duckdb_url).returncode == 0
+    topic = EventType.SESSION_STARTED.topic(stream_config.topic_prefix)
+    probe = Consumer({**stream_config.kafka_config(), "group.id": "rlmesh-stream.sessions"})
+    try:
+        committed = probe.committed([TopicPartition(topic, 0)], timeout=10)
+    finally:
+        probe.close()
+    assert committed[0].offset == 3
+    assert query(duckdb_url, "SELECT next_offset FROM consumer_offsets "
+                             f"WHERE topic = '{topic}'") == [(3,)]
