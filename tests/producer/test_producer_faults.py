@@ -264,3 +264,27 @@ def test_a_spool_that_cannot_be_written_counts_events_failed_and_never_raises(
     stats = hooks.stats()
     assert stats.failed == {"spool:OSError": 5}
     assert (stats.accepted, stats.spooled, stats.dropped) == (5, 0, 0)
+
+
+@pytest.mark.slow
+def test_closing_with_kafka_down_keeps_every_undelivered_event_for_the_next_process(
+    make_hooks, throwaway_kafka, throwaway_config, tmp_path,
+):
+    spool = tmp_path / "spool"
+    throwaway_kafka.stop()
+    first = make_hooks(config=throwaway_config, overflow="spool", spool_dir=spool)
+    session = str(uuid.uuid4())
+    for i in range(500):
+        first.step_completed(step(session, i))
+    closed = first.close(timeout=1)  # what librdkafka still held goes back to the spool
+    throwaway_kafka.start()
+
+    second = make_hooks(config=throwaway_config, overflow="spool", spool_dir=spool)
+    assert second.flush(60) == 0
+    landed = read_back(throwaway_config.bootstrap, throwaway_config.registry_url,
+                       throwaway_config.topic_prefix, expected=500, decode=False)
+
+    assert (closed.accepted, closed.spooled, closed.delivered, closed.failed) == (500, 500, 0, {})
+    assert second.stats().recovered == 500
+    assert sorted(r.sequence for r in landed if r.producer_id == first.producer_id) == list(
+        range(500))
