@@ -322,12 +322,12 @@ class ConsumerRuntime:
             except RegistryUnavailableError as exc:
                 raise _RegistryDown(str(exc)) from exc
             except DecodeError as exc:
-                self._next[key] = offset + 1
+                # dead-lettered, yet still a delivered record: header-only builders
+                # (delivery checks) see it as a Record with no event
                 self._buffer.append(DeadLetter(
                     topic, partition, offset, f"{type(exc).__name__}: {exc}",
                     message.key(), value if isinstance(value, bytes) else None,
                     raw_headers))
-                return
         self._next[key] = offset + 1
         ts_ms = message.timestamp()[1]
         self._buffer.append(Record(topic, partition, offset, timestamp_of(ts_ms),
@@ -376,7 +376,7 @@ class ConsumerRuntime:
         for u in batch.offsets:
             self._stored[u.builder][(u.topic, u.partition)] = u.next_offset
         count = sum(1 for r in self._buffer if isinstance(r, Record))
-        self.events += len(self._buffer)
+        self.events += count
         self.dead_letters += len(dead)
         self._buffer.clear()
         self._commit_to_kafka(progress, wait=final)

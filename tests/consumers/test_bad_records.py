@@ -69,6 +69,14 @@ def test_undecodable_records_are_dead_lettered_and_the_rest_applied(
                       (3, "CorruptPayloadError")]
 
 
+def test_dead_lettered_records_still_count_as_delivered(
+    stream_config: StreamConfig, published_with_bad_records: PlainKafkaHooks, duckdb_url: str,
+) -> None:
+    run_offline(stream_config, duckdb_url, ["sessions", "delivery"])
+    assert query(duckdb_url, "SELECT records, gaps, duplicates FROM delivery_producers") == [
+        (5, 0, 0)]
+
+
 def test_dead_letters_carry_the_error_and_their_source_in_headers(
     stream_config: StreamConfig, published_with_bad_records: PlainKafkaHooks, duckdb_url: str,
 ) -> None:
