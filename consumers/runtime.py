@@ -71,7 +71,7 @@ class RuntimeOptions:
 class CheckpointInfo:
     """What one committed checkpoint applied (for progress and latency measurement)."""
 
-    records: int
+    records: int  # records decoded and applied (dead letters not included)
     committed_at: float  # time.time() right after the sink's commit
     records_by_builder: dict[str, list[Record]]
 
@@ -376,12 +376,12 @@ class ConsumerRuntime:
         for u in batch.offsets:
             self._stored[u.builder][(u.topic, u.partition)] = u.next_offset
         count = sum(1 for r in self._buffer if isinstance(r, Record))
-        self.events += count
+        self.events += count  # every record read (dead-lettered ones included)
         self.dead_letters += len(dead)
         self._buffer.clear()
         self._commit_to_kafka(progress, wait=final)
         if self.on_checkpoint:
-            self.on_checkpoint(CheckpointInfo(count, committed_at, by_builder))
+            self.on_checkpoint(CheckpointInfo(count - len(dead), committed_at, by_builder))
 
     def _build_batch(self) -> tuple[SinkBatch, dict[str, list[Record]], dict[TP, int]]:
         batch = SinkBatch(group_id=self.options.group_id)
