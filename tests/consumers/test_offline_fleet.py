@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 import pytest
 from consumer_helpers import create_topics, query, run_offline
 
@@ -64,10 +65,25 @@ def fleet(stack: Any) -> Iterator[Fleet]:
     yield Fleet(config, manifest, recording.sent, hooks.producer_id)
 
 
-@pytest.fixture
-def built(fleet: Fleet, sink_url: str) -> str:
-    run_offline(fleet.config, sink_url, ["all"])
-    return sink_url
+@pytest.fixture(scope="module", params=[
+    "duckdb", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def built(fleet: Fleet, request: pytest.FixtureRequest,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Every builder run once offline over the fleet, into each sink kind in turn."""
+    if request.param == "duckdb":
+        url = f"duckdb://{tmp_path_factory.mktemp('fleet') / 'tables.duckdb'}"
+        run_offline(fleet.config, url, ["all"])
+        yield url
+        return
+    server = request.getfixturevalue("postgres")
+    name = f"fleet_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    url = f"{server.rpartition('/')[0]}/{name}"
+    run_offline(fleet.config, url, ["all"])
+    yield url
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def test_every_event_is_applied_once(fleet: Fleet, built: str) -> None:
