@@ -139,6 +139,12 @@ class ConsumerProcess:
 
 def group_lag(config: StreamConfig, group: str) -> int | None:
     """Records on the event topics not yet committed by `group` (None if unknown)."""
+    progress = group_progress(config, group)
+    return None if progress is None else progress[1] - progress[0]
+
+
+def group_progress(config: StreamConfig, group: str) -> tuple[int, int] | None:
+    """(records committed by `group`, records in the event topics), or None if unknown."""
     consumer = Consumer({"bootstrap.servers": config.bootstrap, "group.id": group,
                          "enable.auto.commit": False, "log_level": 0})
     try:
@@ -147,12 +153,12 @@ def group_lag(config: StreamConfig, group: str) -> int | None:
         tps = [TopicPartition(t, p) for t in all_topics(config.topic_prefix)
                if t in md.topics for p in md.topics[t].partitions]
         committed = consumer.committed(tps, timeout=10)
-        lag = 0
+        done = total = 0
         for tp in committed:
             _, high = consumer.get_watermark_offsets(tp, timeout=10)
-            done = tp.offset if tp.offset >= 0 else 0
-            lag += max(0, high - done)
-        return lag
+            done += min(max(tp.offset, 0), high)
+            total += high
+        return done, total
     except Exception:
         return None
     finally:
