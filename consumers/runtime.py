@@ -129,8 +129,14 @@ class ConsumerRuntime:
     # -- lifecycle ------------------------------------------------------------------
 
     def stop(self, *_: Any) -> None:
-        """Ask the loop to finish its checkpoint and leave the group."""
+        """Ask the loop to finish its checkpoint and leave the group.
+
+        As a signal handler (SIGTERM, first Ctrl-C) it stops gracefully; a second
+        Ctrl-C interrupts at once (nothing is lost: the sink has the offsets).
+        """
         self._stopping = True
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
     @property
     def assignment(self) -> list[TP]:
@@ -138,8 +144,10 @@ class ConsumerRuntime:
         return sorted(self._assigned)
 
     def run(self) -> None:
+        handlers: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self.stop)
+            handlers = {sig: signal.signal(sig, self.stop)
+                        for sig in (signal.SIGTERM, signal.SIGINT)}
         self.consumer = Consumer(self._kafka_config())
         self.consumer.subscribe(self.topics, on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
@@ -177,6 +185,8 @@ class ConsumerRuntime:
                 self.progress.close()
             self.consumer.close()
             self.dlq.close()
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
 
     def _kafka_config(self) -> dict[str, Any]:
         conf = {

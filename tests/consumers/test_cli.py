@@ -78,3 +78,40 @@ def test_the_group_offsets_in_kafka_mirror_the_sink_for_lag_tools(
     assert committed[0].offset == 3
     assert query(duckdb_url, "SELECT next_offset FROM consumer_offsets "
                              f"WHERE topic = '{topic}'") == [(3,)]
+
+
+@pytest.mark.stack
+def test_sigterm_stops_a_live_consumer_after_a_last_checkpoint(
+    stream_config: StreamConfig, duckdb_url: str,
+) -> None:
+    import signal
+    import time
+    import uuid
+
+    from confluent_kafka.admin import AdminClient
+
+    create_topics(stream_config, partitions=1)
+    hooks = PlainKafkaHooks(stream_config)
+    hooks.publish(EventType.SESSION_STARTED,
+                  ev.SessionStartedEvent(session_id="s0", route=ROUTE, env_id="e"))
+    hooks.flush()
+    group = f"sigterm-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infra.cli", "consume", "sessions", "--sink", duckdb_url,
+         "--bootstrap", stream_config.bootstrap, "--registry-url", stream_config.registry_url,
+         "--topic-prefix", stream_config.topic_prefix, "--from-beginning", "--group", group,
+         "--checkpoint-interval", "30"],  # no checkpoint before the signal
+        stderr=subprocess.PIPE, text=True)
+    admin = AdminClient(stream_config.kafka_config())
+    deadline = time.monotonic() + 60
+    while True:  # until the process holds its partitions
+        desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        if any(m.assignment.topic_partitions for m in desc.members):
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    time.sleep(3)  # time to fetch and read the record
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert query(duckdb_url, "SELECT session_id FROM sessions") == [("s0",)]
