@@ -111,6 +111,9 @@ class ConsumerRuntime:
         }
         self._needs_decode = {t: any(b.needs_decode for b in bs)
                               for t, bs in self._builders_of.items()}
+        # header-only builders (delivery checks) are the ones that read headers
+        self._reads_headers = {t: any(not b.needs_decode for b in bs)
+                               for t, bs in self._builders_of.items()}
         self.dlq = DeadLetterQueue(config, options.dlq_topic or f"{prefix}.dlq")
         # per builder, per partition: the next offset the sink has applied (as stored)
         self._stored: dict[str, dict[TP, int]] = {b.name: {} for b in builders}
@@ -323,7 +326,8 @@ class ConsumerRuntime:
         if expected is not None and offset < expected:
             return  # already buffered or applied
         raw_headers = _headers(message)
-        headers = {k: v for k, v in raw_headers if v is not None}
+        headers = ({k: v for k, v in raw_headers if v is not None}
+                   if self._reads_headers[topic] else {})
         value = message.value()
         event = None
         if self._needs_decode[topic]:
