@@ -321,7 +321,8 @@ class _Gen:
         inner += [f"if {n} == 0:", "    break", f"if {n} < 0:", f"    {n} = -{n}",
                   "    _, p = read_long(b, p)"]
         if items == "double":
-            inner += [f"{v} += (_DP.get({n}) or doubles({n}))(b, p)", f"p += 8 * {n}"]
+            inner += [f"if p + 8 * {n} > L: _bad('truncated doubles')",
+                      f"{v} += (_DP.get({n}) or doubles({n}))(b, p)", f"p += 8 * {n}"]
         elif items == "boolean":
             c = self.var("c")
             inner += [f"{c} = b[p:p + {n}]",

@@ -151,3 +151,19 @@ def test_registering_protobuf_on_an_avro_subject_is_a_format_error(registry, str
     SchemaRegistrar(registry, "avro", stream_config.topic_prefix).schema_id(EventType.LOG)
     with pytest.raises(SubjectFormatError, match="holds AVRO schemas"):
         SchemaRegistrar(registry, "protobuf", stream_config.topic_prefix).schema_id(EventType.LOG)
+
+
+def test_a_huge_array_count_is_corrupt_without_allocating_it():
+    import struct
+
+    from schemas.avro_reader import AvroReader
+    from schemas.avro_writer import _varlong
+    from schemas.bench import step_event
+    from schemas.serde import EventEncoder
+
+    good = EventEncoder().encode(step_event(1))  # rewards = [1.0]
+    one_double = b"\x02" + struct.pack("<d", 1.0)  # count 1, then the reward
+    assert good.count(one_double) == 1
+    forged = good.replace(one_double, _varlong(2**40) + struct.pack("<d", 1.0))
+    with pytest.raises(CorruptPayloadError, match="truncated"):
+        AvroReader(EventType.STEP_COMPLETED)(forged)
