@@ -11,6 +11,7 @@ the same dataclasses, by the schema id in its header.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,9 @@ from schemas.topics import EVENT_TYPES, EventType
 from schemas.wire import FORMATS, Format, frame, schema_id_of
 
 Encode = Callable[[Any], bytes]
+
+UNKNOWN_ID_TTL = 30.0
+"""Seconds an id the registry did not know is refused without asking it again."""
 
 
 def _proto_encoders() -> dict[type, Encode]:
@@ -105,6 +109,7 @@ class EventDecoder:
         self.client = registry_client
         self.reader_format: Format = reader_format
         self._readers: dict[int, _Reader] = {}
+        self._unknown: dict[int, tuple[float, UnknownSchemaIdError]] = {}
         self._lock = threading.Lock()
 
     def decode(self, value: bytes) -> RuntimeEvent:
@@ -128,7 +133,14 @@ class EventDecoder:
         with self._lock:
             reader = self._readers.get(sid)
             if reader is None:
-                reader = self._readers[sid] = self._load(sid)
+                refused = self._unknown.get(sid)
+                if refused is not None and time.monotonic() - refused[0] < UNKNOWN_ID_TTL:
+                    raise refused[1]  # a flood of garbage must not become a flood of lookups
+                try:
+                    reader = self._readers[sid] = self._load(sid)
+                except UnknownSchemaIdError as exc:
+                    self._unknown[sid] = (time.monotonic(), exc)
+                    raise
         return reader
 
     def _load(self, sid: int) -> _Reader:

@@ -167,3 +167,13 @@ def test_a_huge_array_count_is_corrupt_without_allocating_it():
     forged = good.replace(one_double, _varlong(2**40) + struct.pack("<d", 1.0))
     with pytest.raises(CorruptPayloadError, match="truncated"):
         AvroReader(EventType.STEP_COMPLETED)(forged)
+
+
+@pytest.mark.stack
+def test_an_unknown_id_is_remembered_so_garbage_does_not_hammer_the_registry(registry):
+    decoder = EventDecoder(registry)
+    with pytest.raises(UnknownSchemaIdError):
+        decoder.decode(frame(2_000_000_001, b"\x00"))
+    decoder.client = SchemaRegistryClient({"url": "http://127.0.0.1:9"})  # would be unavailable
+    with pytest.raises(UnknownSchemaIdError):
+        decoder.decode(frame(2_000_000_001, b"\x00"))
