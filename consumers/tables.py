@@ -65,12 +65,15 @@ class Table:
     doc: str = ""
     column_by_name: dict[str, Column] = field(init=False, repr=False, compare=False)
 
+    has_derived: bool = field(init=False, repr=False, compare=False)
+    column_names: list[str] = field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "column_by_name", {c.name: c for c in self.columns})
+        object.__setattr__(self, "column_names", [c.name for c in self.columns])
+        object.__setattr__(self, "has_derived",
+                           any(c.merge is Merge.DERIVED for c in self.columns))
 
-    @property
-    def column_names(self) -> list[str]:
-        return [c.name for c in self.columns]
 
     def key_of(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(row[k] for k in self.primary_key)
@@ -142,6 +145,8 @@ def merge_rows(table: Table, old: Mapping[str, Any], new: Mapping[str, Any]) -> 
 
 def finish_row(table: Table, row: dict[str, Any]) -> dict[str, Any]:
     """Fill the derived columns of a (merged) row."""
+    if not table.has_derived:
+        return row
     for c in table.columns:
         if c.merge is Merge.DERIVED and c.derive is not None:
             row[c.name] = c.derive(row)

@@ -45,7 +45,8 @@ class Reduced:
     rows: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = field(default_factory=dict)
 
     def add(self, table: Table, row: dict[str, Any]) -> None:
-        full = {c: row.get(c) for c in table.column_names}
+        full = dict.fromkeys(table.column_names)
+        full.update(row)
         by_key = self.rows.setdefault(table.name, {})
         key = table.key_of(full)
         old = by_key.get(key)
