@@ -195,12 +195,30 @@ def _meta_map_encoder(schema: dict[str, Any]) -> Callable[[dict[str, Any]], byte
 
 # ---------------------------------------------------------------- SpaceSpec
 
+_PINNED_SPECS: dict[int, Message] = {}  # id -> the spec itself (the reference keeps the id valid)
+
+
+def pin_space_spec(spec: Message) -> Message:
+    """Promise that `spec` is never mutated again: its Avro bytes are then cached by identity.
+
+    Unpinned specs are cached by their serialized bytes, which costs a
+    `SerializeToString` per event; a pinned one costs a dict lookup. Mutating a
+    pinned spec would publish its old encoding: pin only specs you own (e.g.
+    `producer.leaves.LeafCodec.spec`). Bounded like the other memos; returns `spec`.
+    """
+    if len(_PINNED_SPECS) >= _MEMO_LIMIT:
+        _PINNED_SPECS.clear()
+    _PINNED_SPECS[id(spec)] = spec
+    return spec
+
+
 class _SpaceSpecEncoder:
     """Avro bytes of a protobuf SpaceSpec, walking the Avro schema with the message.
 
     The Avro records mirror the protobuf messages field for field (same names),
     and a protobuf oneof maps to an Avro union whose branch is the set member's
-    message type (or its scalar type). Results are cached per serialized spec.
+    message type (or its scalar type). Results are cached per serialized spec,
+    and per object for a spec pinned with `pin_space_spec`.
     """
 
     _PRIMITIVE_OF_PROTO: ClassVar[dict[int, str]] = {
@@ -212,6 +230,7 @@ class _SpaceSpecEncoder:
         self._collect(schema)
         self._root = schema
         self._cache: dict[bytes, bytes] = {}
+        self._by_id: dict[int, tuple[Message, bytes]] = {}  # pinned specs only
 
     def _collect(self, node: Any) -> None:
         if isinstance(node, list):
@@ -226,6 +245,9 @@ class _SpaceSpecEncoder:
                 self._collect(node["items"])
 
     def __call__(self, spec: Message) -> bytes:
+        pinned = self._by_id.get(id(spec))
+        if pinned is not None and pinned[0] is spec:
+            return pinned[1]
         key = spec.SerializeToString(deterministic=True)
         hit = self._cache.get(key)
         if hit is None:
@@ -235,6 +257,10 @@ class _SpaceSpecEncoder:
             if len(self._cache) >= _MEMO_LIMIT:
                 self._cache.clear()
             self._cache[key] = hit
+        if _PINNED_SPECS.get(id(spec)) is spec:
+            if len(self._by_id) >= _MEMO_LIMIT:
+                self._by_id.clear()
+            self._by_id[id(spec)] = (spec, hit)
         return hit
 
     def _resolve(self, node: Any) -> Any:
