@@ -78,6 +78,8 @@ class ProducerRun:
     seconds: float | None = None  # how long the rollout (all callbacks) took
     error: BaseException | None = None
     thread: threading.Thread | None = None
+    # When set, the rollout waits for it after the hook is built (a fault goes in between).
+    gate: threading.Event | None = None
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._run, name=f"producer-{self.seed}",
@@ -88,6 +90,8 @@ class ProducerRun:
         try:
             self.hooks = KafkaRuntimeHooks(config=self.config, install_exit_handlers=False,
                                            startup_wait_s=0, **self.settings)
+            if self.gate is not None:
+                self.gate.wait(120)
             started = time.monotonic()
             self.manifest = simulate_fleet(self.hooks, sessions=self.sessions, episodes=3,
                                            seed=self.seed, rate=self.rate, failure_rate=0.0)
