@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from infra.artifacts import APICURIO_VERSION, KAFKA_VERSION
+from infra.artifacts import APICURIO_VERSION
 from infra.registry import CCOMPAT_PATH
 
-KAFKA_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
+# testcontainers' KafkaContainer drives the Confluent image's start scripts, so the
+# fixture uses Confluent Platform 8.1 (Apache Kafka 4.1) rather than apache/kafka, which
+# docker-compose.yml uses.
+KAFKA_IMAGE = "confluentinc/cp-kafka:8.1.0"
 REGISTRY_IMAGE = f"apicurio/apicurio-registry:{APICURIO_VERSION}"
 
 
