@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from producer_helpers import ThrowawayKafka
 
+from infra.topics import ensure_topics
 from producer.hooks import KafkaRuntimeHooks
 from schemas.config import StreamConfig
 
@@ -47,6 +48,13 @@ def throwaway_kafka(_throwaway: ThrowawayKafka) -> ThrowawayKafka:
 @pytest.fixture
 def throwaway_config(stack: Any, throwaway_kafka: ThrowawayKafka,
                      topic_prefix: str) -> StreamConfig:
-    """The throwaway broker with the shared registry (schemas under this test's prefix)."""
-    return StreamConfig.from_env(env={}, bootstrap=throwaway_kafka.bootstrap,
-                                 registry_url=stack.registry_url, topic_prefix=topic_prefix)
+    """The throwaway broker with the shared registry (schemas under this test's prefix).
+
+    The event topics exist before a test stops the broker, as in a deployment where
+    `rlmesh-stream topics create` ran first: a topic auto-created at the instant the
+    broker comes back can refuse the first produce requests (UNKNOWN_TOPIC_OR_PART).
+    """
+    config = StreamConfig.from_env(env={}, bootstrap=throwaway_kafka.bootstrap,
+                                   registry_url=stack.registry_url, topic_prefix=topic_prefix)
+    ensure_topics(config, partitions=3)
+    return config

@@ -80,7 +80,8 @@ def test_broker_stopped_30s_mid_run_every_accepted_event_arrives_exactly_once(
     assert stats.accepted == emitter.sent
     assert sorted(sequences) == list(range(stats.accepted))  # no gap, no duplicate
     assert stats.delivered == stats.accepted and stats.failed == {} and stats.dropped == 0
-    assert emitter.slowest < 0.5  # the outage never stalled the rollout
+    # The outage (30 s) never stalled the rollout; the bound leaves room for a loaded CI box.
+    assert emitter.slowest < 2.0
 
 
 @pytest.mark.slow
@@ -181,7 +182,9 @@ def test_a_full_queue_with_the_drop_policy_counts_drops_exactly_and_never_blocks
     landed = read_back(throwaway_config.bootstrap, throwaway_config.registry_url,
                        throwaway_config.topic_prefix, expected=100, timeout=20, decode=False)
 
-    assert slowest < 0.020 + 0.025  # the configured wait, plus scheduling slack
+    # The configured wait (20 ms), plus slack for scheduling on a loaded 2-core machine;
+    # without the bound a full queue would block each call until librdkafka had room.
+    assert slowest < 0.020 + 0.250
     assert during.dropped == 900
     assert (after.accepted, after.delivered, after.dropped, after.failed) == (1000, 100, 900, {})
     assert sorted(r.sequence for r in landed) == list(range(100))
