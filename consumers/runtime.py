@@ -414,6 +414,7 @@ class ConsumerRuntime:
             for table in b.tables:
                 batch.rows[table] = reduced.sorted_rows(table)
             batch.after_sql.extend(b.after_sql)
+            batch.locks.extend(b.lock_keys(reduced))
             for key, nxt in sorted(progress.items()):
                 if b not in self._builders_of[key[0]]:
                     continue

@@ -37,6 +37,10 @@ class Builder:
     def rows(self, record: Record) -> Iterator[PartialRow]:
         raise NotImplementedError
 
+    def lock_keys(self, reduced: Reduced) -> list[str]:
+        """Keys to lock while a batch is applied (see `SinkBatch.locks`); none by default."""
+        return []
+
 
 @dataclass
 class Reduced:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import ClassVar
 
-from consumers.builders.base import Builder, PartialRow
+from consumers.builders.base import Builder, PartialRow, Reduced
 from consumers.records import Record, meta_json, route_columns
 from consumers.tables import EPISODE_SESSION_ENDS, EPISODES, STEPS, Table
 from schemas import events as ev
@@ -36,6 +36,14 @@ class EpisodesBuilder(Builder):
     })
     tables: ClassVar[tuple[Table, ...]] = (EPISODES, EPISODE_SESSION_ENDS)
     after_sql = (ABANDON_SQL,)
+
+    def lock_keys(self, reduced: Reduced) -> list[str]:
+        """The batch's sessions: the abandon rule reads a session's episodes and its end,
+        which two processes may write at once (cooperative-sticky assignment does not keep
+        a session's partitions of different topics in one process)."""
+        sessions = {key[0] for table in (EPISODES, EPISODE_SESSION_ENDS)
+                    for key in reduced.rows.get(table.name, {})}
+        return [f"episodes:{sid}" for sid in sessions]
 
     def rows(self, record: Record) -> Iterator[PartialRow]:
         e = record.event

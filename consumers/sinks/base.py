@@ -55,6 +55,10 @@ class SinkBatch:
     after_sql: list[str] = field(default_factory=list)
     offsets: list[OffsetUpdate] = field(default_factory=list)
     group_id: str = ""
+    # keys whose rows other processes may change concurrently in a way a statement
+    # of this batch reads (episodes of a session vs its end): locked for the
+    # transaction, in sorted order, so such transactions run one after the other
+    locks: list[str] = field(default_factory=list)
 
     def add_dead_letter(self, builder: str, topic: str, partition: int, offset: int,
                         error: str) -> None:
@@ -94,6 +98,8 @@ class Sink(abc.ABC):
             now = datetime.now(UTC)
             for u in batch.offsets:  # first: fail fast, and lock offsets before rows
                 self._fence(u, batch.group_id, now)
+            if batch.locks:
+                self._lock_keys(sorted(set(batch.locks)))
             stages = self._stage(batch.rows)
             for table, stage in stages.items():
                 if batch.rows.get(table):
@@ -149,6 +155,10 @@ class Sink(abc.ABC):
 
     @abc.abstractmethod
     def _upsert(self, table: Table, stage: str) -> None: ...
+
+    @abc.abstractmethod
+    def _lock_keys(self, keys: list[str]) -> None:
+        """Hold a transaction-scoped lock on each key, acquired in the given order."""
 
     @abc.abstractmethod
     def _lock_for_migration(self) -> None:

@@ -59,6 +59,9 @@ class DuckDBSink(Sink):
                 self.con.unregister(name)
             self._registered = []
 
+    def _lock_keys(self, keys: list[str]) -> None:
+        """Nothing to do: one writing process, and its transactions run one at a time."""
+
     def _lock_for_migration(self) -> None:
         """Nothing to do: a DuckDB file has one writing process."""
 

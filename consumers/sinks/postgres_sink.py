@@ -53,6 +53,12 @@ class PostgresSink(Sink):
     def _execute_returning(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         return self.query(sql, params)
 
+    def _lock_keys(self, keys: list[str]) -> None:
+        # one round trip; the sorted subquery fixes the acquisition order (no deadlocks)
+        self.conn.execute(
+            "SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT hashtextextended(key, 0) "
+            "AS k FROM unnest(%s::text[]) AS key ORDER BY k) AS keys", (keys,))
+
     def _lock_for_migration(self) -> None:
         self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
 
