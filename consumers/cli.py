@@ -16,12 +16,10 @@ import click
 from consumers.builders import BUILDER_NAMES, make_builders
 from consumers.progress import Progress
 from consumers.runtime import ConsumerRuntime, RuntimeOptions
-from consumers.sinks import open_sink
+from consumers.sinks import DEFAULT_SINK, open_sink
 from schemas.access import AccessDeniedError
 from schemas.cli_options import stream_options
 from schemas.config import StreamConfig
-
-DEFAULT_SINK = "duckdb:///rlmesh.duckdb"
 
 
 @click.group()

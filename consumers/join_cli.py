@@ -20,8 +20,8 @@ from consumers.join import (
     run_join,
     write_table,
 )
-from consumers.report_cli import DEFAULT_SINK
 from consumers.reports import FORMATS, Column, Report, StoreError, render
+from consumers.sinks import DEFAULT_SINK
 
 
 @click.command()

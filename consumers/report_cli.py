@@ -26,9 +26,7 @@ from consumers.reports import (
     telemetry_report,
 )
 from consumers.reports.store import Store
-
-DEFAULT_SINK = "duckdb:///rlmesh.duckdb"
-"""The store `rlmesh-stream consume` writes by default (`consumers.cli.DEFAULT_SINK`)."""
+from consumers.sinks import DEFAULT_SINK
 
 GATE_EXIT_CODE = 3
 """Exit status of `report advisories --fail-on` when the gate trips.

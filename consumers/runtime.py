@@ -233,7 +233,7 @@ class ConsumerRuntime:
             assign.append(TopicPartition(tp.topic, tp.partition, start))
             self._assigned.add(key)
             if self.options.until_end:
-                self._ends[key] = consumer.get_watermark_offsets(tp, timeout=10)[1]
+                self._ends[key] = _watermarks(consumer, tp)[1]
             self._set_next(key, start)
         consumer.incremental_assign(assign)
         known = [tp for tp in assign if tp.offset >= 0]
@@ -249,7 +249,7 @@ class ConsumerRuntime:
         if start >= 0:
             self._next[key] = start
         elif self.options.until_end and self.consumer is not None:
-            low, high = self.consumer.get_watermark_offsets(TopicPartition(*key), timeout=10)
+            low, high = _watermarks(self.consumer, TopicPartition(*key))
             self._next[key] = low if start == OFFSET_BEGINNING else high
         else:
             self._next.pop(key, None)
@@ -463,6 +463,37 @@ class ConsumerRuntime:
                 return None
             total += max(0, high - self._next.get(key, high))
         return total
+
+
+_RETRIABLE_METADATA = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+}
+
+
+def _watermarks(
+    consumer: Consumer, tp: TopicPartition, deadline_s: float = 60.0
+) -> tuple[int, int]:
+    """A partition's (low, high) offsets, retried while leadership settles.
+
+    Right after a topic is created, or while a leader moves, the broker answers
+    NOT_LEADER / LEADER_NOT_AVAILABLE for a moment; that is a wait, not a failure.
+    """
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            return int(low), int(high)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            code = err.code() if isinstance(err, KafkaError) else None
+            if code not in _RETRIABLE_METADATA or time.monotonic() > deadline:
+                raise
+            log.info("waiting for %s[%d]'s leader: %s", tp.topic, tp.partition, err)
+            time.sleep(0.5)
 
 
 def _transient(exc: Exception) -> bool:

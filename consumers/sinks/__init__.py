@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from consumers.sinks.base import OffsetConflict, OffsetUpdate, Sink, SinkBatch
+
+DEFAULT_SINK = f"duckdb://{Path.cwd() / 'rlmesh.duckdb'}"
+"""The store every command uses unless told otherwise: `rlmesh.duckdb` in the working
+directory (spelled out absolute, since `duckdb:///x` names the absolute path `/x`)."""
 
 
 def open_sink(url: str) -> Sink:
@@ -23,4 +29,4 @@ def open_sink(url: str) -> Sink:
     return sink
 
 
-__all__ = ["OffsetConflict", "OffsetUpdate", "Sink", "SinkBatch", "open_sink"]
+__all__ = ["DEFAULT_SINK", "OffsetConflict", "OffsetUpdate", "Sink", "SinkBatch", "open_sink"]

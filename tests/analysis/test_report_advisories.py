@@ -176,11 +176,10 @@ def test_a_missing_store_is_a_clear_error(tmp_path: Path) -> None:
     assert "no DuckDB store at" in result.stderr
 
 
-def test_reports_read_the_store_consume_writes_by_default() -> None:
-    from consumers.cli import DEFAULT_SINK as CONSUME_DEFAULT
-    from consumers.report_cli import DEFAULT_SINK as REPORT_DEFAULT
+def test_the_default_store_is_rlmesh_duckdb_in_the_working_directory() -> None:
+    from consumers.sinks import DEFAULT_SINK
 
-    assert REPORT_DEFAULT == CONSUME_DEFAULT
+    assert f"duckdb://{Path.cwd() / 'rlmesh.duckdb'}" == DEFAULT_SINK
 
 
 def test_model_filter_narrows_the_report_and_the_gate(fleet: str) -> None:
