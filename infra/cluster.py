@@ -315,3 +315,35 @@ class LocalCluster:
             time.sleep(0.5)
         raise StartupError(f"{what} (pid {pid}) did not become ready within {timeout:.0f} s; "
                            f"see {log_file}.")
+
+
+# -- the CLI's entry points (`rlmesh-stream infra up --brokers 3`, `infra down`) ---------------
+
+DEFAULT_KAFKA_PORT = 9092
+DEFAULT_REGISTRY_PORT = 8081
+
+
+def cluster_home(stack_home: Path) -> Path:
+    """A cluster lives beside the single-node stack of the same home, never on top of it."""
+    return stack_home / "cluster"
+
+
+def cli_up(stack_home: Path, brokers: int, kafka_port: int | None, registry_port: int | None,
+           log: Callable[[str], None]) -> LocalCluster:
+    """`infra up --brokers N`: client ports kafka_port .. kafka_port+N-1 (default 9092...)."""
+    home = cluster_home(stack_home)
+    first = kafka_port or DEFAULT_KAFKA_PORT
+    cluster = LocalCluster(home, brokers=brokers,
+                           kafka_ports=[first + i for i in range(brokers)],
+                           registry_port=registry_port or DEFAULT_REGISTRY_PORT)
+    cluster.up(log)
+    return cluster
+
+
+def cli_down(stack_home: Path, log: Callable[[str], None]) -> list[str]:
+    """Stop the cluster of this home, if one was ever started."""
+    home = cluster_home(stack_home)
+    if not (home / "cluster.json").exists():
+        return []
+    state = json.loads((home / "cluster.json").read_text())
+    return LocalCluster(home, brokers=len(state.get("nodes") or []) or 3).down(log)

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from infra.errors import StackError
-from infra.stack import HOME_ENV, LocalStack, StackInfo
+from infra.stack import HOME_ENV, LocalStack, StackInfo, default_home
 
 
 def _stack_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -64,10 +64,21 @@ def infra() -> None:
 @click.option("--controller-port", type=int, help="KRaft controller port. [default: free port]")
 @click.option("--management-port", type=int,
               help="Registry management (health) port. [default: free port]")
+@click.option("--brokers", type=click.IntRange(min=1), default=1, show_default=True,
+              envvar="RLMESH_STREAM_BROKERS", show_envvar=True,
+              help="1: one combined node. 3 or more: a KRaft cluster (quorum of 3, topics "
+                   "at replication factor 3, min.insync.replicas 2) on --kafka-port and up.")
 @_stack_errors
 def up(home: Path | None, kafka_port: int | None, registry_port: int | None,
-       controller_port: int | None, management_port: int | None) -> None:
+       controller_port: int | None, management_port: int | None, brokers: int) -> None:
     """Start Kafka and the registry (what is not already running) and wait until ready."""
+    if brokers > 1:  # the multi-broker cluster lives in infra/cluster.py
+        from infra.cluster import cli_up
+
+        cluster = cli_up(home or default_home(), brokers, kafka_port, registry_port, _echo_err)
+        click.echo(f"bootstrap:    {cluster.bootstrap}")
+        click.echo(f"registry_url: {cluster.registry_url}")
+        return
     stack = LocalStack(home, kafka_port=kafka_port, registry_port=registry_port,
                        controller_port=controller_port, management_port=management_port)
     started = time.monotonic()
@@ -81,7 +92,9 @@ def up(home: Path | None, kafka_port: int | None, registry_port: int | None,
 @_stack_errors
 def down(home: Path | None) -> None:
     """Stop the servers `up` started from this home (and nothing else)."""
-    stopped = LocalStack(home).down(log=_echo_err)
+    from infra.cluster import cli_down
+
+    stopped = LocalStack(home).down(log=_echo_err) + cli_down(home or default_home(), _echo_err)
     click.echo(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
 
 

@@ -13,14 +13,16 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from fault_harness import FaultTable
 
-from infra.cluster import LocalCluster
+from infra.cluster import LocalCluster, cluster_home
 
 RESULTS = Path(__file__).parents[2] / "docs" / "fault-results.md"
 
@@ -32,15 +34,39 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.faults)
 
 
+@dataclass(frozen=True)
+class ClusterUp:
+    """What `rlmesh-stream infra up --brokers 3` printed, and its exit status."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """Three combined KRaft nodes (quorum of three, three brokers) and Apicurio."""
-    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), brokers=3)
+def cluster_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterUp, Path]]:
+    """The cluster, started the way a person does: `rlmesh-stream infra up --brokers 3`."""
+    home = tmp_path_factory.mktemp("stack")
+    first = _free_consecutive_ports(3)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLMESH_STREAM_")}
+    cli = [sys.executable, "-m", "infra.cli", "infra"]
     try:
-        cluster.up()
-        yield cluster
+        done = subprocess.run([*cli, "up", "--brokers", "3", "--home", str(home),
+                               "--kafka-port", str(first), "--registry-port", str(_free_port())],
+                              env=env, capture_output=True, text=True, timeout=600, check=False)
+        yield ClusterUp(done.returncode, done.stdout, done.stderr), home
     finally:
-        cluster.down()
+        subprocess.run([*cli, "down", "--home", str(home)], env=env, capture_output=True,
+                       timeout=300, check=False)
+        LocalCluster(cluster_home(home), brokers=3).down()  # whatever `down` left running
+
+
+@pytest.fixture(scope="session")
+def cluster(cluster_up: tuple[ClusterUp, Path]) -> LocalCluster:
+    """Three combined KRaft nodes (quorum of three, three brokers) and Apicurio."""
+    up, home = cluster_up
+    assert up.returncode == 0, up.stderr[-3000:]
+    return LocalCluster(cluster_home(home), brokers=3)
 
 
 @pytest.fixture(scope="session")
@@ -55,6 +81,22 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _free_consecutive_ports(count: int) -> int:
+    """The first of `count` consecutive free loopback ports (`--kafka-port` and up)."""
+    for _ in range(200):
+        first = _free_port()
+        if first + count > 65535:
+            continue
+        try:
+            for port in range(first, first + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return first
+    raise RuntimeError("no run of free consecutive ports on 127.0.0.1")
 
 
 def _as_postgres(cmd: list[str]) -> list[str]:

@@ -15,6 +15,7 @@ import logging
 import subprocess
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from fault_harness import (
 )
 
 from infra.cluster import LocalCluster
+from schemas.config import StreamConfig
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -64,62 +66,112 @@ def made_read_only(path: Path) -> Iterator[None]:
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
-def run_with_spool_fault(
-    cluster: LocalCluster, postgres_dsn: str, tmp_path: Path, spool: Path,
-    fault: contextlib.AbstractContextManager[None] | None,
-) -> tuple[ProducerRun, str]:
-    config = scenario_config(cluster.bootstrap, cluster.registry_url)
-    sink = fresh_database(postgres_dsn)
-    group = f"rlmesh-stream.{config.topic_prefix.split('.')[0]}"
-    consumer = ConsumerProcess(config, sink, group, tmp_path, "spool")
-    cluster.stop_registry()
+@dataclass
+class SpoolCase:
+    """One producer whose spool has a fault, with its own topics, sink and consumer."""
+
+    name: str
+    spool: Path
+    config: StreamConfig
+    sink: str
+    group: str
+    run: ProducerRun
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture(scope="module")
+def spool_errors() -> Iterator[list[str]]:
+    """The ERROR lines logged while the spool scenarios run."""
+    handler = _Lines()
+    logging.getLogger().addHandler(handler)
     try:
-        run = ProducerRun(config, seed=30, sessions=20, rate=0.0,
-                          settings={"overflow": "spool", "spool_dir": spool},
-                          gate=threading.Event())
-        run.start()
-        wait_until("the hook to be built", lambda: run.hooks is not None or run.error is not None,
-                   30, 0.1)
-        with fault or contextlib.nullcontext():
-            assert run.gate is not None
-            run.gate.set()  # the rollout starts with the fault in place
-            wait_until("the rollout to end", lambda: run.seconds is not None,
-                       ROLLOUT_LIMIT_S, 0.2)
-            assert run.hooks is not None and run.hooks.stats().delivered == 0
+        yield handler.lines
     finally:
-        cluster.start_registry()
-    run.join(240)
-    wait_caught_up(config, group)
-    assert consumer.stop() == 0
-    return run, sink
+        logging.getLogger().removeHandler(handler)
+
+
+@pytest.fixture(scope="module")
+def spool_cases(spool_errors: list[str],
+    cluster: LocalCluster, postgres_dsn: str, tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, SpoolCase]]:
+    """Both spool faults under one registry outage (one registry restart, not two)."""
+    root = tmp_path_factory.mktemp("spool-faults")
+    with contextlib.ExitStack() as stack:
+        full = stack.enter_context(tiny_tmpfs(root / "full"))
+        read_only = root / "read-only"
+        read_only.mkdir()
+        cases: dict[str, SpoolCase] = {}
+        for name, spool in (("full", full), ("read-only", read_only)):
+            config = scenario_config(cluster.bootstrap, cluster.registry_url)
+            cases[name] = SpoolCase(
+                name, spool, config, fresh_database(postgres_dsn),
+                f"rlmesh-stream.{config.topic_prefix.split('.')[0]}",
+                ProducerRun(config, seed=30, sessions=20, rate=0.0,
+                            settings={"overflow": "spool", "spool_dir": spool},
+                            gate=threading.Event()))
+        consumers = [ConsumerProcess(c.config, c.sink, c.group, root, c.name)
+                     for c in cases.values()]
+        cluster.stop_registry()
+        try:
+            for case in cases.values():
+                case.run.start()
+            for case in cases.values():
+                wait_until("the hook to be built",
+                           lambda c=case: c.run.hooks is not None or c.run.error is not None,
+                           30, 0.1)
+            stack.enter_context(made_read_only(read_only))
+            for case in cases.values():
+                assert case.run.gate is not None
+                case.run.gate.set()  # the rollouts start with the faults in place
+            for case in cases.values():
+                wait_until(f"the {case.name} rollout to end",
+                           lambda c=case: c.run.seconds is not None, ROLLOUT_LIMIT_S, 0.2)
+                assert case.run.hooks is not None and case.run.hooks.stats().delivered == 0
+        finally:
+            cluster.start_registry()
+        for case in cases.values():
+            case.run.join(240)
+            wait_caught_up(case.config, case.group)
+        for consumer in consumers:
+            assert consumer.stop() == 0
+        yield cases
 
 
 def test_a_full_spool_counts_what_it_cannot_hold_and_delivers_the_rest(
-    cluster: LocalCluster, postgres_dsn: str, fault_table: FaultTable, tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
+    spool_cases: dict[str, SpoolCase], fault_table: FaultTable,
 ) -> None:
-    with caplog.at_level(logging.ERROR), tiny_tmpfs(tmp_path / "spool") as spool:
-        run, sink = run_with_spool_fault(cluster, postgres_dsn, tmp_path, spool, None)
+    case = spool_cases["full"]
     v = verdict(f"spool directory full ({SPOOL_BYTES // 1024} KiB tmpfs) while the registry "
-                "is down", sink, [run])
+                "is down", case.sink, [case.run])
     fault_table.add(v)
-    assert run.stats is not None
-    assert run.stats.failed_total > 0 and run.stats.delivered > 0
-    assert "No space left on device" in caplog.text
+    assert case.run.stats is not None
+    assert case.run.stats.failed == {"spool:OSError": v.counted_drops}
+    assert 0 < v.counted_drops < v.accepted
     assert (v.lost, v.duplicates) == (0, 0)
 
 
 def test_a_read_only_spool_counts_every_event_it_cannot_hold(
-    cluster: LocalCluster, postgres_dsn: str, fault_table: FaultTable, tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
+    spool_cases: dict[str, SpoolCase], fault_table: FaultTable,
 ) -> None:
-    spool = tmp_path / "spool"
-    spool.mkdir()
-    with caplog.at_level(logging.ERROR):
-        run, sink = run_with_spool_fault(cluster, postgres_dsn, tmp_path, spool,
-                                         made_read_only(spool))
-    v = verdict("spool directory read-only while the registry is down", sink, [run])
+    case = spool_cases["read-only"]
+    v = verdict("spool directory read-only while the registry is down", case.sink, [case.run])
     fault_table.add(v)
-    assert run.stats is not None and run.stats.failed_total > 0
-    assert "Read-only file system" in caplog.text
+    assert case.run.stats is not None
+    assert case.run.stats.failed == {"spool:OSError": v.accepted}
     assert (v.lost, v.duplicates) == (0, 0)
+
+
+def test_spool_errors_are_logged_with_the_os_error(
+    spool_cases: dict[str, SpoolCase], spool_errors: list[str],
+) -> None:
+    text = "\n".join(spool_errors)
+    assert "No space left on device" in text
+    assert "Read-only file system" in text
