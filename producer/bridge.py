@@ -39,6 +39,9 @@ from schemas.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
 log = logging.getLogger(__name__)
 
 _UNIT_KIND = {"ms": Kind.DURATION, "bytes": Kind.BYTES, "count": Kind.COUNT}
+_ObservationEmitted = ev.ObservationEmittedEvent
+_ActionReceived = ev.ActionReceivedEvent
+_StepCompleted = ev.StepCompletedEvent
 
 
 class RuntimeHooksLike(Protocol):
@@ -187,38 +190,45 @@ class RlmeshBridge(rlmesh.RunHooks):
             started_from_auto_reset=False, seed=seed, trial_index=self._trial_base + episode))
 
     def on_step(self, event: Any) -> None:
-        state = self._require_state()
-        ep = state.episodes.get(event.episode)
+        # Runs once per rollout step, inline: locals over repeated attribute lookups.
+        state = self._state
+        if state is None:
+            state = self._require_state()
+        index = event.episode
+        ep = state.episodes.get(index)
         if ep is None:  # a step of an episode we never saw start: attribute it anyway
-            self.on_episode_start(episode=event.episode, seed=event.seed)
-            ep = state.episodes[event.episode]
-        if state.obs_codec is None:
-            state.obs_codec = LeafCodec(infer_space(event.observation))
-        if state.act_codec is None:
-            state.act_codec = LeafCodec(infer_space(event.action))
-        sid, route = state.session_id, self.route
-        ids, records = [ep.episode_id], [ep.record_id]
-        observation = state.obs_codec.encode(event.observation)
+            self.on_episode_start(episode=index, seed=event.seed)
+            ep = state.episodes[index]
+        obs_codec, act_codec = state.obs_codec, state.act_codec
+        if obs_codec is None:
+            obs_codec = state.obs_codec = LeafCodec(infer_space(event.observation))
+        if act_codec is None:
+            act_codec = state.act_codec = LeafCodec(infer_space(event.action))
+        hooks, sid, route = self.hooks, state.session_id, self.route
+        episode_id, record_id, slot, step = ep.episode_id, ep.record_id, ep.slot, event.step
+        observation = obs_codec.encode(event.observation)
         # The pre-step observation: the reset one on step 0, else the previous step's result.
-        self.hooks.observation_emitted(ev.ObservationEmittedEvent(
-            session_id=sid, route=route, episode_id=ep.episode_id, episode_record_id=ep.record_id,
-            episode_ids=ids, episode_record_ids=records,
-            step=event.step if event.step == 0 else event.step - 1, env_index=ep.slot,
-            is_reset=event.step == 0, num_envs=1, observation_space=state.obs_codec.spec,
+        hooks.observation_emitted(_ObservationEmitted(
+            session_id=sid, route=route, episode_id=episode_id, episode_record_id=record_id,
+            episode_ids=[episode_id], episode_record_ids=[record_id],
+            step=step if step == 0 else step - 1, env_index=slot,
+            is_reset=step == 0, num_envs=1, observation_space=obs_codec.spec,
             observation=observation, raw_observation=observation,
             infos=None))
-        action = state.act_codec.encode(event.action)
-        self.hooks.action_received(ev.ActionReceivedEvent(
-            session_id=sid, route=route, episode_id=ep.episode_id, episode_record_id=ep.record_id,
-            episode_ids=ids, episode_record_ids=records, step=event.step, env_index=ep.slot,
-            action_space=state.act_codec.spec, action=action, raw_action=action))
-        self.hooks.step_completed(ev.StepCompletedEvent(
-            session_id=sid, route=route, episode_id=ep.episode_id, episode_record_id=ep.record_id,
-            step=event.step, env_index=ep.slot, rewards=[float(event.reward)],
-            infos=to_meta(event.info), terminated=[bool(event.terminated)],
-            truncated=[bool(event.truncated)], autoreset_roll=[False],
-            predict_ms=float(event.predict_ms), step_ms=float(event.step_ms)))
-        ep.last_info = event.info
+        action = act_codec.encode(event.action)
+        hooks.action_received(_ActionReceived(
+            session_id=sid, route=route, episode_id=episode_id, episode_record_id=record_id,
+            episode_ids=[episode_id], episode_record_ids=[record_id], step=step,
+            env_index=slot, action_space=act_codec.spec, action=action, raw_action=action))
+        info = event.info
+        hooks.step_completed(_StepCompleted(
+            session_id=sid, route=route, episode_id=episode_id, episode_record_id=record_id,
+            step=step, env_index=slot, rewards=[float(event.reward)],
+            infos={} if type(info) is dict and not info else to_meta(info),
+            terminated=[bool(event.terminated)], truncated=[bool(event.truncated)],
+            autoreset_roll=[False], predict_ms=float(event.predict_ms),
+            step_ms=float(event.step_ms)))
+        ep.last_info = info
         ep.steps_seen += 1
         state.total_steps += 1
 

@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,6 +120,8 @@ class Ledger:
         # Sequence numbers, one per accepted event: next() on a count is atomic in CPython, so
         # the hot path takes no lock for it, and the count is also the number accepted.
         self._sequence = itertools.count()
+        # The count's own __next__, bound once: the hot path calls it per event.
+        self.next_sequence: Callable[[], int] = self._sequence.__next__
         self.recovered = 0
         self._delivered = itertools.count()
         self.failed: dict[str, int] = {}
@@ -129,9 +132,6 @@ class Ledger:
         self.leaves_omitted = 0
         self._last_failure_log = 0.0
         self._suppressed = 0
-
-    def next_sequence(self) -> int:
-        return next(self._sequence)
 
     def count_delivered(self, nbytes: int) -> None:
         """One delivery report: lock-free, as it runs once per event on the poller thread.

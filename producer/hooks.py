@@ -38,7 +38,14 @@ from producer.delivery import (
     header_value,
     new_producer_id,
 )
-from producer.encoding import PayloadEncoder, SchemaIds, frame_prefix, make_encoder, make_registrar
+from producer.encoding import (
+    PayloadEncoder,
+    SchemaIds,
+    direct_encoders,
+    frame_prefix,
+    make_encoder,
+    make_registrar,
+)
 from producer.records import Headers, Record
 from producer.spool import Spool
 from schemas import access
@@ -50,6 +57,7 @@ from schemas.topics import EVENT_TYPES, EventType
 log = logging.getLogger(__name__)
 _ACCESS_LOG = access.RateLimitedLog()  # auth errors repeat on every reconnect
 
+_SEQUENCE = h.SEQUENCE
 _POLL_INTERVAL_S = 0.05
 _FULL_RETRY_SLEEP_S = 0.0005
 _REGISTRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
@@ -110,6 +118,7 @@ class KafkaRuntimeHooks:
         self._headers = HeaderFactory(self.producer_id)
         self._ledger = Ledger()
         self._encoder = encoder if encoder is not None else make_encoder(settings.format)
+        direct = direct_encoders(settings.format) if encoder is None else {}
         self._registrar = registrar
         self._prefixes: dict[EventType, bytes] = {}
         prefix = settings.stream.topic_prefix
@@ -118,9 +127,15 @@ class KafkaRuntimeHooks:
         self._leaf_cap = settings.leaves_max_bytes
         self._slots = [
             _Slot(et, self._topics[et], et not in self._disabled, self._headers.base(et),
-                  _LEAF_EVENTS.get(et) if self._leaf_cap is not None else None)
+                  _LEAF_EVENTS.get(et) if self._leaf_cap is not None else None,
+                  self._leaf_cap or 0, direct.get(et))
             for et in EVENT_TYPES
         ]
+        # Bound once: the hot path calls them per event.
+        self._encode = self._encoder.encode
+        self._next_sequence = self._ledger.next_sequence
+        self._report = self._on_delivery
+        self._count_delivered = self._ledger.count_delivered
         self._max_block_s = settings.max_block_ms / 1000.0
         self._on_error = settings.on_error
 
@@ -151,6 +166,7 @@ class KafkaRuntimeHooks:
         # librdkafka's own log lines go to Python logging, not straight to the rollout's stderr.
         conf.setdefault("logger", _LibrdkafkaLog())
         self._producer = Producer(conf)
+        self._produce_now = self._producer.produce
 
         self._poller = threading.Thread(
             target=self._poll_loop, name=f"rlmesh-stream-poll-{self.producer_id[:8]}",
@@ -323,32 +339,79 @@ class KafkaRuntimeHooks:
     # -- the hot path ---------------------------------------------------------------------------
 
     def _publish(self, slot: _Slot, event: Any) -> None:
-        ledger = self._ledger
+        # One function on purpose: it runs up to three times per rollout step, and every call,
+        # attribute or dict lookup saved here is saved per event (see benchmarks/).
         if not slot.enabled:
-            with ledger.lock:
-                ledger.disabled += 1
+            with self._ledger.lock:
+                self._ledger.disabled += 1
             return
         if self._closed:
-            ledger.next_sequence()
-            with ledger.lock:
-                ledger.dropped += 1
+            self._next_sequence()
+            with self._ledger.lock:
+                self._ledger.dropped += 1
             return
-        omitted: int | None = None
+        capped = 0
         try:
-            if slot.leaf_fields is not None:
-                event, omitted = self._cap_leaves(slot.leaf_fields, event)
-            payload = self._encoder.encode(event)
+            leaf_fields = slot.leaf_fields
+            if leaf_fields is not None:
+                size = 0
+                for name in leaf_fields:
+                    leaves = getattr(event, name)
+                    if leaves:
+                        size += sum(map(len, leaves))
+                if size > slot.leaf_cap:
+                    capped = size
+            if not capped:
+                encode = slot.encode
+                if encode is not None and type(event) is slot.event_class:
+                    payload = encode(event)
+                else:
+                    payload = self._encode(event)  # the encoder's own dispatch and type check
         except Exception as exc:
             self._reject(slot.et, event, exc)
             return
-        seq = ledger.next_sequence()
-        if omitted is None:
-            headers: Headers = [*slot.base_headers, (h.SEQUENCE, b"%d" % seq)]
+        if capped:
+            self._publish_capped(slot, event, capped)
+            return
+        seq = self._next_sequence()
+        headers: Headers = [*slot.base_headers, (_SEQUENCE, b"%d" % seq)]
+        key = event.session_id.encode("utf-8")
+        prefix = slot.prefix
+        if prefix is None:
+            self._hold(Record(slot.et, key, payload, False, headers, seq))
+        elif self._backlog_active:
+            self._hold(Record(slot.et, key, prefix + payload, True, headers, seq))
         else:
-            headers = [*slot.base_headers, (h.SEQUENCE, b"%d" % seq),
-                       (h.LEAVES_OMITTED_BYTES, b"%d" % omitted)]
-            with ledger.lock:
-                ledger.leaves_omitted += 1
+            value = prefix + payload
+            try:
+                # Positional (partition -1 = the partitioner's choice, timestamp 0 = now): the
+                # client parses keywords noticeably slower. Delivery reports carry no headers:
+                # the callback keeps them for a failure's account.
+                self._produce_now(slot.topic, value, key, -1,
+                                  functools.partial(self._report, headers), None, 0, headers)
+                if self._shedding:
+                    self._shedding = False
+                return
+            except BufferError:
+                pass
+            except KafkaException as exc:
+                self._fail(slot.et, key, seq, _reason(exc), str(exc))
+                return
+            self._produce_full(slot, key, value, headers, seq)
+
+    def _publish_capped(self, slot: _Slot, event: Any, size: int) -> None:
+        """An oversized payload goes without its leaves, flagged, never cut or split."""
+        try:
+            event = dataclasses.replace(event, **dict.fromkeys(slot.leaf_fields or ()))
+            payload = self._encode(event)
+        except Exception as exc:
+            self._reject(slot.et, event, exc)
+            return
+        seq = self._next_sequence()
+        headers: Headers = [*slot.base_headers, (_SEQUENCE, b"%d" % seq),
+                            (h.LEAVES_OMITTED_BYTES, b"%d" % size)]
+        with self._ledger.lock:
+            self._ledger.leaves_omitted += 1
         key = event.session_id.encode("utf-8")
         prefix = slot.prefix
         if prefix is None:
@@ -360,12 +423,10 @@ class KafkaRuntimeHooks:
 
     def _produce(self, et: EventType, key: bytes, value: bytes, headers: Headers,
                  seq: int) -> None:
-        topic = self._topics[et]
-        producer = self._producer
-        # Delivery reports carry no headers: the callback keeps them for a failure's account.
-        report = functools.partial(self._on_delivery, headers)
+        slot = self._slots[_INDEX[et]]
         try:
-            producer.produce(topic, value, key, headers=headers, on_delivery=report)
+            self._produce_now(slot.topic, value, key, -1,
+                              functools.partial(self._report, headers), None, 0, headers)
             self._shedding = False
             return
         except BufferError:
@@ -373,13 +434,19 @@ class KafkaRuntimeHooks:
         except KafkaException as exc:
             self._fail(et, key, seq, _reason(exc), str(exc))
             return
-        # librdkafka's queue is full: wait (bounded) for room, unless we are already shedding.
+        self._produce_full(slot, key, value, headers, seq)
+
+    def _produce_full(self, slot: _Slot, key: bytes, value: bytes, headers: Headers,
+                      seq: int) -> None:
+        """librdkafka's queue is full: wait (bounded) for room, unless we are already shedding."""
+        et = slot.et
+        report = functools.partial(self._report, headers)
         if not self._shedding or self._spooling:
             deadline = time.monotonic() + self._max_block_s
             while time.monotonic() < deadline:
                 time.sleep(_FULL_RETRY_SLEEP_S)
                 try:
-                    producer.produce(topic, value, key, headers=headers, on_delivery=report)
+                    self._produce_now(slot.topic, value, key, -1, report, None, 0, headers)
                     self._shedding = False
                     return
                 except BufferError:
@@ -393,19 +460,6 @@ class KafkaRuntimeHooks:
         self._shedding = True
         with self._ledger.lock:
             self._ledger.dropped += 1
-
-    def _cap_leaves(self, fields: tuple[str, ...], event: Any) -> tuple[Any, int | None]:
-        """Publish an oversized payload without its leaves, flagged, never cut or split."""
-        size = 0
-        for name in fields:
-            leaves = getattr(event, name)
-            if leaves:
-                for leaf in leaves:
-                    size += len(leaf)
-        assert self._leaf_cap is not None
-        if size <= self._leaf_cap:
-            return event, None
-        return dataclasses.replace(event, **dict.fromkeys(fields)), size
 
     def _hold(self, record: Record) -> None:
         held = self._put_backlog(record)
@@ -457,7 +511,7 @@ class KafkaRuntimeHooks:
 
     def _on_delivery(self, headers: Headers, err: KafkaError | None, msg: Message) -> None:
         if err is None:
-            self._ledger.count_delivered(len(msg))
+            self._count_delivered(len(msg))
             self._kafka_ok = True
             if self._kafka_unreachable_logged:
                 self._kafka_unreachable_logged = False
@@ -613,15 +667,21 @@ class KafkaRuntimeHooks:
 class _Slot:
     """Everything the hot path needs about one event type, looked up once (no enum hashing)."""
 
-    __slots__ = ("base_headers", "enabled", "et", "leaf_fields", "prefix", "topic")
+    __slots__ = ("base_headers", "enabled", "encode", "et", "event_class", "leaf_cap",
+                 "leaf_fields", "prefix", "topic")
 
     def __init__(self, et: EventType, topic: str, enabled: bool, base_headers: Headers,
-                 leaf_fields: tuple[str, ...] | None) -> None:
+                 leaf_fields: tuple[str, ...] | None, leaf_cap: int,
+                 encode: Callable[[Any], bytes] | None) -> None:
         self.et = et
+        self.event_class = et.event_class
+        self.encode = encode  # for an event of exactly event_class; None: the encoder's dispatch
         self.topic = topic
         self.enabled = enabled
-        self.base_headers = base_headers
+        # A tuple: unpacked into each record's fresh list, never shared or mutated.
+        self.base_headers: tuple[Any, ...] = tuple(base_headers)
         self.leaf_fields = leaf_fields
+        self.leaf_cap = leaf_cap
         self.prefix: bytes | None = None  # the wire-format prefix, once the schema id is known
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from schemas._pb.rlmesh.spaces.v1 import spaces_pb2 as pb
+from schemas.avro_writer import pin_space_spec
 from schemas.events import SpaceSpec
 
 _DTYPES: dict[str, int] = {
@@ -44,8 +45,24 @@ def data_type(dtype: Any) -> int:
 
 def _array_leaf(dtype: np.dtype[Any]) -> LeafEncoder:
     le = dtype.newbyteorder("<")
+    ndarray = np.ndarray
+    # Fast paths, same bytes: an array (or numpy scalar) already of the leaf's little-endian
+    # dtype is dumped as is (`tobytes` is C order, as `asarray(...).tobytes()`), and a plain
+    # Python int for a 64-bit integer leaf is packed by `struct` (out of range falls back to
+    # numpy, which raises its usual error).
+    pack = (struct.Struct("<q").pack if le == np.dtype("<i8")
+            else struct.Struct("<Q").pack if le == np.dtype("<u8") else None)
+    scalar = le.type  # numpy's scalar type of the dtype (np.float32, np.int64, ...)
 
     def encode(value: Any) -> bytes:
+        t = type(value)
+        if (t is ndarray or t is scalar) and value.dtype == le:
+            return value.tobytes()
+        if pack is not None and type(value) is int:
+            try:
+                return pack(value)
+            except struct.error:
+                pass
         return np.asarray(value, dtype=le).tobytes()
 
     return encode
@@ -72,9 +89,13 @@ class LeafCodec:
     def __init__(self, space: Any, *, batched: bool = False) -> None:
         self.space = space
         self.batched = batched
-        self.spec: SpaceSpec = space_spec(space)
+        # Never mutated after this: the contract's Avro writer caches its encoding by identity.
+        self.spec: SpaceSpec = pin_space_spec(space_spec(space))
         self._plan: list[tuple[tuple[Any, ...], LeafEncoder]] = []
         self._compile(space, ())
+        # A space that is one leaf (Box, Discrete, ...): no path to walk.
+        self._single: LeafEncoder | None = (
+            self._plan[0][1] if len(self._plan) == 1 and not self._plan[0][0] else None)
 
     def _compile(self, space: Any, path: tuple[Any, ...]) -> None:
         from gymnasium import spaces as gs
@@ -95,6 +116,8 @@ class LeafCodec:
             raise TypeError(f"unsupported space {type(space).__name__}")
 
     def encode(self, value: Any) -> list[bytes]:
+        if self._single is not None:
+            return [self._single(value)]
         out = []
         for path, leaf in self._plan:
             v = value
