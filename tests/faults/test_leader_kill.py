@@ -46,7 +46,7 @@ def test_killing_the_leader_of_a_busy_partition_loses_and_duplicates_nothing(
     cluster.start_node(leader)
     for run in runs:
         run.join(300)
-    wait_caught_up(config, group)
+    wait_caught_up(config, sink)
     assert consumer.stop() == 0
 
     v = verdict("leader of a busy partition SIGKILLed mid-stream, restarted later", sink, runs)

@@ -59,7 +59,7 @@ def test_a_broker_stopped_while_consumers_join_and_leave_loses_and_duplicates_no
     cluster.start_node(coordinator)
     for run in runs:
         run.join(300)
-    wait_caught_up(config, group)
+    wait_caught_up(config, sink)
     assert second.alive()
     assert second.stop() == 0
 

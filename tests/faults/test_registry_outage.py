@@ -84,8 +84,8 @@ def test_a_registry_outage_delays_only_unknown_schemas_and_loses_nothing(
     cluster.start_registry()
     for run in (early, late):
         run.join(300)
-    wait_caught_up(config, group_a)
-    wait_caught_up(config, group_b)
+    wait_caught_up(config, sink_a)
+    wait_caught_up(config, sink_b)
     assert known.stop() == 0 and unknown.stop() == 0
 
     v = verdict(f"schema registry stopped for {OUTAGE_S:.0f} s, then restarted", sink_a,

@@ -139,7 +139,7 @@ def spool_cases(spool_errors: list[str],
             cluster.start_registry()
         for case in cases.values():
             case.run.join(240)
-            wait_caught_up(case.config, case.group)
+            wait_caught_up(case.config, case.sink)
         for consumer in consumers:
             assert consumer.stop() == 0
         yield cases
