@@ -37,6 +37,8 @@ from schemas.config import DEFAULT_BOOTSTRAP, StreamConfig
 
 ENV_ID = "CartPole-v1"
 MAX_STEPS = 200
+SIM_ENV_ID = "sim/fleet-v1"
+SIM_SESSIONS = 6
 """An episode that balances the pole this long is a success (the env's time limit)."""
 
 
@@ -119,10 +121,13 @@ def _ensure_stack(config: StreamConfig, start: bool, say: Callable[[str], None]
                                  topic_prefix=config.topic_prefix)
 
 
-def _rollouts(config: StreamConfig, episodes: int, say: Callable[[str], None]
-              ) -> list[dict[str, Any]]:
-    """Evaluate each checkpoint with the rlmesh SDK, publishing every event to Kafka.
+def _rollouts(config: StreamConfig, episodes: int, manifest_path: Path,
+              say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Evaluate each checkpoint with the rlmesh SDK, then add a simulated fleet.
 
+    Everything goes through one `KafkaRuntimeHooks`. The simulated fleet brings
+    what real CartPole runs never show (relay advisories, failed sessions, vector
+    lanes, NEXT_STEP autoresets); its manifest is written to `manifest_path`.
     Returns the stand-in training log: one row per checkpoint, timed at the
     moment its evaluation began (so an as-of join lands on the same rows).
     """
@@ -148,6 +153,7 @@ def _rollouts(config: StreamConfig, episodes: int, say: Callable[[str], None]
                                 episodes=episodes, seeds=list(range(episodes)), hooks=bridge)
             steps = [e.steps for e in result.episodes]
             say(f"  {ck.name} ({ck.describe}): {len(steps)} episodes, steps {steps}")
+        _simulated_fleet(hooks, manifest_path, say)
     finally:
         stats = hooks.close()
     if stats.failed or stats.dropped:
@@ -155,6 +161,19 @@ def _rollouts(config: StreamConfig, episodes: int, say: Callable[[str], None]
     say(f"  published {stats.delivered} events ({stats.delivered_bytes:,} bytes), "
         f"producer {stats.producer_id[:8]}")
     return log_rows
+
+
+def _simulated_fleet(hooks: Any, manifest_path: Path, say: Callable[[str], None]) -> None:
+    from producer.simulator import simulate_fleet
+
+    manifest = simulate_fleet(hooks, sessions=SIM_SESSIONS, lanes=2, episodes=3, seed=7,
+                              env_id=SIM_ENV_ID)
+    manifest_path.write_text(manifest.to_json(), encoding="utf-8")
+    failed = sum(s.status == "failed" for s in manifest.sessions)
+    advisories = sum(len(s.advisories) for s in manifest.sessions)
+    say(f"  simulated fleet ({SIM_ENV_ID}): {len(manifest.sessions)} sessions of 2 lanes, "
+        f"{len(manifest.episodes)} episodes, {failed} failed sessions, "
+        f"{advisories} relay advisories (manifest: {manifest_path})")
 
 
 def _consume(config: StreamConfig, sink_url: str, say: Callable[[str], None]) -> None:
@@ -241,7 +260,7 @@ def demo(config: StreamConfig, episodes: int, out_dir: Path, start_stack: bool) 
 
     say(f"2/5 rollouts: {len(CHECKPOINTS)} checkpoints x {episodes} episodes of {ENV_ID} "
         "with rlmesh, published by KafkaRuntimeHooks")
-    log_rows = _rollouts(config, episodes, say)
+    log_rows = _rollouts(config, episodes, out_dir / "simulated_fleet.json", say)
     log_path = out_dir / "training_log.jsonl"
     log_path.write_text("".join(json.dumps(r) + "\n" for r in log_rows), encoding="utf-8")
 
