@@ -26,6 +26,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from schemas.config import DEFAULT_BOOTSTRAP, StreamConfig
 
 ENV_ID = "CartPole-v1"
 MAX_STEPS = 200
+CONCURRENT_SESSIONS = 2  # rlmesh sessions per checkpoint, run at the same time
 SIM_ENV_ID = "sim/fleet-v1"
 SIM_SESSIONS = 6
 """An episode that balances the pole this long is a success (the env's time limit)."""
@@ -147,12 +149,20 @@ def _rollouts(config: StreamConfig, episodes: int, manifest_path: Path,
         for i, ck in enumerate(CHECKPOINTS):
             log_rows.append({"step": ck.step, "time": dt.datetime.now(dt.UTC).isoformat(),
                              "checkpoint": ck.name, "loss": ck.loss})
-            bridge = rlmesh_bridge(hooks, env_id=ENV_ID, model_component_id=ck.name,
-                                   env_component_id="gymnasium-cartpole")
-            result = rlmesh.run(rn.Model(_policy(ck.name, seed=i)), _make_env(),
-                                episodes=episodes, seeds=list(range(episodes)), hooks=bridge)
-            steps = [e.steps for e in result.episodes]
-            say(f"  {ck.name} ({ck.describe}): {len(steps)} episodes, steps {steps}")
+
+            def session(j: int, ck: Checkpoint = ck, i: int = i) -> list[int]:
+                bridge = rlmesh_bridge(hooks, env_id=ENV_ID, model_component_id=ck.name,
+                                       env_component_id="gymnasium-cartpole")
+                seeds = list(range(j * episodes, (j + 1) * episodes))
+                result = rlmesh.run(rn.Model(_policy(ck.name, seed=10 * i + j)), _make_env(),
+                                    episodes=episodes, seeds=seeds, hooks=bridge)
+                return [e.steps for e in result.episodes]
+
+            # Concurrent sessions share the one hooks instance, as a fleet process does.
+            with ThreadPoolExecutor(CONCURRENT_SESSIONS) as pool:
+                steps = list(pool.map(session, range(CONCURRENT_SESSIONS)))
+            say(f"  {ck.name} ({ck.describe}): {CONCURRENT_SESSIONS} concurrent sessions, "
+                f"steps per episode {steps}")
         _simulated_fleet(hooks, manifest_path, say)
     finally:
         stats = hooks.close()
@@ -238,7 +248,8 @@ def _join(sink_url: str, log_path: Path, out: Path, say: Callable[[str], None]) 
 @click.command()
 @stream_options
 @click.option("--episodes", default=6, show_default=True, type=click.IntRange(1, 200),
-              help="Episodes per checkpoint.")
+              help="Episodes per session (each checkpoint runs "
+              f"{CONCURRENT_SESSIONS} concurrent sessions).")
 @click.option("--out", "out_dir", default="rlmesh-demo", show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
               help="Directory for the store, reports, training log and plot.")

@@ -8,7 +8,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
-from infra.demo import CHECKPOINTS, ENV_ID, SIM_ENV_ID, demo
+from infra.demo import CHECKPOINTS, CONCURRENT_SESSIONS, ENV_ID, SIM_ENV_ID, demo
 from producer.manifest import Manifest
 from schemas.config import StreamConfig
 
@@ -42,13 +42,15 @@ def test_every_rollout_episode_lands_completed_in_the_store(demo_run: tuple[Path
     rows = _query(out, "SELECT model_component_id, COUNT(*), COUNT(*) FILTER "
                        f"(WHERE status = 'completed') FROM episodes WHERE env_id = '{ENV_ID}' "
                        "GROUP BY 1 ORDER BY 1")
-    assert rows == [(ck.name, EPISODES, EPISODES) for ck in CHECKPOINTS]
+    per_checkpoint = EPISODES * CONCURRENT_SESSIONS
+    assert rows == [(ck.name, per_checkpoint, per_checkpoint) for ck in CHECKPOINTS]
 
 
-def test_one_ended_session_per_checkpoint(demo_run: tuple[Path, str]) -> None:
+def test_every_concurrent_session_of_every_checkpoint_ended(demo_run: tuple[Path, str]) -> None:
     out, _ = demo_run
-    assert _query(out, f"SELECT status, COUNT(*) FROM sessions WHERE env_id = '{ENV_ID}' "
-                       "GROUP BY 1") == [("ended", len(CHECKPOINTS))]
+    assert _query(out, "SELECT model_component_id, status, COUNT(*) FROM sessions "
+                       f"WHERE env_id = '{ENV_ID}' GROUP BY 1, 2 ORDER BY 1") == [
+        (ck.name, "ended", CONCURRENT_SESSIONS) for ck in CHECKPOINTS]
 
 
 def _manifest(out: Path) -> Manifest:
@@ -98,7 +100,7 @@ def test_the_producer_delivered_every_event_once(demo_run: tuple[Path, str]) -> 
 def test_the_episode_report_and_the_join_are_printed(demo_run: tuple[Path, str]) -> None:
     _, stdout = demo_run
     assert "Episodes per env and model" in stdout
-    total = EPISODES * len(CHECKPOINTS)  # the simulated fleet's models have no checkpoint
+    total = EPISODES * CONCURRENT_SESSIONS * len(CHECKPOINTS)  # sim models have no checkpoint
     assert f"{total} of " in stdout and "episodes matched a training-log row" in stdout
 
 
