@@ -269,8 +269,8 @@ def demo(config: StreamConfig, episodes: int, out_dir: Path, start_stack: bool) 
     say(f"1/5 topics under {prefix} at {config.bootstrap}")
     ensure_topics(config, partitions=2, replication_factor=1)
 
-    say(f"2/5 rollouts: {len(CHECKPOINTS)} checkpoints x {episodes} episodes of {ENV_ID} "
-        "with rlmesh, published by KafkaRuntimeHooks")
+    say(f"2/5 rollouts: {len(CHECKPOINTS)} checkpoints x {CONCURRENT_SESSIONS} sessions x "
+        f"{episodes} episodes of {ENV_ID} with rlmesh, published by KafkaRuntimeHooks")
     log_rows = _rollouts(config, episodes, out_dir / "simulated_fleet.json", say)
     log_path = out_dir / "training_log.jsonl"
     log_path.write_text("".join(json.dumps(r) + "\n" for r in log_rows), encoding="utf-8")
