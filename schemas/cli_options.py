@@ -10,12 +10,13 @@ import click
 
 from schemas.config import (
     DEFAULT_BOOTSTRAP,
+    DEFAULT_REGISTRY_TIMEOUT,
     DEFAULT_REGISTRY_URL,
     DEFAULT_TOPIC_PREFIX,
     StreamConfig,
 )
 
-_OPTIONS: list[tuple[str, str, str | None, str]] = [
+_OPTIONS: list[tuple[str, str, Any, str]] = [
     # (flag, env var, shown default, help)
     ("--bootstrap", "RLMESH_STREAM_BOOTSTRAP", DEFAULT_BOOTSTRAP, "Kafka bootstrap servers."),
     ("--registry-url", "RLMESH_STREAM_REGISTRY_URL", DEFAULT_REGISTRY_URL,
@@ -34,6 +35,8 @@ _OPTIONS: list[tuple[str, str, str | None, str]] = [
      "Registry password (prefer the environment variable)."),
     ("--registry-ca-location", "RLMESH_STREAM_REGISTRY_CA_LOCATION", None,
      "CA file for the registry's TLS."),
+    ("--registry-timeout", "RLMESH_STREAM_REGISTRY_TIMEOUT", DEFAULT_REGISTRY_TIMEOUT,
+     "Seconds one schema registry request may take."),
 ]
 
 
@@ -55,6 +58,7 @@ def stream_options(func: Callable[..., Any]) -> Callable[..., Any]:
             flag,
             envvar=envvar,
             default=default,
+            type=click.FloatRange(min=0, min_open=True) if isinstance(default, float) else None,
             show_default=default is not None,
             show_envvar=True,
             help=help_text,

@@ -19,6 +19,7 @@ from typing import Any
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_REGISTRY_URL = "http://127.0.0.1:8081/apis/ccompat/v7"
 DEFAULT_TOPIC_PREFIX = "rlmesh.runtime"
+DEFAULT_REGISTRY_TIMEOUT = 30.0
 
 ENV_PREFIX = "RLMESH_STREAM_"
 
@@ -42,6 +43,9 @@ class StreamConfig:
     registry_username: str | None = None
     registry_password: str | None = field(default=None, repr=False)
     registry_ca_location: str | None = None
+    # Seconds one registry request may take. The client's own default is no limit, and a
+    # registry that accepts a connection but never answers would hang its caller forever.
+    registry_timeout: float = DEFAULT_REGISTRY_TIMEOUT
 
     @classmethod
     def from_env(
@@ -53,7 +57,7 @@ class StreamConfig:
         for f in fields(cls):
             raw = env.get(ENV_PREFIX + f.name.upper())
             if raw:
-                values[f.name] = raw
+                values[f.name] = _parse(f.name, f.type, raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -75,7 +79,7 @@ class StreamConfig:
 
     def registry_config(self) -> dict[str, Any]:
         """Settings for `confluent_kafka.schema_registry.SchemaRegistryClient`."""
-        conf: dict[str, Any] = {"url": self.registry_url}
+        conf: dict[str, Any] = {"url": self.registry_url, "timeout": self.registry_timeout}
         if self.registry_username is not None:
             conf["basic.auth.user.info"] = (
                 f"{self.registry_username}:{self.registry_password or ''}"
@@ -83,3 +87,16 @@ class StreamConfig:
         if self.registry_ca_location is not None:
             conf["ssl.ca.location"] = self.registry_ca_location
         return conf
+
+
+def _parse(name: str, type_name: Any, raw: str) -> Any:
+    """An environment value as its field's type (only `float` fields need converting)."""
+    if type_name not in ("float", float):
+        return raw
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{ENV_PREFIX}{name.upper()}={raw!r} is not a number of seconds") from None
+    if value <= 0:
+        raise ValueError(f"{ENV_PREFIX}{name.upper()} must be > 0 seconds, got {raw!r}")
+    return value
