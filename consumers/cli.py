@@ -41,6 +41,10 @@ def _builder_command(name: str) -> click.Command:
                   help="Start partitions the sink has no offset for at the earliest record.")
     @click.option("--until-end", is_flag=True,
                   help="Stop once every assigned partition reaches the end seen at start.")
+    @click.option("--settle-time", default=None, type=float,
+                  help="--until-end: a process holding no partitions this many seconds after "
+                       "joining, while the group's other members own them all, stops "
+                       "[default: three session timeouts, 30 s].")
     @click.option("--steps", is_flag=True, help="episodes: also build the per-lane-step table.")
     @click.option("--window", "window_s", default=60.0, show_default=True,
                   help="telemetry: tumbling window, seconds.")
@@ -53,17 +57,18 @@ def _builder_command(name: str) -> click.Command:
     @click.option("--dlq-topic", default=None, help="Dead-letter topic [default: <prefix>.dlq]")
     @click.option("--quiet", is_flag=True, help="No progress output.")
     def command(config: StreamConfig, sink: str, group_id: str | None, from_beginning: bool,
-                until_end: bool, steps: bool, window_s: float, checkpoint_interval: float,
-                max_batch: int, instance_id: str | None, dlq_topic: str | None,
-                quiet: bool) -> None:
+                until_end: bool, settle_time: float | None, steps: bool, window_s: float,
+                checkpoint_interval: float, max_batch: int, instance_id: str | None,
+                dlq_topic: str | None, quiet: bool) -> None:
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         builders = make_builders([name], steps=steps, window=timedelta(seconds=window_s))
         store = open_sink(sink)
         options = RuntimeOptions(
             group_id=group_id or f"rlmesh-stream.{name}", from_beginning=from_beginning,
-            until_end=until_end, checkpoint_interval=checkpoint_interval,
-            max_batch=max_batch, instance_id=instance_id, dlq_topic=dlq_topic)
+            until_end=until_end, settle_time=settle_time,
+            checkpoint_interval=checkpoint_interval, max_batch=max_batch,
+            instance_id=instance_id, dlq_topic=dlq_topic)
         progress = None if quiet else Progress(f"consume {name}")
         runtime = ConsumerRuntime(config, builders, store, options, progress=progress)
         try:

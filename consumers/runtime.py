@@ -64,6 +64,9 @@ class RuntimeOptions:
     poll_timeout: float = 0.1
     dlq_topic: str | None = None  # default: {prefix}.dlq
     instance_id: str | None = None  # static group membership: a restart takes over at once
+    # --until-end with no partitions: how long after its first assignment a process waits
+    # for the group to settle before it stops (None: three session timeouts)
+    settle_time: float | None = None
     kafka_overrides: dict[str, Any] = field(default_factory=dict)
 
 
@@ -120,6 +123,8 @@ class ConsumerRuntime:
         self._assigned: set[TP] = set()
         self._next: dict[TP, int] = {}  # next offset to take from Kafka per partition
         self._ends: dict[TP, int] = {}  # --until-end: the end offset seen at assignment
+        self._first_assigned_at: float | None = None  # monotonic time of the first assignment
+        self._idle_checked_at = 0.0  # --until-end without partitions: last look at the group
         self._buffer: list[Record | DeadLetter] = []
         self._last_flush = time.monotonic()
         self._rewind = False
@@ -179,7 +184,7 @@ class ConsumerRuntime:
                     self._flush()
                 if self.progress:
                     self.progress.update(self.events, self._lag())
-                if self.options.until_end and self._at_end():
+                if self.options.until_end and (self._at_end() or self._idle_and_settled()):
                     break
             self._flush(final=True)
         finally:
@@ -224,6 +229,8 @@ class ConsumerRuntime:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Seek every newly assigned partition to the offset stored in the sink."""
+        if self._first_assigned_at is None:  # called at each rebalance, even with nothing
+            self._first_assigned_at = time.monotonic()
         for b in self.builders:
             self._stored[b.name] = self.sink.load_offsets(b.name)
         assign = []
@@ -448,6 +455,65 @@ class ConsumerRuntime:
         if not self._assigned or self._buffer:
             return False
         return all(self._next.get(k, -1) >= self._ends.get(k, 0) for k in self._assigned)
+
+    def _settle_time(self) -> float:
+        if self.options.settle_time is not None:
+            return self.options.settle_time
+        return 3 * int(self._kafka_config()["session.timeout.ms"]) / 1000
+
+    def _idle_and_settled(self) -> bool:
+        """--until-end in a process that holds no partitions: stop once the group has
+        settled (`settle_time` after the first assignment) with every partition of the
+        topics owned by another member. There is nothing left for this process to read."""
+        if self._assigned or self._buffer or self._first_assigned_at is None:
+            return False
+        now = time.monotonic()
+        if now - self._first_assigned_at < self._settle_time():
+            return False
+        if now - self._idle_checked_at < 1.0:  # look at the group once a second at most
+            return False
+        self._idle_checked_at = now
+        owners = self._partition_owners()
+        if owners is None:
+            return False
+        log.warning("holding no partitions %.0fs after joining group %s: all %d partitions "
+                    "of its topics are owned by %d other member(s); nothing to read, stopping",
+                    now - self._first_assigned_at, self.options.group_id, len(owners),
+                    len(set(owners.values())))
+        return True
+
+    def _partition_owners(self) -> dict[TP, str] | None:
+        """The owning member of every partition of the topics, or None while any partition
+        is unowned, owned by this process, unknown, or the group cannot be described."""
+        assert self.consumer is not None
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            metadata = self.consumer.list_topics(timeout=10)
+            wanted: set[TP] = set()
+            for topic in self.topics:
+                meta = metadata.topics.get(topic)
+                if meta is None or meta.error is not None or not meta.partitions:
+                    return None
+                wanted |= {(topic, p) for p in meta.partitions}
+            admin = AdminClient(self.config.kafka_config())
+            group = self.options.group_id
+            described = admin.describe_consumer_groups([group], request_timeout=10)[group]
+            members = described.result(timeout=15).members
+        except Exception as exc:  # the group or metadata cannot be read now: look again later
+            log.debug("cannot describe group %s (%s)", self.options.group_id, exc)
+            return None
+        me = self.consumer.memberid()
+        owners: dict[TP, str] = {}
+        for member in members:
+            if member.member_id == me:
+                continue
+            assignment = member.assignment.topic_partitions if member.assignment else []
+            for tp in assignment:
+                owners[(tp.topic, tp.partition)] = member.member_id
+        if not wanted <= owners.keys():
+            return None
+        return {tp: owners[tp] for tp in wanted}
 
     def _lag(self) -> int | None:
         if self.consumer is None or not self._assigned:

@@ -3,9 +3,11 @@ partitions between them, and build the same tables as one process does."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,6 +17,9 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
 
+from consumers.builders import make_builders
+from consumers.runtime import CheckpointInfo, ConsumerRuntime, RuntimeOptions
+from consumers.sinks import open_sink
 from producer.simulator import simulate_fleet
 from schemas.config import StreamConfig
 
@@ -91,3 +96,65 @@ def test_two_processes_in_one_group_split_partitions_and_match_one_process(
         only_two = sorted(set(two[table]) - set(one[table]))[:3]
         only_one = sorted(set(one[table]) - set(two[table]))[:3]
         assert two[table] == one[table], (table, only_two, only_one)
+
+
+def test_until_end_stops_a_process_the_group_left_without_partitions(
+    stream_config: StreamConfig, postgres_dsn: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two --until-end processes of one group over a 1-partition topic: the one holding
+    no partition stops once the group has settled (saying so), the other once it is at the
+    end, and the table is exactly right."""
+    create_topics(stream_config, partitions=1)
+    hooks = PlainKafkaHooks(stream_config)
+    manifest = simulate_fleet(hooks, sessions=30, lanes=2, episodes=3, seed=4, window_every=5)
+    hooks.flush()
+    expected = {(s.session_id, a.leg, a.severity, a.message): 1
+                for s in manifest.sessions for a in s.advisories}
+    assert expected
+    group = f"idle-{uuid.uuid4().hex[:8]}"
+    runtimes: dict[str, ConsumerRuntime] = {}
+    errors: list[BaseException] = []
+    owner_may_finish = threading.Event()
+
+    def hold_first_checkpoint(_: CheckpointInfo) -> None:
+        # the owner stays in the group, its partition unfinished, until the other one stopped
+        owner_may_finish.wait(timeout=120)
+
+    def run(name: str, on_checkpoint: Callable[[CheckpointInfo], None] | None) -> None:
+        sink = open_sink(postgres_dsn)
+        runtime = ConsumerRuntime(
+            stream_config, make_builders(["advisories"]), sink,
+            RuntimeOptions(group_id=group, from_beginning=True, until_end=True,
+                           checkpoint_interval=0.2, settle_time=3.0),
+            on_checkpoint=on_checkpoint)
+        runtimes[name] = runtime
+        try:
+            runtime.run()
+        except BaseException as exc:  # reported by the test thread
+            errors.append(exc)
+        finally:
+            sink.close()
+
+    caplog.set_level(logging.WARNING, logger="consumers.runtime")
+    owner = threading.Thread(target=run, args=("owner", hold_first_checkpoint), daemon=True)
+    owner.start()
+    _wait_for(lambda: "owner" in runtimes and bool(runtimes["owner"].assignment), 60,
+              "the first process to hold the partition")
+    idle = threading.Thread(target=run, args=("idle", None), daemon=True)
+    started = time.monotonic()
+    idle.start()
+    idle.join(timeout=90)
+    owner_may_finish.set()
+    assert not idle.is_alive(), "the process without partitions did not stop"
+    assert time.monotonic() - started >= 3.0  # it waited for the group to settle
+    owner.join(timeout=90)
+    assert not owner.is_alive(), "the process holding the partition did not stop"
+    assert errors == []
+    assert runtimes["idle"].events == 0
+    assert runtimes["owner"].events == sum(len(s.advisories) for s in manifest.sessions)
+    stopped = [r.getMessage() for r in caplog.records if "nothing to read, stopping" in
+               r.getMessage()]
+    assert len(stopped) == 1, stopped
+    rows = query(postgres_dsn, "SELECT session_id, leg, severity, message, count "
+                               "FROM advisories")
+    assert {r[:4]: r[4] for r in rows} == expected
