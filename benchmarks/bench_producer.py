@@ -149,6 +149,53 @@ def bench_hot_path(n: int, rounds: int = 5) -> dict[str, Any]:
     return out
 
 
+def bench_produce_parts(n: int, rounds: int = 5) -> dict[str, float]:
+    """Calling-thread CPU per call of each part of a contract record, best of `rounds`.
+
+    Thread CPU, not wall time: other processes on a shared machine barely move it, so
+    this breakdown shows where the floor ratio of (a) goes even on a noisy box.
+    """
+    event = _step_event(8)
+    hooks = _hooks()
+    encode = hooks._encoder.encode
+    value = encode(event)
+    key = event.session_id.encode()
+    topic = EventType.STEP_COMPLETED.topic(hooks.settings.stream.topic_prefix)
+    base = [(h.EVENT_TYPE, b"step_completed"), (h.CONTRACT, b"1"),
+            (h.PRODUCER_ID, hooks.producer_id.encode())]
+    bare = Producer(hooks.settings.kafka_config())
+
+    def report(hdrs: Any, err: Any, msg: Any) -> None:
+        pass
+
+    def seq(i: int) -> list[tuple[str, bytes]]:
+        return [*base, (h.SEQUENCE, b"%d" % i)]
+
+    parts: dict[str, tuple[Any, Producer | None, Any]] = {
+        "encode": (lambda i: encode(event), None, None),
+        "bare": (lambda i: bare.produce(topic, value, key), bare, bare.flush),
+        "headers": (lambda i: bare.produce(topic, value, key, -1, None, None, 0, seq(i)),
+                    bare, bare.flush),
+        "callback": (lambda i: bare.produce(topic, value, key, -1,
+                                            functools.partial(report, None), None, 0),
+                     bare, bare.flush),
+        "contract": (lambda i: bare.produce(topic, value, key, -1,
+                                            functools.partial(report, base), None, 0, seq(i)),
+                     bare, bare.flush),
+        "ours": (lambda i: hooks.step_completed(event), None, hooks.flush),
+    }
+    best = dict.fromkeys(parts, float("inf"))
+    for _ in range(rounds):
+        for name, (fn, producer, flush) in parts.items():
+            t0 = time.thread_time()
+            _timed(n, fn, producer)
+            best[name] = min(best[name], (time.thread_time() - t0) / n * 1e6)
+            if flush is not None:
+                flush(60)
+    hooks.close(30)
+    return best
+
+
 def bench_vs_avro_serializer(n: int) -> dict[str, float]:
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -270,7 +317,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of (a)")
-    parser.add_argument("--only", default="abcd", help="which measures to run, e.g. 'ac'")
+    parser.add_argument("--only", default="apbcd",
+                        help="which measures to run, e.g. 'ac' (p: the parts of (a))")
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--outage-seconds", type=float, default=60.0)
@@ -278,6 +326,7 @@ def main() -> None:
     args = parser.parse_args()
 
     a = bench_hot_path(args.events, args.rounds) if "a" in args.only else None
+    p = bench_produce_parts(args.events // args.rounds) if "p" in args.only else None
     b = bench_vs_avro_serializer(args.events) if "b" in args.only else None
     c = bench_cartpole(args.episodes, args.repeats) if "c" in args.only else None
     d = bench_outage_memory(args.outage_seconds, args.outage_rate) if "d" in args.only else None
@@ -297,6 +346,13 @@ def main() -> None:
         print(f"| (a'') process CPU per event, all threads, up to the last delivery report | "
               f"{oc[0]:.2f} us [{oc[1]:.2f}-{oc[2]:.2f}] | bare {fcpu[0]:.2f} us, headers + "
               f"callback {fcc[0]:.2f} us | {oc[0] / fcpu[0]:.1f}x, {oc[0] / fcc[0]:.2f}x | - |")
+    if p is not None:
+        floor = p["bare"]
+        print(f"| (a''') calling-thread CPU per call, best of 5: encode {p['encode']:.2f} us, "
+              f"produce + 4 headers {p['headers']:.2f} us, + a delivery callback "
+              f"{p['callback']:.2f} us, + both (the contract's floor) {p['contract']:.2f} us | "
+              f"ours {p['ours']:.2f} us | bare produce {floor:.2f} us | contract floor "
+              f"{p['contract'] / floor:.1f}x, ours {p['ours'] / floor:.1f}x | - |")
     if b is not None:
         print(f"| (b) vs AvroSerializer + produce | {b['ours']:.2f} us | "
               f"{b['avro_serializer']:.2f} us | {b['avro_serializer'] / b['ours']:.1f}x faster "
