@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from schemas import bindings as bd
-from schemas.avro import load_schema
+from schemas.avro import load_schema, named_types
 from schemas.avro_reader import _space_spec
 from schemas.topics import EventType
 
@@ -40,6 +40,25 @@ def read_long(b: bytes, p: int) -> tuple[int, int]:
         shift += 7
         if shift > 63:
             raise Malformed("varint longer than 10 bytes")
+
+
+def read_blocks(b: bytes, p: int,
+                read_item: Callable[[bytes, int], tuple[Any, int]]) -> tuple[list[Any], int]:
+    """An Avro array or map body: blocks of items until a zero count.
+
+    A negative count is followed by the block's byte size, which a reader may skip.
+    """
+    items: list[Any] = []
+    while True:
+        n, p = read_long(b, p)
+        if n == 0:
+            return items, p
+        if n < 0:
+            n = -n
+            _, p = read_long(b, p)
+        for _ in range(n):
+            item, p = read_item(b, p)
+            items.append(item)
 
 
 def _bad(what: str) -> None:
@@ -66,22 +85,7 @@ class _Generic:
     unions as (full name, dict)); used for SpaceSpec, which is cached per bytes."""
 
     def __init__(self, root: dict[str, Any]) -> None:
-        self.named: dict[str, Any] = {}
-        self._collect(root)
-
-    def _collect(self, node: Any) -> None:
-        if isinstance(node, list):
-            for n in node:
-                self._collect(n)
-        elif isinstance(node, dict):
-            if node["type"] in ("record", "enum"):
-                self.named[f"{node['namespace']}.{node['name']}"] = node
-                for f in node.get("fields", []):
-                    self._collect(f["type"])
-            elif node["type"] == "array":
-                self._collect(node["items"])
-            elif node["type"] == "map":
-                self._collect(node["values"])
+        self.named = named_types(root)
 
     def read(self, t: Any, b: bytes, p: int) -> tuple[Any, int]:
         if isinstance(t, str) and t in self.named:
@@ -124,17 +128,8 @@ class _Generic:
                 out[f["name"]], p = self.read(f["type"], b, p)
             return out, p
         if kind == "array":
-            items: list[Any] = []
-            while True:
-                n, p = read_long(b, p)
-                if n == 0:
-                    return items, p
-                if n < 0:
-                    n = -n
-                    _, p = read_long(b, p)
-                for _ in range(n):
-                    item, p = self.read(t["items"], b, p)
-                    items.append(item)
+            item_type = t["items"]
+            return read_blocks(b, p, lambda b, p: self.read(item_type, b, p))
         raise Malformed(f"unsupported Avro type {kind}")
 
 
@@ -175,36 +170,21 @@ def _meta_reader(node: dict[str, Any]) -> Callable[[bytes, int], tuple[dict[str,
                 raise Malformed("boolean byte not 0/1")
             return b[p] == 1, p + 1
         if k == 5:
-            items: list[Any] = []
-            while True:
-                n, p = read_long(b, p)
-                if n == 0:
-                    return items, p
-                if n < 0:
-                    n = -n
-                    _, p = read_long(b, p)
-                for _ in range(n):
-                    item, p = value(b, p)
-                    items.append(item)
+            return read_blocks(b, p, value)
         if k == 6:
             return mapping(b, p)
         raise Malformed(f"MetaValue branch {i}")
 
+    def entry(b: bytes, p: int) -> tuple[tuple[str, Any], int]:
+        kn, p = read_long(b, p)
+        if kn < 0 or p + kn > len(b):
+            raise Malformed("truncated MetaMap key")
+        item, end = value(b, p + kn)
+        return (b[p:p + kn].decode(), item), end
+
     def mapping(b: bytes, p: int) -> tuple[dict[str, Any], int]:
-        out: dict[str, Any] = {}
-        while True:
-            n, p = read_long(b, p)
-            if n == 0:
-                return out, p
-            if n < 0:
-                n = -n
-                _, p = read_long(b, p)
-            for _ in range(n):
-                kn, p = read_long(b, p)
-                if kn < 0 or p + kn > len(b):
-                    raise Malformed("truncated MetaMap key")
-                key = b[p:p + kn].decode()
-                out[key], p = value(b, p + kn)
+        entries, p = read_blocks(b, p, entry)
+        return dict(entries), p
 
     return mapping
 

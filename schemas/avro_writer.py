@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 from google.protobuf.message import Message
 
 from schemas import bindings as bd
-from schemas.avro import load_schema
+from schemas.avro import load_schema, named_types
 from schemas.errors import ContractError
 from schemas.topics import EventType
 from schemas.validate import MAX_META_DEPTH, diagnose
@@ -226,23 +226,10 @@ class _SpaceSpecEncoder:
     }
 
     def __init__(self, schema: dict[str, Any]) -> None:
-        self._named: dict[str, Any] = {}
-        self._collect(schema)
+        self._named = named_types(schema)
         self._root = schema
         self._cache: dict[bytes, bytes] = {}
         self._by_id: dict[int, tuple[Message, bytes]] = {}  # pinned specs only
-
-    def _collect(self, node: Any) -> None:
-        if isinstance(node, list):
-            for n in node:
-                self._collect(n)
-        elif isinstance(node, dict):
-            if node["type"] in ("record", "enum"):
-                self._named[f"{node['namespace']}.{node['name']}"] = node
-                for f in node.get("fields", []):
-                    self._collect(f["type"])
-            elif node["type"] == "array":
-                self._collect(node["items"])
 
     def __call__(self, spec: Message) -> bytes:
         pinned = self._by_id.get(id(spec))

@@ -93,4 +93,27 @@ def schema_text(event_type: EventType) -> str:
     return json.dumps(_load(event_type), separators=(",", ":"), ensure_ascii=False)
 
 
-__all__ = ["NAMESPACE", "SPACES_NAMESPACE", "load_schema", "schema_text"]
+__all__ = ["NAMESPACE", "SPACES_NAMESPACE", "load_schema", "named_types", "schema_text"]
+
+
+def named_types(node: Any, into: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every record and enum defined inside a self-contained schema, by full name.
+
+    A `load_schema` result defines each named type once and refers to it by name after;
+    readers and writers walking the tree resolve those names through this table.
+    """
+    named: dict[str, Any] = {} if into is None else into
+    if isinstance(node, list):
+        for branch in node:
+            named_types(branch, named)
+    elif isinstance(node, dict):
+        kind = node["type"]
+        if kind in ("record", "enum"):
+            named[f"{node['namespace']}.{node['name']}"] = node
+            for fld in node.get("fields", []):
+                named_types(fld["type"], named)
+        elif kind == "array":
+            named_types(node["items"], named)
+        elif kind == "map":
+            named_types(node["values"], named)
+    return named
