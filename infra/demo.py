@@ -41,6 +41,7 @@ MAX_STEPS = 200
 CONCURRENT_SESSIONS = 2  # rlmesh sessions per checkpoint, run at the same time
 SIM_ENV_ID = "sim/fleet-v1"
 SIM_SESSIONS = 6
+SIM_LANE_DRIVEN = 2  # plus this many lane-driven sessions over one shared endpoint
 """An episode that balances the pole this long is a success (the env's time limit)."""
 
 
@@ -177,11 +178,12 @@ def _simulated_fleet(hooks: Any, manifest_path: Path, say: Callable[[str], None]
     from producer.simulator import simulate_fleet
 
     manifest = simulate_fleet(hooks, sessions=SIM_SESSIONS, lanes=2, episodes=3, seed=7,
-                              env_id=SIM_ENV_ID)
+                              env_id=SIM_ENV_ID, lane_driven=SIM_LANE_DRIVEN)
     manifest_path.write_text(manifest.to_json(), encoding="utf-8")
     failed = sum(s.status == "failed" for s in manifest.sessions)
     advisories = sum(len(s.advisories) for s in manifest.sessions)
-    say(f"  simulated fleet ({SIM_ENV_ID}): {len(manifest.sessions)} sessions of 2 lanes, "
+    say(f"  simulated fleet ({SIM_ENV_ID}): {SIM_SESSIONS} sessions of 2 lanes and "
+        f"{SIM_LANE_DRIVEN} lane-driven ones, "
         f"{len(manifest.episodes)} episodes, {failed} failed sessions, "
         f"{advisories} relay advisories (manifest: {manifest_path})")
 

@@ -18,6 +18,9 @@ from schemas.config import StreamConfig
 @click.option("--lanes", default=4, show_default=True, help="Vector env lanes per session.")
 @click.option("--episodes", default=5, show_default=True,
               help="Episode starts per session (its budget).")
+@click.option("--lane-driven", default=0, show_default=True,
+              help="Extra lane-driven sessions: one per lane of one shared endpoint "
+                   "(route.lane set).")
 @click.option("--seed", default=0, show_default=True, help="Same seed, same events.")
 @click.option("--rate", type=float, default=None,
               help="Events per second to emit at (default: as fast as possible).")
@@ -32,7 +35,8 @@ from schemas.config import StreamConfig
 @click.option("--flush-timeout", type=float, default=60.0, show_default=True,
               help="Seconds to wait for delivery at the end.")
 @stream_options
-def simulate(config: StreamConfig, sessions: int, lanes: int, episodes: int, seed: int,
+def simulate(config: StreamConfig, sessions: int, lanes: int, episodes: int, lane_driven: int,
+             seed: int,
              rate: float | None, failure_rate: float, fmt: str, spool_dir: Path | None,
              manifest_path: Path | None, flush_timeout: float) -> None:
     """Drive KafkaRuntimeHooks with a deterministic simulated fleet.
@@ -52,7 +56,8 @@ def simulate(config: StreamConfig, sessions: int, lanes: int, episodes: int, see
                               **options)
     with hooks:
         manifest = simulate_fleet(hooks, sessions=sessions, lanes=lanes, episodes=episodes,
-                                  seed=seed, rate=rate, failure_rate=failure_rate)
+                                  seed=seed, rate=rate, failure_rate=failure_rate,
+                                  lane_driven=lane_driven)
         left = hooks.flush(flush_timeout)
     stats = hooks.stats()
     elapsed = time.monotonic() - started

@@ -87,16 +87,18 @@ class _Episode:
 class _Session:
     """One simulated route: an L-lane vector env driven to its episode budget (or a failure)."""
 
-    def __init__(self, sim: _Fleet, index: int) -> None:
+    def __init__(self, sim: _Fleet, index: int, lane: int | None = None) -> None:
         self.sim = sim
         rng = random.Random(sim.rng.getrandbits(64))
         self.rng = rng
-        lanes = sim.lanes
+        # A lane-driven session is one lane of a shared endpoint: a 1-lane env, route.lane set.
+        lanes = self.n_lanes = sim.lanes if lane is None else 1
         self.np_rng = np.random.default_rng(rng.getrandbits(32))
         self.sid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
         self.route = ev.RuntimeEnvContext(
-            env_id=sim.env_id, env_component_id=f"env-{index % 3}",
-            model_component_id=f"model-{index % 2}", lane=None)
+            env_id=sim.env_id,
+            env_component_id=f"env-{index % 3}" if lane is None else "env-shared",
+            model_component_id=f"model-{index % 2}", lane=lane)
         self.next_step = rng.random() < sim.next_step_fraction
         self.fail_at: int | None = None
         # Some sessions fail midway; with three or more, the second always does.
@@ -113,7 +115,7 @@ class _Session:
         self.manifest = SessionManifest(
             session_id=self.sid, env_id=sim.env_id,
             env_component_id=self.route.env_component_id,
-            model_component_id=self.route.model_component_id, lane=None, num_envs=lanes,
+            model_component_id=self.route.model_component_id, lane=lane, num_envs=lanes,
             autoreset="next_step" if self.next_step else "driver", status="running", reason="",
             total_steps=0, group_steps=0, total_episodes=0,
             advisories=[AdvisoryManifest(leg.value, sev.value, msg)
@@ -165,7 +167,7 @@ class _Session:
 
     def _observation(self, is_reset: bool, infos: ev.MetaMap | None) -> None:
         sim = self.sim
-        lanes = sim.lanes
+        lanes = self.n_lanes
         obs = self.np_rng.standard_normal((lanes, 4)).astype(np.float32)
         leaves = [obs.tobytes()]
         ids, records = self._ids()
@@ -207,8 +209,8 @@ class _Session:
         self._emit("model_connected", ev.ModelConnectedEvent(session_id=sid, route=route))
         self._emit("session_started", ev.SessionStartedEvent(session_id=sid, route=route,
                                                              env_id=self.sim.env_id))
-        self._log(ev.LogLevel.INFO, f"reset {self.sim.lanes} lanes")
-        for lane in range(self.sim.lanes):
+        self._log(ev.LogLevel.INFO, f"reset {self.n_lanes} lanes")
+        for lane in range(self.n_lanes):
             if self.started < self.sim.episodes:
                 self.lanes[lane] = self._new_episode(lane, auto=False)
         for ep in self.lanes:
@@ -224,7 +226,7 @@ class _Session:
             self._finish(failed=True)
             return
         sim = self.sim
-        lanes = sim.lanes
+        lanes = self.n_lanes
         rewards = [0.0] * lanes
         terminated = [False] * lanes
         truncated = [False] * lanes
@@ -330,9 +332,11 @@ class _Session:
 class _Fleet:
     def __init__(self, hooks: RuntimeHooksLike, *, sessions: int, lanes: int, episodes: int,
                  seed: int, rate: float | None, failure_rate: float, next_step_fraction: float,
-                 window_every: int, max_episode_steps: int, env_id: str) -> None:
-        if sessions < 0 or lanes < 1 or episodes < 0:
-            raise ValueError("sessions >= 0, lanes >= 1 and episodes >= 0 are required")
+                 window_every: int, max_episode_steps: int, env_id: str,
+                 lane_driven: int = 0) -> None:
+        if sessions < 0 or lanes < 1 or episodes < 0 or lane_driven < 0:
+            raise ValueError("sessions >= 0, lanes >= 1, episodes >= 0 and lane_driven >= 0 "
+                             "are required")
         self.hooks = hooks
         self.rng = random.Random(seed)
         self.lanes = lanes
@@ -347,6 +351,7 @@ class _Fleet:
         self.act_codec = LeafCodec(_act_space())
         self.manifest = Manifest(seed=seed)
         self.sessions = [_Session(self, i) for i in range(sessions)]
+        self.sessions += [_Session(self, sessions + k, lane=k) for k in range(lane_driven)]
         self.manifest.sessions = [s.manifest for s in self.sessions]
         self._emitted = 0
         self._t0 = time.monotonic()
@@ -386,12 +391,16 @@ def simulate_fleet(
     window_every: int = 25,
     max_episode_steps: int = 40,
     env_id: str = "sim/CartPole-v1",
+    lane_driven: int = 0,
 ) -> Manifest:
     """Drive `hooks` with a simulated fleet; return the manifest of what was emitted.
 
     Deterministic for a seed. `rate` (events/s) paces emission; None runs flat out.
+    `lane_driven` adds that many lane-driven sessions after the `sessions` vector-env
+    ones: one session per lane of one shared endpoint (`route.lane` 0, 1, ...; one lane
+    each), as the runtime runs a lane-driven env (spec section 2).
     """
     return _Fleet(hooks, sessions=sessions, lanes=lanes, episodes=episodes, seed=seed,
                   rate=rate, failure_rate=failure_rate, next_step_fraction=next_step_fraction,
                   window_every=window_every, max_episode_steps=max_episode_steps,
-                  env_id=env_id).run()
+                  env_id=env_id, lane_driven=lane_driven).run()

@@ -61,9 +61,10 @@ def test_the_simulated_fleet_sessions_agree_with_its_manifest(
     demo_run: tuple[Path, str],
 ) -> None:
     out, _ = demo_run
-    expected = sorted((s.session_id, s.status) for s in _manifest(out).sessions)
-    assert any(status == "failed" for _, status in expected)
-    assert _query(out, "SELECT session_id, status FROM sessions "
+    expected = sorted((s.session_id, s.status, s.lane) for s in _manifest(out).sessions)
+    assert any(status == "failed" for _, status, _ in expected)
+    assert {lane for *_, lane in expected} == {None, 0, 1}
+    assert _query(out, "SELECT session_id, status, lane FROM sessions "
                        f"WHERE env_id = '{SIM_ENV_ID}' ORDER BY 1") == expected
 
 
