@@ -63,6 +63,9 @@ class Table:
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...]
     doc: str = ""
+    # rows only staged for a builder's `after_sql` (as `{stage:<name>}`): the sinks create
+    # no table for it and upsert nothing
+    stage_only: bool = False
     column_by_name: dict[str, Column] = field(init=False, repr=False, compare=False)
 
     has_derived: bool = field(init=False, repr=False, compare=False)
@@ -192,11 +195,15 @@ def rank_sql(column: Column, expr: str) -> str:
 # --------------------------------------------------------------------------- DDL
 
 
-def create_table_sql(table: Table, dialect: Dialect) -> str:
-    cols = ",\n  ".join(
+def column_defs(table: Table, dialect: Dialect) -> str:
+    return ",\n  ".join(
         f"{c.name} {sql_type(c, dialect)}{'' if c.nullable else ' NOT NULL'}"
         for c in table.columns
     )
+
+
+def create_table_sql(table: Table, dialect: Dialect) -> str:
+    cols = column_defs(table, dialect)
     return (f"CREATE TABLE IF NOT EXISTS {table.name} (\n  {cols},\n"
             f"  PRIMARY KEY ({', '.join(table.primary_key)})\n)")
 
@@ -412,27 +419,93 @@ DELIVERY_SEQUENCES = Table(
     "delivery_sequences",
     (
         Column("producer_id", "TEXT", nullable=False),
+        Column("first_seq", "BIGINT", nullable=False),
+        Column("last_seq", "BIGINT", nullable=False),
+        Column("records", "BIGINT", doc="records read with a sequence in the range"),
+    ),
+    ("producer_id", "first_seq"),
+    "Every producer sequence number seen, as contiguous ranges [first_seq, last_seq] per "
+    "producer (disjoint, never adjacent), with how many records they hold: storage grows "
+    "with the gaps, not the events. A record whose sequence falls in a stored range is a "
+    "duplicate; the space between ranges are gaps. Shared by all consumer processes, so "
+    "gaps are computed over the whole fleet's topics, not one process's share. Written by "
+    "`DELIVERY_MERGE_SQL` from the batch's `delivery_batch` rows, in the batch's transaction.",
+)
+
+DELIVERY_BATCH = Table(
+    "delivery_batch",
+    (
+        Column("producer_id", "TEXT", nullable=False),
         Column("seq", "BIGINT", nullable=False),
-        Column("copies", "BIGINT", Merge.SUM, doc="records seen with this sequence"),
-        Column("first_topic", "TEXT", Merge.MIN, doc="a topic it was read from (smallest)"),
+        Column("copies", "BIGINT", Merge.SUM, doc="records of the batch with this sequence"),
     ),
     ("producer_id", "seq"),
-    "Every producer sequence number seen, once, with how often. Shared by all consumer "
-    "processes, so gaps are computed over the whole fleet's topics, not one process's share.",
+    "One checkpoint's sequences (staged only, no table of its own): merged into "
+    "`delivery_sequences` by `DELIVERY_MERGE_SQL`.",
+    stage_only=True,
+)
+
+_TOUCHED = "producer_id IN (SELECT producer_id FROM {stage:delivery_batch})"
+
+DELIVERY_MERGE_SQL: tuple[str, ...] = (
+    # 1. the islands of (the touched producers' stored ranges + the batch's sequences) that
+    # hold a sequence of the batch, written over the range each one starts at
+    "INSERT INTO delivery_sequences (producer_id, first_seq, last_seq, records)\n"
+    "SELECT producer_id, MIN(first_seq), MAX(last_seq), SUM(records) FROM (\n"
+    "  SELECT *, SUM(starts) OVER (PARTITION BY producer_id ORDER BY first_seq, last_seq\n"
+    "                              ROWS UNBOUNDED PRECEDING) AS island FROM (\n"
+    "    SELECT *, CASE WHEN first_seq <= 1 + MAX(last_seq) OVER (\n"
+    "        PARTITION BY producer_id ORDER BY first_seq, last_seq\n"
+    "        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) THEN 0 ELSE 1 END AS starts\n"
+    "    FROM (\n"
+    "      SELECT producer_id, first_seq, last_seq, records, 0 AS fresh\n"
+    f"      FROM delivery_sequences WHERE {_TOUCHED}\n"
+    "      UNION ALL\n"
+    "      SELECT producer_id, seq, seq, copies, 1 FROM {stage:delivery_batch}\n"
+    "    ) AS items\n"
+    "  ) AS marked\n"
+    ") AS numbered\n"
+    "GROUP BY producer_id, island HAVING MAX(fresh) = 1\n"
+    "ON CONFLICT (producer_id, first_seq) DO UPDATE SET\n"
+    "  last_seq = excluded.last_seq, records = excluded.records",
+    # 2. the stored ranges an island of step 1 now covers
+    "DELETE FROM delivery_sequences USING (\n"
+    "  SELECT producer_id, first_seq FROM (\n"
+    "    SELECT producer_id, first_seq, MAX(last_seq) OVER (\n"
+    "        PARTITION BY producer_id ORDER BY first_seq\n"
+    "        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach\n"
+    f"    FROM delivery_sequences WHERE {_TOUCHED}\n"
+    "  ) AS w WHERE first_seq <= reach\n"
+    ") AS covered\n"
+    "WHERE delivery_sequences.producer_id = covered.producer_id\n"
+    "  AND delivery_sequences.first_seq = covered.first_seq",
+)
+
+# Migration: a `delivery_sequences` of one row per sequence (producer_id, seq, copies,
+# first_topic), as written before ranges, folded into its ranges.
+LEGACY_DELIVERY_COLUMN = "seq"
+LEGACY_DELIVERY_RANGES_SQL = (
+    "CREATE TABLE delivery_sequences_migrating AS\n"
+    "SELECT producer_id, MIN(seq) AS first_seq, MAX(seq) AS last_seq, SUM(copies) AS records\n"
+    "FROM (SELECT producer_id, seq, copies,\n"
+    "             seq - ROW_NUMBER() OVER (PARTITION BY producer_id ORDER BY seq) AS island\n"
+    "      FROM delivery_sequences) AS s\n"
+    "GROUP BY producer_id, island"
 )
 
 DELIVERY_PRODUCERS = View(
     "delivery_producers",
     "SELECT producer_id,\n"
-    "  SUM(copies) AS records,\n"
-    "  COUNT(*) AS distinct_sequences,\n"
-    "  MIN(seq) AS min_seq,\n"
-    "  MAX(seq) AS max_seq,\n"
-    "  MAX(seq) + 1 - COUNT(*) AS gaps,\n"
-    "  SUM(copies) - COUNT(*) AS duplicates\n"
+    "  SUM(records) AS records,\n"
+    "  CAST(SUM(last_seq - first_seq + 1) AS BIGINT) AS distinct_sequences,\n"
+    "  MIN(first_seq) AS min_seq,\n"
+    "  MAX(last_seq) AS max_seq,\n"
+    "  MAX(last_seq) + 1 - CAST(SUM(last_seq - first_seq + 1) AS BIGINT) AS gaps,\n"
+    "  SUM(records) - CAST(SUM(last_seq - first_seq + 1) AS BIGINT) AS duplicates\n"
     "FROM delivery_sequences GROUP BY producer_id",
     "Per producer id: records read, sequence gaps (sequences start at 0, so missing "
-    "numbers below max_seq) and duplicate records.",
+    "numbers below max_seq: the space before and between its ranges) and duplicate records "
+    "(records beyond one per distinct sequence).",
 )
 
 DEAD_LETTERS = Table(

@@ -20,6 +20,10 @@ from typing import Any
 from consumers.tables import (
     CONSUMER_OFFSETS,
     DEAD_LETTERS,
+    DELIVERY_PRODUCERS,
+    DELIVERY_SEQUENCES,
+    LEGACY_DELIVERY_COLUMN,
+    LEGACY_DELIVERY_RANGES_SQL,
     TABLES,
     VIEWS,
     Dialect,
@@ -76,6 +80,8 @@ class Sink(abc.ABC):
         """Create missing tables and views, and add columns new to a definition."""
         with self._transaction():
             self._lock_for_migration()
+            if DELIVERY_SEQUENCES in tables:
+                self._migrate_delivery_ranges()
             for table in tables:
                 self._execute(create_table_sql(table, self.dialect))
                 present = self._columns_of(table.name)
@@ -84,6 +90,19 @@ class Sink(abc.ABC):
                         self._execute(add_column_sql(table, column, self.dialect))
             for view in views:
                 self._execute(create_view_sql(view))
+
+    def _migrate_delivery_ranges(self) -> None:
+        """A `delivery_sequences` of one row per sequence becomes its contiguous ranges."""
+        if LEGACY_DELIVERY_COLUMN not in self._columns_of(DELIVERY_SEQUENCES.name):
+            return
+        self._execute(LEGACY_DELIVERY_RANGES_SQL)
+        self._execute(f"DROP VIEW IF EXISTS {DELIVERY_PRODUCERS.name}")
+        self._execute(f"DROP TABLE {DELIVERY_SEQUENCES.name}")
+        self._execute(create_table_sql(DELIVERY_SEQUENCES, self.dialect))
+        names = ", ".join(DELIVERY_SEQUENCES.column_names)
+        self._execute(f"INSERT INTO {DELIVERY_SEQUENCES.name} ({names}) "
+                      f"SELECT {names} FROM delivery_sequences_migrating")
+        self._execute("DROP TABLE delivery_sequences_migrating")
 
     def load_offsets(self, builder: str) -> dict[TopicPartition, int]:
         """The next offset to apply per partition for this builder, as stored."""
@@ -102,7 +121,7 @@ class Sink(abc.ABC):
                 self._lock_keys(sorted(set(batch.locks)))
             stages = self._stage(batch.rows)
             for table, stage in stages.items():
-                if batch.rows.get(table):
+                if batch.rows.get(table) and not table.stage_only:
                     self._upsert(table, stage)
             for sql in batch.after_sql:
                 for t, stage in stages.items():

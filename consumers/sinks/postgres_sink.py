@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 
 from consumers.sinks.base import Sink
-from consumers.tables import Dialect, Table, upsert_sql
+from consumers.tables import Dialect, Table, column_defs, upsert_sql
 
 _MIGRATION_LOCK = 0x726C6D657368  # "rlmesh": pg_advisory_xact_lock key for migrations
 
@@ -73,9 +73,11 @@ class PostgresSink(Sink):
         for table, table_rows in rows.items():
             name = f"stage_{table.name}"
             if name not in self._staged:
+                shape = (column_defs(table, self.dialect) if table.stage_only
+                         else f"LIKE {table.name}")
                 self.conn.execute(
-                    f"CREATE TEMP TABLE IF NOT EXISTS {name} "
-                    f"(LIKE {table.name}) ON COMMIT DELETE ROWS")
+                    f"CREATE TEMP TABLE IF NOT EXISTS {name} "  # type: ignore[arg-type]
+                    f"({shape}) ON COMMIT DELETE ROWS")
                 self._staged.add(name)
             if table_rows:
                 cols = table.column_names

@@ -7,10 +7,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import duckdb
+import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from consumers.builders import Reduced
+from consumers.builders import DeliveryBuilder, Reduced, reduce
 from consumers.builders.telemetry import weighted
+from consumers.records import Record
 from consumers.sinks import OffsetConflict, OffsetUpdate, SinkBatch, open_sink
 from consumers.tables import (
     ADVISORIES,
@@ -24,6 +28,8 @@ from consumers.tables import (
     create_table_sql,
     finish_row,
 )
+from schemas import headers as h
+from schemas.topics import EventType
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -145,3 +151,109 @@ def test_rank_merge_prefers_the_higher_status_whatever_comes_first() -> None:
     assert merge_value(status, "failed", "running") == "failed"
     assert merge_value(status, "running", "ended") == "ended"
     assert merge_value(status, None, "running") == "running"
+
+
+def _delivery_batches(sink_url: str, batches: list[list[tuple[str, int]]]) -> Any:
+    """Apply (producer, seq) records in the given batches through the delivery builder."""
+    builder = DeliveryBuilder()
+    sink = open_sink(sink_url)
+    for records in batches:
+        reduced = reduce(builder, [
+            Record("t", 0, 0, T0, EventType.SESSION_STARTED, None,
+                   {h.PRODUCER_ID: p.encode(), h.SEQUENCE: str(s).encode()})
+            for p, s in records])
+        sink.apply(SinkBatch(rows={t: reduced.sorted_rows(t) for t in builder.tables},
+                             after_sql=list(builder.after_sql),
+                             locks=builder.lock_keys(reduced)))
+    return sink
+
+
+def _fresh(sink_url: str) -> str:
+    """The sink with an empty `delivery_sequences` (one per hypothesis example)."""
+    sink = open_sink(sink_url)
+    sink.apply(SinkBatch(after_sql=["DELETE FROM delivery_sequences"]))
+    sink.close()
+    return sink_url
+
+
+def _expected_delivery(records: list[tuple[str, int]]) -> tuple[list[Any], list[Any]]:
+    """Ranges and `delivery_producers` rows worked out from the records themselves."""
+    ranges, producers = [], []
+    for producer in sorted({p for p, _ in records}):
+        seqs = sorted(s for p, s in records if p == producer)
+        distinct = sorted(set(seqs))
+        runs: list[list[int]] = []
+        for s in distinct:
+            if runs and runs[-1][1] == s - 1:
+                runs[-1][1] = s
+            else:
+                runs.append([s, s])
+        ranges += [(producer, a, b, sum(1 for x in seqs if a <= x <= b)) for a, b in runs]
+        producers.append((producer, len(seqs), len(distinct), distinct[0], distinct[-1],
+                          distinct[-1] + 1 - len(distinct), len(seqs) - len(distinct)))
+    return ranges, producers
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_delivery_keeps_contiguous_ranges_whatever_the_order_and_batching(
+    sink_url: str, data: st.DataObject,
+) -> None:
+    """Storage is one row per range, and gaps and duplicates are exactly those of the
+    records, for any arrival order and any cut into batches (transactions)."""
+    records = [(p, s) for p in ("p", "q") for s in
+               data.draw(st.lists(st.integers(0, 60), min_size=1, max_size=80), label=p)]
+    order = data.draw(st.permutations(records), label="order")
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(order)), max_size=6), label="cuts"))
+    batches = [order[a:b] for a, b in itertools.pairwise([0, *cuts, len(order)]) if b > a]
+    url = _fresh(sink_url)
+    sink = _delivery_batches(url, batches)
+    try:
+        ranges, producers = _expected_delivery(records)
+        assert sink.query("SELECT producer_id, first_seq, last_seq, records "
+                          "FROM delivery_sequences ORDER BY 1, 2") == ranges
+        assert sink.query("SELECT * FROM delivery_producers ORDER BY 1") == producers
+    finally:
+        sink.close()
+
+
+def test_a_table_of_one_row_per_sequence_is_migrated_to_ranges(sink_url: str) -> None:
+    legacy = Table("delivery_sequences", (
+        Column("producer_id", "TEXT", nullable=False), Column("seq", "BIGINT", nullable=False),
+        Column("copies", "BIGINT", Merge.SUM), Column("first_topic", "TEXT", Merge.MIN),
+    ), ("producer_id", "seq"))
+    records = [("p", s) for s in (0, 1, 2, 2, 4, 5, 5, 5, 8)] + [("q", s) for s in range(5)]
+    rows = [(p, s, sum(1 for r in records if r == (p, s)), "t") for p, s in sorted(set(records))]
+    old_view = ("CREATE VIEW delivery_producers AS SELECT producer_id, SUM(copies) AS records, "
+                "COUNT(*) AS distinct_sequences, MIN(seq) AS min_seq, MAX(seq) AS max_seq, "
+                "MAX(seq) + 1 - COUNT(*) AS gaps, SUM(copies) - COUNT(*) AS duplicates "
+                "FROM delivery_sequences GROUP BY producer_id")
+    if sink_url.startswith("duckdb://"):
+        con = duckdb.connect(sink_url.removeprefix("duckdb://"))
+        con.execute(create_table_sql(legacy, Dialect.DUCKDB))
+        con.executemany("INSERT INTO delivery_sequences VALUES (?, ?, ?, ?)", rows)
+        con.execute(old_view)
+        con.close()
+    else:
+        with psycopg.connect(sink_url, autocommit=True) as pg:
+            pg.execute(create_table_sql(legacy, Dialect.POSTGRES))  # type: ignore[arg-type]
+            with pg.cursor() as cur:
+                cur.executemany("INSERT INTO delivery_sequences VALUES (%s, %s, %s, %s)", rows)
+            pg.execute(old_view)  # type: ignore[arg-type]
+    ranges, producers = _expected_delivery(records)
+    sink = open_sink(sink_url)
+    try:
+        assert sink.query("SELECT producer_id, first_seq, last_seq, records "
+                          "FROM delivery_sequences ORDER BY 1, 2") == ranges
+        assert sink.query("SELECT * FROM delivery_producers ORDER BY 1") == producers
+    finally:
+        sink.close()
+    # and the migrated table goes on merging: 3 fills a gap, 5 is a duplicate
+    sink = _delivery_batches(sink_url, [[("p", 3), ("p", 5)]])
+    try:
+        assert sink.query("SELECT producer_id, first_seq, last_seq, records "
+                          "FROM delivery_sequences WHERE producer_id = 'p' ORDER BY 2") == [
+            ("p", 0, 5, 10), ("p", 8, 8, 1)]
+    finally:
+        sink.close()
