@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import duckdb
 
+from consumers.join_postgres import attach_episodes, write_back
 from consumers.reports.store import StoreError, duckdb_path, is_postgres
 
 Mode = Literal["key", "asof"]
@@ -105,8 +106,9 @@ def connect(sink: str, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the store attached as `store`.
 
     DuckDB stores are attached directly (read-only unless a table is to be
-    written). PostgreSQL stores go through DuckDB's `postgres` extension, which
-    must already be installed: it is not fetched at run time.
+    written). PostgreSQL stores go through DuckDB's `postgres` extension when it
+    is installed (it is never fetched at run time); without it, the episodes are
+    copied out of PostgreSQL into the in-memory DuckDB (`consumers.join_postgres`).
     """
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
@@ -115,13 +117,9 @@ def connect(sink: str, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
             # Never fetch at run time: only an extension installed beforehand is used.
             con.execute("SET autoinstall_known_extensions = false")
             con.execute("LOAD postgres")
-        except duckdb.Error as exc:
-            raise StoreError(
-                "join reads a PostgreSQL store through DuckDB's postgres extension, which is "
-                f"not installed here ({exc}). Install it once with DuckDB's `INSTALL postgres` "
-                "on a machine that can reach DuckDB's extension repository, or join on a "
-                "DuckDB store."
-            ) from exc
+        except duckdb.Error:
+            attach_episodes(con, sink)
+            return con
         options = "TYPE postgres" + ("" if writable else ", READ_ONLY")
         con.execute(f"ATTACH '{_sql_str(sink)}' AS store ({options})")
         return con
@@ -520,13 +518,22 @@ def aggregate(con: duckdb.DuckDBPyConnection, spec: JoinSpec,
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
-def write_table(con: duckdb.DuckDBPyConnection, name: str) -> None:
-    """Replace `store.<name>` with the joined rows."""
+def write_table(con: duckdb.DuckDBPyConnection, name: str, sink: str | None = None) -> None:
+    """Replace `store.<name>` with the joined rows (in PostgreSQL itself for a copied store)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise JoinError(f"table name {name!r} must be a plain SQL identifier")
     if name in ("episodes", "sessions", "advisories"):
         raise JoinError(f"refusing to overwrite the consumers' table {name!r}")
+    if sink is not None and is_postgres(sink) and _store_is_a_copy(con):
+        write_back(con, sink, name)
+        return
     con.execute(f"CREATE OR REPLACE TABLE store.{q(name)} AS SELECT * FROM joined")
+
+
+def _store_is_a_copy(con: duckdb.DuckDBPyConnection) -> bool:
+    """True when `store` is the in-memory copy of a PostgreSQL store, not the store itself."""
+    return _scalar(con, "SELECT path IS NULL AND type = 'duckdb' FROM duckdb_databases() "
+                        "WHERE database_name = 'store'") is True
 
 
 def export(con: duckdb.DuckDBPyConnection, path: Path) -> None:

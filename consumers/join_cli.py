@@ -98,7 +98,7 @@ def join(sink: str, log_path: Path, log_format: str | None, mode: str, episode_k
         result = run_join(con, spec)
         rows = aggregate(con, spec, result)
         if table:
-            write_table(con, table)
+            write_table(con, table, sink)
         if export_path:
             export(con, export_path)
     except JoinError as exc:

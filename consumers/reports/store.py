@@ -100,7 +100,7 @@ class PostgresStore:
         try:
             self._con = psycopg.connect(url, autocommit=True)
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to {_redact(url)}: {exc}") from exc
+            raise StoreError(f"cannot connect to {redact_url(url)}: {exc}") from exc
         self._con.execute("SET TIME ZONE 'UTC'")
         self._con.execute("SET default_transaction_read_only = on")
 
@@ -119,7 +119,8 @@ class PostgresStore:
         self._con.close()
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
+    """The URL with its password, if any, replaced by ***."""
     parsed = urlparse(url)
     if parsed.password:
         return url.replace(f":{parsed.password}@", ":***@")
