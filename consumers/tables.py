@@ -19,6 +19,7 @@ primary key next to the nullable `lane`.
 from __future__ import annotations
 
 import enum
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,28 +107,70 @@ def sql_type(column: Column, dialect: Dialect) -> str:
 # --------------------------------------------------------------------------- merges
 
 
+@dataclass(frozen=True)
+class MergeRule:
+    """One merge rule, twice: in Python over values, in SQL over expressions.
+
+    Both take (old, new, wins): the stored and the incoming value, and whether the
+    incoming row outranks the stored one (RANK: on the column itself; FOLLOWS: on the
+    status column it follows; unused otherwise).
+    """
+
+    python: Callable[[Any, Any, bool], Any]
+    sql: Callable[[str, str, str], str]
+
+
+def _coalesce(first: Any, second: Any) -> Any:
+    return first if first is not None else second
+
+
+def _new_if(better: Callable[[Any, Any], bool], op: str) -> MergeRule:
+    """The incoming value when the stored one is NULL or it is `better` (MIN, MAX)."""
+    return MergeRule(
+        lambda old, new, _: new if old is None or (new is not None and better(new, old))
+        else old,
+        lambda old, new, _: (f"CASE WHEN {old} IS NULL OR ({new} IS NOT NULL AND "
+                             f"{new} {op} {old}) THEN {new} ELSE {old} END"))
+
+
+MERGE_RULES: dict[Merge, MergeRule] = {
+    Merge.FIRST: MergeRule(lambda old, new, _: _coalesce(old, new),
+                           lambda old, new, _: f"COALESCE({old}, {new})"),
+    Merge.LAST: MergeRule(lambda old, new, _: _coalesce(new, old),
+                          lambda old, new, _: f"COALESCE({new}, {old})"),
+    Merge.SUM: MergeRule(lambda old, new, _: (old or 0) + (new or 0),
+                         lambda old, new, _: f"COALESCE({old}, 0) + COALESCE({new}, 0)"),
+    Merge.MIN: _new_if(operator.lt, "<"),
+    Merge.MAX: _new_if(operator.gt, ">"),
+    Merge.RANK: MergeRule(lambda old, new, wins: new if wins else old,
+                          lambda old, new, wins: f"CASE WHEN {wins} THEN {new} ELSE {old} END"),
+    Merge.FOLLOWS: MergeRule(
+        lambda old, new, wins: _coalesce(new, old) if wins else _coalesce(old, new),
+        lambda old, new, wins: (f"CASE WHEN {wins} THEN COALESCE({new}, {old}) "
+                                f"ELSE COALESCE({old}, {new}) END")),
+    # DERIVED has no rule: it is recomputed from the merged row (`finish_row`, `merge_sql`)
+}
+
+
+def _ranking(table: Table, column: Column) -> Column | None:
+    """The status column whose rank decides `column`'s merge (RANK, FOLLOWS), if any."""
+    if column.merge is Merge.RANK:
+        return column
+    if column.merge is Merge.FOLLOWS:
+        return table.column_by_name[column.follows]
+    return None
+
+
 def merge_value(column: Column, old: Any, new: Any, new_wins: bool = False) -> Any:
     """The Python twin of `merge_sql`: merge one column of two partial rows.
 
     `new_wins` is only read by Merge.FOLLOWS: whether the new row's status outranks.
     """
-    m = column.merge
-    if m is Merge.FOLLOWS:
-        first, second = (new, old) if new_wins else (old, new)
-        return first if first is not None else second
-    if m is Merge.FIRST:
-        return old if old is not None else new
-    if m is Merge.LAST:
-        return new if new is not None else old
-    if m is Merge.SUM:
-        return (old or 0) + (new or 0)
-    if m is Merge.MIN:
-        return new if old is None or (new is not None and new < old) else old
-    if m is Merge.MAX:
-        return new if old is None or (new is not None and new > old) else old
-    if m is Merge.RANK:
-        return new if _rank(column, new) > _rank(column, old) else old
-    return old  # DERIVED: recomputed by merge_rows
+    if column.merge is Merge.DERIVED:
+        return old  # recomputed by merge_rows
+    if column.merge is Merge.RANK:
+        new_wins = _rank(column, new) > _rank(column, old)
+    return MERGE_RULES[column.merge].python(old, new, new_wins)
 
 
 def _rank(column: Column, value: Any) -> int:
@@ -138,10 +181,9 @@ def merge_rows(table: Table, old: Mapping[str, Any], new: Mapping[str, Any]) -> 
     """Merge two partial rows of the same key, exactly as the SQL upsert does."""
     merged = {}
     for c in table.columns:
-        new_wins = False
-        if c.merge is Merge.FOLLOWS:
-            status = table.column_by_name[c.follows]
-            new_wins = _rank(status, new.get(c.follows)) > _rank(status, old.get(c.follows))
+        status = _ranking(table, c)
+        new_wins = status is not None and (
+            _rank(status, new.get(status.name)) > _rank(status, old.get(status.name)))
         merged[c.name] = merge_value(c, old.get(c.name), new.get(c.name), new_wins)
     return finish_row(table, merged)
 
@@ -158,33 +200,16 @@ def finish_row(table: Table, row: dict[str, Any]) -> dict[str, Any]:
 
 def merge_sql(table: Table, column: Column) -> str:
     """SQL for `SET column = ...` in `ON CONFLICT DO UPDATE`: stored is `t.c`, new `excluded.c`."""
-    t, n, c = table.name, "excluded", column.name
-    old, new = f"{t}.{c}", f"{n}.{c}"
-    m = column.merge
-    if m is Merge.FIRST:
-        return f"COALESCE({old}, {new})"
-    if m is Merge.LAST:
-        return f"COALESCE({new}, {old})"
-    if m is Merge.SUM:
-        return f"COALESCE({old}, 0) + COALESCE({new}, 0)"
-    if m is Merge.MIN:
-        return (f"CASE WHEN {old} IS NULL OR ({new} IS NOT NULL AND {new} < {old}) "
-                f"THEN {new} ELSE {old} END")
-    if m is Merge.MAX:
-        return (f"CASE WHEN {old} IS NULL OR ({new} IS NOT NULL AND {new} > {old}) "
-                f"THEN {new} ELSE {old} END")
-    if m is Merge.RANK:
-        return (f"CASE WHEN {rank_sql(column, new)} > {rank_sql(column, old)} "
-                f"THEN {new} ELSE {old} END")
-    if m is Merge.FOLLOWS:
-        status = table.column_by_name[column.follows]
-        wins = (f"{rank_sql(status, f'{n}.{status.name}')} > "
-                f"{rank_sql(status, f'{t}.{status.name}')}")
-        return f"CASE WHEN {wins} THEN COALESCE({new}, {old}) ELSE COALESCE({old}, {new}) END"
-    # DERIVED: derive_sql names merged columns as {col}; substitute their merge expressions
-    exprs = {other.name: f"({merge_sql(table, other)})" for other in table.columns
-             if other.merge is not Merge.DERIVED}
-    return column.derive_sql.format(**exprs)
+    t, n = table.name, "excluded"
+    if column.merge is Merge.DERIVED:
+        # derive_sql names merged columns as {col}; substitute their merge expressions
+        exprs = {other.name: f"({merge_sql(table, other)})" for other in table.columns
+                 if other.merge is not Merge.DERIVED}
+        return column.derive_sql.format(**exprs)
+    status = _ranking(table, column)
+    wins = "" if status is None else (
+        f"{rank_sql(status, f'{n}.{status.name}')} > {rank_sql(status, f'{t}.{status.name}')}")
+    return MERGE_RULES[column.merge].sql(f"{t}.{column.name}", f"{n}.{column.name}", wins)
 
 
 def rank_sql(column: Column, expr: str) -> str:
