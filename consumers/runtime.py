@@ -125,6 +125,7 @@ class ConsumerRuntime:
         self._ends: dict[TP, int] = {}  # --until-end: the end offset seen at assignment
         self._first_assigned_at: float | None = None  # monotonic time of the first assignment
         self._idle_checked_at = 0.0  # --until-end without partitions: last look at the group
+        self._admin: Any = None  # AdminClient describing the group, made when first needed
         self._buffer: list[Record | DeadLetter] = []
         self._last_flush = time.monotonic()
         self._rewind = False
@@ -496,7 +497,9 @@ class ConsumerRuntime:
                 if meta is None or meta.error is not None or not meta.partitions:
                     return None
                 wanted |= {(topic, p) for p in meta.partitions}
-            admin = AdminClient(self.config.kafka_config())
+            if self._admin is None:
+                self._admin = AdminClient(self.config.kafka_config())
+            admin = self._admin
             group = self.options.group_id
             described = admin.describe_consumer_groups([group], request_timeout=10)[group]
             members = described.result(timeout=15).members
