@@ -16,13 +16,12 @@ from consumers.report_cli import report
 def sink(tmp_path: Path) -> str:
     path = tmp_path / "delivery.duckdb"
     con = make_store(path)
-    insert(con, "delivery_sequences", [
+    insert(con, "delivery_sequences", [  # contiguous ranges of sequences, with their records
         # "clean": 0..3 once each
-        *({"producer_id": "clean", "seq": s, "copies": 1} for s in range(4)),
+        {"producer_id": "clean", "first_seq": 0, "last_seq": 3, "records": 4},
         # "lossy": 0, 1, 4 (2 and 3 missing), 1 seen twice
-        {"producer_id": "lossy", "seq": 0, "copies": 1},
-        {"producer_id": "lossy", "seq": 1, "copies": 2},
-        {"producer_id": "lossy", "seq": 4, "copies": 1},
+        {"producer_id": "lossy", "first_seq": 0, "last_seq": 1, "records": 3},
+        {"producer_id": "lossy", "first_seq": 4, "last_seq": 4, "records": 1},
     ])
     insert(con, "dead_letters", [{"topic": "t", "partition_id": 0, "record_offset": 7}])
     con.close()

@@ -40,8 +40,9 @@ ROWS: dict[str, list[dict[str, Any]]] = {
          "kind": "Duration", "count": n, "avg": a, "p50": a, "p95": 2 * a, "p99": 3 * a,
          "env_id": "CartPole-v1", "model_component_id": "ppo"}
         for s, n, a in (("s1", 10, 1.5), ("s2", 30, 0.5))],
-    "delivery_sequences": [
-        {"producer_id": "p", "seq": s, "copies": c} for s, c in ((0, 1), (1, 2), (3, 1))],
+    "delivery_sequences": [  # sequences 0, 1 (twice) and 3, as contiguous ranges
+        {"producer_id": "p", "first_seq": first, "last_seq": last, "records": n}
+        for first, last, n in ((0, 1, 3), (3, 3, 1))],
 }
 BUILDS = {"advisories": advisory_report, "episodes": episode_report,
           "delivery": delivery_report, "telemetry": telemetry_report}
