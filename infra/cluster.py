@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from infra import proc
 from infra.artifacts import Artifacts
@@ -75,7 +75,7 @@ class NodePorts:
 
 
 @dataclass
-class LocalCluster:
+class LocalCluster(proc.HomeState):
     """`brokers` combined KRaft nodes and one registry, all children of this home."""
 
     home: Path
@@ -85,6 +85,7 @@ class LocalCluster:
     kafka_ports: list[int] | None = None  # client ports; default: previous run's, else free
     registry_port: int | None = None
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    STATE_FILE: ClassVar[str] = "cluster.json"  # proc.HomeState
 
     def __post_init__(self) -> None:
         self.home = self.home.resolve()
@@ -100,27 +101,6 @@ class LocalCluster:
                              f"not {self.brokers}; use another --home.")
 
     # -- state -------------------------------------------------------------------------------
-
-    @property
-    def state_file(self) -> Path:
-        return self.home / "cluster.json"
-
-    @property
-    def marker(self) -> str:
-        return f"{self.home}/"
-
-    def _load_state(self) -> dict[str, Any]:
-        try:
-            data: dict[str, Any] = json.loads(self.state_file.read_text())
-            return data
-        except (OSError, ValueError):
-            return {}
-
-    def _save_state(self, state: dict[str, Any]) -> None:
-        self.home.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.state_file)
 
     def _ports(self, state: dict[str, Any]) -> list[NodePorts]:
         known = state.get("nodes") or []
@@ -236,8 +216,8 @@ class LocalCluster:
         state["registry"] = {"port": server.port, "management_port": management, "pid": pid,
                              "log": str(server.log_file)}
         self._save_state(state)
-        self._wait("schema registry", pid, server.log_file, REGISTRY_READY_TIMEOUT,
-                   lambda: registry_ready(server.url))
+        proc.wait_ready("schema registry", pid, server.log_file, REGISTRY_READY_TIMEOUT,
+                        lambda: registry_ready(server.url))
         log(f"schema registry ready: {server.url}")
 
     def stop_registry(self) -> None:
@@ -303,18 +283,6 @@ class LocalCluster:
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
         md = admin.list_topics(topic=topic, timeout=10)
         return int(md.topics[topic].partitions[partition].leader)
-
-    def _wait(self, what: str, pid: int, log_file: Path, timeout: float,
-              ready: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not proc.is_alive(pid):
-                raise StartupError(f"{what} (pid {pid}) exited during startup; see {log_file}.")
-            if ready():
-                return
-            time.sleep(0.5)
-        raise StartupError(f"{what} (pid {pid}) did not become ready within {timeout:.0f} s; "
-                           f"see {log_file}.")
 
 
 # -- the CLI's entry points (`rlmesh-stream infra up --brokers 3`, `infra down`) ---------------

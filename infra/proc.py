@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, ClassVar
 
-from infra.errors import PortInUseError
+from infra.errors import PortInUseError, StartupError
 
 
 def spawn_detached(
@@ -38,6 +40,56 @@ def spawn_detached(
 
 
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def wait_ready(what: str, pid: int, log_file: Path, timeout: float, ready: Callable[[], bool],
+               *, exited_hint: str = "", timeout_hint: str = "") -> None:
+    """Poll `ready()` every 0.5 s until it is true; StartupError if `pid` exits or time runs out.
+
+    The hints are appended to the error messages after the log file's name.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_alive(pid):
+            raise StartupError(f"{what} (pid {pid}) exited during startup; "
+                               f"see {log_file}{exited_hint}.")
+        if ready():
+            return
+        time.sleep(0.5)
+    raise StartupError(f"{what} (pid {pid}) did not become ready within {timeout:.0f} s; "
+                       f"see {log_file}{timeout_hint}.")
+
+
+class HomeState:
+    """Servers started under one home directory, with their pids and ports in a JSON file there.
+
+    A mixin of LocalStack and LocalCluster: they set `home` and name the file.
+    """
+
+    home: Path
+    STATE_FILE: ClassVar[str]
+
+    @property
+    def state_file(self) -> Path:
+        return self.home / self.STATE_FILE
+
+    @property
+    def marker(self) -> str:
+        """A string only the command lines of servers started under this home contain."""
+        return f"{self.home}/"
+
+    def _load_state(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads(self.state_file.read_text())
+            return data
+        except (OSError, ValueError):
+            return {}
+
+    def _save_state(self, state: dict[str, Any]) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.state_file)
 
 
 def is_alive(pid: int) -> bool:
@@ -139,3 +191,40 @@ def port_open(port: int, host: str = "127.0.0.1", timeout: float = 1.0) -> bool:
             return True
     except OSError:
         return False
+
+
+def tail(path: Path, lines: int, max_bytes: int = 1 << 20) -> str:
+    """The last `lines` lines of a text file (reading at most its last `max_bytes`)."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - max_bytes))
+        data = f.read()
+    text = data.decode(errors="replace").splitlines()
+    return "\n".join(text[-lines:])
+
+
+def jvm_thread_dump(pid: int, timeout: float = 20.0, max_lines: int = 300) -> str | None:
+    """`jcmd <pid> Thread.print` with the jcmd beside the JVM's own java binary.
+
+    The first `max_lines` lines, or None when there is no such jcmd, it fails or it
+    takes longer than `timeout` seconds.
+    """
+    try:
+        jcmd = Path(os.readlink(f"/proc/{pid}/exe")).parent / "jcmd"
+    except OSError:
+        return None
+    if not os.access(jcmd, os.X_OK):
+        return None
+    try:
+        done = subprocess.run([str(jcmd), str(pid), "Thread.print"], capture_output=True,
+                              text=True, errors="replace", timeout=timeout, check=False,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0 or not done.stdout.strip():
+        return None
+    out = done.stdout.splitlines()
+    if len(out) > max_lines:
+        out = [*out[:max_lines], f"... ({len(out) - max_lines} more lines)"]
+    return "\n".join(out)

@@ -9,7 +9,6 @@ touches a Kafka or registry someone else runs on the machine.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -19,7 +18,7 @@ from typing import Any
 
 from infra import proc
 from infra.artifacts import Artifacts, default_cache_dir
-from infra.errors import StackError, StartupError
+from infra.errors import StackError
 from infra.java import Java, find_java
 from infra.kafka import KafkaNode, kafka_ready, random_cluster_id
 from infra.registry import RegistryServer, registry_ready
@@ -68,13 +67,15 @@ class StackInfo:
                 "servers": {k: asdict(v) for k, v in self.servers.items()}}
 
 
-class LocalStack:
+class LocalStack(proc.HomeState):
     """A Kafka node plus a schema registry under one home directory.
 
     Ports not given are taken from the previous run's state (so a restarted stack
     keeps its addresses), else the defaults for Kafka and the registry and free
     ports for the internal listeners (KRaft controller, Quarkus management).
     """
+
+    STATE_FILE = "state.json"  # proc.HomeState: pids and ports, in home
 
     def __init__(
         self,
@@ -97,30 +98,6 @@ class LocalStack:
         self.registry_port = registry_port or r.get("port") or DEFAULT_REGISTRY_PORT
         self._controller_port = controller_port or k.get("controller_port")
         self._management_port = management_port or r.get("management_port")
-
-    # -- files ---------------------------------------------------------------------------
-
-    @property
-    def state_file(self) -> Path:
-        return self.home / "state.json"
-
-    @property
-    def marker(self) -> str:
-        """A string only this stack's server command lines contain."""
-        return f"{self.home}/"
-
-    def _load_state(self) -> dict[str, Any]:
-        try:
-            data: dict[str, Any] = json.loads(self.state_file.read_text())
-            return data
-        except (OSError, ValueError):
-            return {}
-
-    def _save_state(self, state: dict[str, Any]) -> None:
-        self.home.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.state_file)
 
     # -- servers -------------------------------------------------------------------------
 
@@ -256,16 +233,9 @@ class LocalStack:
 
     def _wait(self, what: str, pid: int, log_file: Path, timeout: float,
               ready: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not proc.is_alive(pid):
-                raise StartupError(f"{what} (pid {pid}) exited during startup; see {log_file} "
-                                   f"(`rlmesh-stream infra logs`).")
-            if ready():
-                return
-            time.sleep(0.5)
-        raise StartupError(f"{what} (pid {pid}) did not become ready within {timeout:.0f} s; "
-                           f"see {log_file}, and `rlmesh-stream infra down` to stop it.")
+        proc.wait_ready(what, pid, log_file, timeout, ready,
+                        exited_hint=" (`rlmesh-stream infra logs`)",
+                        timeout_hint=", and `rlmesh-stream infra down` to stop it")
 
     def down(self, log: Callable[[str], None] = lambda _msg: None) -> list[str]:
         """Stop the servers this home's `up` started (registry first: it uses Kafka)."""
@@ -303,3 +273,26 @@ class LocalStack:
     def log_files(self) -> dict[str, Path]:
         return {"kafka": self.home / "kafka" / "kafka.log",
                 "registry": self.home / "registry" / "registry.log"}
+
+    def diagnostics(self, log_lines: int = 80, dump_lines: int = 300,
+                    dump_timeout: float = 20.0) -> list[tuple[str, str]]:
+        """(title, text) pairs for a failure report: each log's tail, the registry's threads.
+
+        Whatever cannot be read (no log yet, registry not running, no jcmd beside its
+        java, jcmd failing or slower than `dump_timeout`) is left out; this never raises
+        for a missing piece.
+        """
+        sections: list[tuple[str, str]] = []
+        for name, path in (("registry", self.log_files()["registry"]),
+                           ("kafka", self.log_files()["kafka"])):
+            try:
+                text = proc.tail(path, log_lines)
+            except OSError:
+                continue
+            sections.append((f"{name} log (last {log_lines} lines of {path})", text))
+        pid = self._running_pid(self._load_state(), "registry")
+        dump = proc.jvm_thread_dump(pid, dump_timeout, dump_lines) if pid is not None else None
+        if dump is not None:
+            sections.append((f"registry thread dump (jcmd {pid} Thread.print, "
+                             f"first {dump_lines} lines)", dump))
+        return sections

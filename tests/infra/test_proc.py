@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from infra import proc
+from infra.errors import StartupError
 
 
 def test_stop_ends_a_process_that_leads_no_process_group() -> None:
@@ -29,3 +32,69 @@ def test_owns_needs_the_marker_in_the_command_line(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_wait_ready_returns_once_ready_answers(tmp_path: Path) -> None:
+    child = subprocess.Popen(["sleep", "60"])
+    answers = iter([False, False, True])
+    try:
+        proc.wait_ready("server", child.pid, tmp_path / "log", 10, lambda: next(answers))
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_wait_ready_names_the_log_when_the_process_exits(tmp_path: Path) -> None:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    with pytest.raises(StartupError, match=rf"server \(pid {child.pid}\) exited during startup; "
+                       rf"see {tmp_path}/log \(hint\)\.$"):
+        proc.wait_ready("server", child.pid, tmp_path / "log", 10, lambda: False,
+                        exited_hint=" (hint)")
+
+
+def test_wait_ready_gives_up_after_its_timeout(tmp_path: Path) -> None:
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        with pytest.raises(StartupError, match=r"did not become ready within 1 s; "
+                           rf"see {tmp_path}/log, then\.$"):
+            proc.wait_ready("server", child.pid, tmp_path / "log", 1, lambda: False,
+                            timeout_hint=", then")
+    finally:
+        child.kill()
+        child.wait()
+
+
+class _Home(proc.HomeState):
+    STATE_FILE = "state.json"
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+
+
+def test_home_state_round_trips_and_starts_empty(tmp_path: Path) -> None:
+    home = _Home(tmp_path / "new-home")
+    assert home._load_state() == {}
+    home._save_state({"kafka": {"pid": 1}})
+    assert home._load_state() == {"kafka": {"pid": 1}}
+    assert home.state_file == tmp_path / "new-home" / "state.json"
+    assert home.marker == f"{tmp_path}/new-home/"
+    home.state_file.write_text("{not json")
+    assert home._load_state() == {}
+
+
+def test_tail_gives_the_last_lines(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    log.write_text("".join(f"line {i}\n" for i in range(1000)))
+    assert proc.tail(log, 3) == "line 997\nline 998\nline 999"
+    assert proc.tail(log, 3, max_bytes=20).splitlines()[-1] == "line 999"
+
+
+def test_thread_dump_of_a_process_that_is_no_jvm_is_none() -> None:
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        assert proc.jvm_thread_dump(child.pid, timeout=5) is None  # no jcmd beside `sleep`
+    finally:
+        child.kill()
+        child.wait()
+    assert proc.jvm_thread_dump(child.pid, timeout=5) is None  # gone

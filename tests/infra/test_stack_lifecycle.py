@@ -25,6 +25,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from infra.proc import free_port, is_alive
+from infra.stack import LocalStack
 
 pytestmark = pytest.mark.slow
 
@@ -137,6 +138,20 @@ def test_servers_listen_on_loopback_only(own_stack: OwnStack) -> None:
         addresses = _listening_addresses(pid)
         assert addresses, name
         assert all(a.startswith("127.") for a in addresses), (name, addresses)
+
+
+def test_diagnostics_give_both_logs_tails_and_the_registry_threads(own_stack: OwnStack) -> None:
+    """What a failing test's report gets when it ran on the local stack (tests/conftest.py)."""
+    sections = dict(LocalStack(own_stack.home).diagnostics(log_lines=10, dump_lines=50))
+    titles = list(sections)
+    assert titles[0].startswith("registry log (last 10 lines of ")
+    assert titles[1].startswith("kafka log (last 10 lines of ")
+    assert all(len(sections[t].splitlines()) == 10 for t in titles[:2])
+    pid = own_stack.pids()["registry"]
+    assert titles[2] == f"registry thread dump (jcmd {pid} Thread.print, first 50 lines)"
+    dump = sections[titles[2]].splitlines()
+    assert len(dump) == 51 and dump[-1].endswith("more lines)")
+    assert any("java.lang.Thread.State" in line for line in dump)
 
 
 def test_down_leaves_a_process_it_did_not_start_alone(tmp_path: Path) -> None:
