@@ -11,19 +11,47 @@ Which stack, in order:
 
 Tests that use the `stack` fixture are marked `stack` automatically, so
 `pytest -m "not stack"` runs only the tests that need no servers.
+
+When a test fails and the stack is the local one, its report gets the tail of the
+registry's and Kafka's logs and a thread dump of the registry (sections at the end of
+the failure). At the end of a run with failures, the stack's logs are copied into
+the directory named by RLMESH_STREAM_CI_ARTIFACTS, if set (CI machines are thrown
+away with their temporary directories). Passing runs get neither.
+
+PostgreSQL: `postgres` is a throwaway server from the Debian `postgresql` package's
+binaries, started the first time a test asks for it and stopped at the end of the run
+(initdb into a temporary directory, run as the `postgres` OS user when the tests run as
+root, since PostgreSQL refuses to run as root), listening on 127.0.0.1 and a free port
+with its socket in the same temporary directory; `postgres_dsn` is a fresh database of
+its own for one test. `RLMESH_STREAM_TEST_POSTGRES_DSN` points the tests at an existing
+server instead.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import glob
 import os
+import shutil
+import subprocess
+import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+import psycopg
 import pytest
 
 from schemas.config import StreamConfig
+
+if TYPE_CHECKING:
+    from infra.stack import LocalStack
+
+ARTIFACTS_ENV = "RLMESH_STREAM_CI_ARTIFACTS"
+_LOCAL_STACK: pytest.StashKey[LocalStack] = pytest.StashKey()
 
 
 @dataclass(frozen=True)
@@ -39,7 +67,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackEndpoints]:
+def stack(tmp_path_factory: pytest.TempPathFactory,
+          pytestconfig: pytest.Config) -> Iterator[StackEndpoints]:
     """A running Kafka + schema registry for the whole test run."""
     bootstrap = os.environ.get("RLMESH_STREAM_BOOTSTRAP")
     registry_url = os.environ.get("RLMESH_STREAM_REGISTRY_URL")
@@ -64,6 +93,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackEndpoints]:
     # Belt and braces: if pytest dies without running fixture teardown, stop the servers
     # when the interpreter exits anyway (down() is idempotent).
     atexit.register(local.down)
+    # For the failure diagnostics below. up() bounds its own waits (StartupError after
+    # KAFKA_READY_TIMEOUT / REGISTRY_READY_TIMEOUT), so this fixture never hangs here.
+    pytestconfig.stash[_LOCAL_STACK] = local
     try:
         info = local.up()
         yield StackEndpoints(info.bootstrap, info.registry_url)
@@ -84,3 +116,108 @@ def stream_config(stack: StackEndpoints, topic_prefix: str) -> StreamConfig:
         env={}, bootstrap=stack.bootstrap, registry_url=stack.registry_url,
         topic_prefix=topic_prefix,
     )
+
+
+# -- diagnostics of failures on the local stack -----------------------------------------------
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.when == "call" and report.failed:
+        local = item.config.stash.get(_LOCAL_STACK, None)
+        if local is not None:
+            # Diagnostics must never turn into a failure of their own, nor be cut short
+            # into one by pytest-timeout's alarm (pytest.fail, not an Exception) firing
+            # while jcmd runs.
+            with contextlib.suppress(Exception, pytest.fail.Exception):
+                report.sections.extend(local.diagnostics())
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """After failures, keep the local stack's logs where CI collects artifacts."""
+    target = os.environ.get(ARTIFACTS_ENV)
+    local = session.config.stash.get(_LOCAL_STACK, None)
+    if not target or local is None or not session.testsfailed:
+        return
+    with contextlib.suppress(Exception):
+        folder = Path(target) / "stack-logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, path in local.log_files().items():
+            with contextlib.suppress(OSError):
+                shutil.copyfile(path, folder / f"{name}.log")
+
+
+# -- PostgreSQL --------------------------------------------------------------------------------
+
+
+def _pg_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[str]:
+    """A DSN of a PostgreSQL server for the whole run (the `postgres` database)."""
+    dsn = os.environ.get("RLMESH_STREAM_TEST_POSTGRES_DSN")
+    if dsn:
+        yield dsn
+        return
+    bindir = _pg_bin()
+    if bindir is None:
+        pytest.skip("no PostgreSQL: apt-get install postgresql, or set "
+                    "RLMESH_STREAM_TEST_POSTGRES_DSN")
+    from infra.proc import free_port
+
+    root = Path(tempfile.mkdtemp(prefix="rlmesh-pg-"))
+    data, sock = root / "data", root / "sock"
+
+    def stop() -> None:
+        if data.exists():
+            subprocess.run(_as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-m",
+                                         "immediate", "-w", "stop"]), capture_output=True,
+                           check=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+    # Like the stack: stopped even if pytest exits without running fixture teardown.
+    atexit.register(stop)
+    try:
+        sock.mkdir()
+        if os.geteuid() == 0:
+            shutil.chown(root, "postgres")
+            shutil.chown(sock, "postgres")
+        port = free_port()
+        subprocess.run(_as_postgres([str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
+                                     "-A", "trust", "--no-sync"]),
+                       check=True, capture_output=True)
+        options = (f"-c listen_addresses=127.0.0.1 -p {port} -k {sock} -c fsync=off "
+                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=100")
+        subprocess.run(_as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-o", options,
+                                     "-l", str(root / "log"), "-w", "start"]),
+                       check=True, capture_output=True)
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        stop()
+        atexit.unregister(stop)
+
+
+@pytest.fixture
+def postgres_dsn(postgres: str) -> Iterator[str]:
+    """A fresh database of its own for one test, dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    base, _, _ = postgres.rpartition("/")
+    yield f"{base}/{name}"
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

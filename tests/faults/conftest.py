@@ -1,20 +1,17 @@
 """Fixtures of the fault suite: a three-broker cluster with a registry, and PostgreSQL.
 
 Both are started once per run on loopback in temporary directories and
-always stopped. The fault table (docs/fault-results.md) is rewritten at the
-end of the run from the scenarios that ran, keeping the rows of those that
-did not.
+always stopped (PostgreSQL is the run's shared server, from tests/conftest.py).
+The fault table (docs/fault-results.md) is rewritten at the end of the run from
+the scenarios that ran, keeping the rows of those that did not.
 """
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +20,7 @@ import pytest
 from fault_harness import FaultTable
 
 from infra.cluster import LocalCluster, cluster_home
+from infra.proc import free_port
 
 RESULTS = Path(__file__).parents[2] / "docs" / "fault-results.md"
 
@@ -52,7 +50,7 @@ def cluster_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Clust
     cli = [sys.executable, "-m", "infra.cli", "infra"]
     try:
         done = subprocess.run([*cli, "up", "--brokers", "3", "--home", str(home),
-                               "--kafka-port", str(first), "--registry-port", str(_free_port())],
+                               "--kafka-port", str(first), "--registry-port", str(free_port())],
                               env=env, capture_output=True, text=True, timeout=600, check=False)
         yield ClusterUp(done.returncode, done.stdout, done.stderr), home
     finally:
@@ -77,16 +75,10 @@ def fault_table() -> Iterator[FaultTable]:
         table.save(RESULTS)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _free_consecutive_ports(count: int) -> int:
     """The first of `count` consecutive free loopback ports (`--kafka-port` and up)."""
     for _ in range(200):
-        first = _free_port()
+        first = free_port()
         if first + count > 65535:
             continue
         try:
@@ -99,39 +91,8 @@ def _free_consecutive_ports(count: int) -> int:
     raise RuntimeError("no run of free consecutive ports on 127.0.0.1")
 
 
-def _as_postgres(cmd: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
-
-
 @pytest.fixture(scope="session")
-def postgres_dsn() -> Iterator[str]:
-    """A throwaway PostgreSQL (Debian binaries): several consumer processes share one sink."""
-    dsn = os.environ.get("RLMESH_STREAM_TEST_POSTGRES_DSN")
-    if dsn:
-        yield dsn
-        return
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    if not found:
-        pytest.skip("no PostgreSQL: apt-get install postgresql, or set "
-                    "RLMESH_STREAM_TEST_POSTGRES_DSN")
-    bindir = Path(found[-1]).parent
-    root = Path(tempfile.mkdtemp(prefix="rlmesh-faults-pg-"))
-    data, sock = root / "data", root / "sock"
-    sock.mkdir()
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres")
-        shutil.chown(sock, "postgres")
-    port = _free_port()
-    subprocess.run(_as_postgres([str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
-                                 "-A", "trust", "--no-sync"]), check=True, capture_output=True)
-    options = (f"-c listen_addresses=127.0.0.1 -p {port} -k {sock} -c fsync=off "
-               "-c synchronous_commit=off -c full_page_writes=off")
-    subprocess.run(_as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-o", options,
-                                 "-l", str(root / "log"), "-w", "start"]),
-                   check=True, capture_output=True)
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run(_as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-m",
-                                     "immediate", "-w", "stop"]), capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
+def postgres_dsn(postgres: str) -> str:
+    """The server itself: each scenario makes its own databases (`fresh_database`), and
+    several consumer processes share one of them as their sink."""
+    return postgres
