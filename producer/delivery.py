@@ -40,6 +40,18 @@ PERMANENT_ERRORS: frozenset[int] = frozenset({
     KafkaError.INVALID_REQUIRED_ACKS,
 })
 
+# Delivery errors for a topic that is still being created or has no leader yet: a broker that
+# just (re)started, a topic being auto-created, metadata not yet propagated. They go back to
+# the backlog (spool or memory) and are retried, for a bounded time (the hook's
+# `topic_wait_s`); a topic that never appears is then counted failed under the error's name.
+TOPIC_NOT_READY_ERRORS: frozenset[int] = frozenset({
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+})
+
 
 def new_producer_id() -> str:
     """Unique per producer process (and per hook instance within it)."""
@@ -150,6 +162,19 @@ class Ledger:
     def accepted(self) -> int:
         """Events accepted so far: the next sequence number, read without consuming it."""
         return int(repr(self._sequence)[len("count("):-1])
+
+    def outstanding(self) -> int:
+        """Events with no final outcome yet; never too low while other threads count outcomes.
+
+        The outcomes are read before `accepted`, so one counted meanwhile can only make the
+        answer larger: a record between the backlog and librdkafka (taken by the drainer,
+        not yet produced; or re-held from a delivery report) is never missed, as it can be
+        by adding up the two queues' lengths.
+        """
+        with self.lock:
+            outcomes = sum(self.failed.values()) + self.dropped
+        outcomes += self.delivered
+        return max(self.accepted + self.recovered - outcomes, 0)
 
     def fail(self, reason: str, count: int = 1) -> None:
         with self.lock:

@@ -32,6 +32,7 @@ from producer.backlog import Backlog, Batch, MemoryBacklog
 from producer.config import DeliveryFailure, ProducerSettings
 from producer.delivery import (
     PERMANENT_ERRORS,
+    TOPIC_NOT_READY_ERRORS,
     HeaderFactory,
     Ledger,
     Stats,
@@ -61,6 +62,9 @@ _SEQUENCE = h.SEQUENCE
 _POLL_INTERVAL_S = 0.05
 _FULL_RETRY_SLEEP_S = 0.0005
 _REGISTRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+# After a record went back to the backlog because its topic was not ready: how long the
+# drainer waits before asking for the topic's metadata again and retrying.
+_TOPIC_RETRY_S = 1.0
 _INDEX: dict[EventType, int] = {et: i for i, et in enumerate(EVENT_TYPES)}
 (_ENV_CONNECTED, _MODEL_CONNECTED, _SESSION_STARTED, _SESSION_ENDED, _SESSION_FAILED, _LOG,
  _EPISODE_STARTED, _EPISODE_COMPLETED, _ACTION_RECEIVED, _STEP_COMPLETED, _OBSERVATION_EMITTED,
@@ -99,12 +103,14 @@ class KafkaRuntimeHooks:
         encoder: PayloadEncoder | None = None,
         registrar: SchemaIds | None = None,
         startup_wait_s: float = 2.0,
+        topic_wait_s: float = 60.0,
         **overrides: Any,
     ) -> None:
         if settings is None:
             stream = config if config is not None else StreamConfig.from_env()
-            explicit = {"bootstrap": bootstrap_servers, "registry_url": schema_registry_url,
-                        "topic_prefix": topic_prefix}
+            explicit: dict[str, Any] = {
+                "bootstrap": bootstrap_servers, "registry_url": schema_registry_url,
+                "topic_prefix": topic_prefix}
             stream = dataclasses.replace(
                 stream, **{k: v for k, v in explicit.items() if v is not None})
             if format is not None:
@@ -159,7 +165,14 @@ class KafkaRuntimeHooks:
         # then leaves the spool alone (probing instead) so records do not cycle disk <-> memory.
         self._kafka_ok = True
         self._registry_unreachable_logged = False
+        self._registry_refused_logged = False
         self._ids_ready = threading.Event()
+        # Topics Kafka answered "unknown topic" / "no leader" for: topic -> [first, last] time of
+        # the current run of such errors. A record for one goes back to the backlog until the
+        # run is `topic_wait_s` old, then is counted failed. A delivery to it ends the run.
+        self._topic_wait_s = topic_wait_s
+        self._topic_trouble: dict[str, list[float]] = {}
+        self._topic_retry_at = 0.0  # when the drainer next retries after a topic error
 
         conf = settings.kafka_config()
         conf["error_cb"] = self._on_kafka_error
@@ -268,7 +281,13 @@ class KafkaRuntimeHooks:
                 # reports it waits for, costing up to 100 ms a call.
                 left = int(self._producer.flush(0))
                 backlog = len(self._backlog)
-                if (left == 0 and backlog == 0) or time.monotonic() >= deadline:
+                if left == 0 and backlog == 0:
+                    # A record can be between the two (taken by the drainer, or going back
+                    # to the backlog from a delivery report): the ledger counts it.
+                    outstanding = self._ledger.outstanding()
+                    if outstanding == 0 or time.monotonic() >= deadline:
+                        return outstanding
+                elif time.monotonic() >= deadline:
                     return left + backlog
                 time.sleep(pause)
                 pause = min(pause * 2, 0.01)
@@ -395,7 +414,7 @@ class KafkaRuntimeHooks:
             except BufferError:
                 pass
             except KafkaException as exc:
-                self._fail(slot.et, key, seq, _reason(exc), str(exc))
+                self._refused(Record(slot.et, key, value, True, headers, seq), exc)
                 return
             self._produce_full(slot, key, value, headers, seq)
 
@@ -432,7 +451,7 @@ class KafkaRuntimeHooks:
         except BufferError:
             pass
         except KafkaException as exc:
-            self._fail(et, key, seq, _reason(exc), str(exc))
+            self._refused(Record(et, key, value, True, headers, seq), exc)
             return
         self._produce_full(slot, key, value, headers, seq)
 
@@ -452,7 +471,7 @@ class KafkaRuntimeHooks:
                 except BufferError:
                     continue
                 except KafkaException as exc:
-                    self._fail(et, key, seq, _reason(exc), str(exc))
+                    self._refused(Record(et, key, value, True, headers, seq), exc)
                     return
         if self._spooling:
             self._hold(Record(et, key, value, True, headers, seq))
@@ -473,11 +492,13 @@ class KafkaRuntimeHooks:
         with self._ledger.lock:
             self._ledger.dropped += 1
 
-    def _put_backlog(self, record: Record) -> bool | None:
+    def _put_backlog(self, record: Record, kafka_error: str | None = None) -> bool | None:
         """True when held, False when the backlog is full, None when the spool failed.
 
         A spool that cannot be written (disk full, directory removed) must not
-        raise into the runtime: the event is counted failed with the OS error.
+        raise into the runtime: the event is counted failed with the OS error,
+        and, when it was going back to the spool after a Kafka error, that
+        error too (`kafka_error`), in the same log line.
         """
         try:
             with self._hold_lock:
@@ -486,9 +507,64 @@ class KafkaRuntimeHooks:
                     self._backlog_active = True
                 return ok
         except OSError as exc:
+            detail = str(exc) if kafka_error is None else (
+                f"Kafka did not take it ({kafka_error}) and writing it back to the spool "
+                f"failed: {exc}")
             self._fail(record.event_type, record.key, record.sequence,
-                       f"spool:{type(exc).__name__}", str(exc))
+                       f"spool:{type(exc).__name__}", detail)
             return None
+
+    def _backlog_full(self) -> str:
+        """Why a record could not go back to the backlog, for a failure's log line."""
+        if self._spooling:
+            return (f"the spool {self.settings.spool_dir} is full (spool_max_bytes="
+                    f"{self.settings.spool_max_bytes})")
+        return f"the in-memory backlog is full (held_max_events={self.settings.held_max_events})"
+
+    def _refused(self, record: Record, exc: KafkaException) -> None:
+        """librdkafka refused a record at produce(): retry a topic not ready yet, else fail."""
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() in TOPIC_NOT_READY_ERRORS:
+            self._topic_not_ready(record, self._topics[record.event_type], err)
+            return
+        self._fail(record.event_type, record.key, record.sequence, _reason(exc), str(exc))
+
+    def _topic_not_ready(self, record: Record, topic: str, err: KafkaError) -> None:
+        """Kafka does not know the record's topic (yet) or it has no leader: hold and retry.
+
+        A broker that just started, or a topic being auto-created, answers like
+        this for a while; the record goes back to the backlog (spool, or memory
+        without one) and is produced again, with its own sequence number, so it
+        lands once. Bounded: once the topic has answered like this for
+        `topic_wait_s`, its records are counted failed under the error's name.
+        """
+        now = time.monotonic()
+        with self._ledger.lock:
+            run = self._topic_trouble.get(topic)
+            if run is None or now - run[1] > self._topic_wait_s:
+                run = self._topic_trouble[topic] = [now, now]  # a new run of errors
+            run[1] = now
+            waited = now - run[0]
+        name = err.name()
+        if waited < self._topic_wait_s:
+            held = self._put_backlog(record, kafka_error=f"{name}: {err.str()}")
+            if held is None:
+                return  # counted failed, with both errors
+            if held:
+                with self._ledger.lock:
+                    self._ledger.spooled_total += 1
+                self._kafka_ok = False
+                self._topic_retry_at = now + _TOPIC_RETRY_S
+                self._wake.set()
+                return
+            detail = (f"topic {topic!r} is not ready ({err.str()}) and the record could not "
+                      f"be held for a retry: {self._backlog_full()}")
+        else:
+            detail = (f"topic {topic!r} still unavailable {waited:.0f} s after Kafka first "
+                      f"answered {name} for it ({err.str()}): it does not exist and is not "
+                      f"being auto-created, or has no leader; create it "
+                      f"(`rlmesh-stream topics create`) or check the brokers")
+        self._fail(record.event_type, record.key, record.sequence, name, detail)
 
     def _reject(self, et: EventType, event: Any, exc: Exception) -> None:
         """An event the contract cannot carry: accepted, then failed with its reason."""
@@ -513,6 +589,8 @@ class KafkaRuntimeHooks:
         if err is None:
             self._count_delivered(len(msg))
             self._kafka_ok = True
+            if self._topic_trouble:
+                self._topic_trouble.pop(msg.topic() or "", None)
             if self._kafka_unreachable_logged:
                 self._kafka_unreachable_logged = False
                 log.warning("rlmesh-stream: Kafka answers again; delivering held events")
@@ -523,20 +601,26 @@ class KafkaRuntimeHooks:
         et = EventType((header_value(headers, h.EVENT_TYPE) or b"").decode())
         seq = int(header_value(headers, h.SEQUENCE) or b"-1")
         key = msg.key() or b""
-        if err.code() not in PERMANENT_ERRORS:
-            self._kafka_ok = False
-        if self._spooling and err.code() not in PERMANENT_ERRORS:
+        code = err.code()
+        if code in TOPIC_NOT_READY_ERRORS:
             record = Record(et, key, msg.value() or b"", True, headers, seq)
-            ok = self._put_backlog(record)
+            self._topic_not_ready(record, msg.topic() or self._topics[et], err)
+            return
+        if code not in PERMANENT_ERRORS:
+            self._kafka_ok = False
+        detail = access.kafka_access_message(self.settings.stream, err, operation="write to",
+                                             topic=msg.topic()) or err.str()
+        if self._spooling and code not in PERMANENT_ERRORS:
+            record = Record(et, key, msg.value() or b"", True, headers, seq)
+            ok = self._put_backlog(record, kafka_error=f"{err.name()}: {detail}")
             if ok is None:
-                return  # counted failed by _put_backlog
+                return  # counted failed by _put_backlog, with both errors
             if ok:
                 with self._ledger.lock:
                     self._ledger.spooled_total += 1
                 self._wake.set()
                 return
-        detail = access.kafka_access_message(self.settings.stream, err, operation="write to",
-                                             topic=msg.topic()) or err.str()
+            detail = f"{detail}; it could not go back to the spool: {self._backlog_full()}"
         self._fail(et, key, seq, err.name(), detail)
 
     def _on_backlog_delivery(self, tracker: _BatchTracker, headers: Headers,
@@ -593,6 +677,13 @@ class KafkaRuntimeHooks:
                 self._wake.wait(0.2)
                 self._wake.clear()
                 continue
+            if self._topic_retry_at:
+                wait = self._topic_retry_at - time.monotonic()
+                if wait > 0:
+                    self._stop.wait(min(wait, 0.2))
+                    continue
+                self._topic_retry_at = 0.0
+                self._refresh_topics()
             if not self._kafka_ok and not self._probe_kafka():
                 self._stop.wait(1.0)
                 continue
@@ -625,11 +716,26 @@ class KafkaRuntimeHooks:
                         return
                     time.sleep(0.005)
                 except KafkaException as exc:
-                    self._fail(record.event_type, record.key, record.sequence, _reason(exc),
-                               str(exc))
+                    self._refused(record if record.framed else Record(
+                        record.event_type, record.key, value, True, record.headers,
+                        record.sequence), exc)
                     tracker.done()
                     break
         tracker.arm()
+
+    def _refresh_topics(self) -> None:
+        """Ask for the metadata of the topics that were not ready, so librdkafka sees them again.
+
+        librdkafka remembers a topic as nonexistent and fails its records at once
+        until its next periodic refresh (minutes); asking for one topic by name
+        refreshes it now (and lets a broker that auto-creates topics create it).
+        """
+        for topic in list(self._topic_trouble):
+            try:
+                self._producer.list_topics(topic=topic, timeout=1.0)
+            except Exception:
+                log.debug("rlmesh-stream: metadata of %s not available yet", topic,
+                          exc_info=True)
 
     def _probe_kafka(self) -> bool:
         """Does a broker answer a metadata request? Then the held events can go."""
@@ -641,15 +747,24 @@ class KafkaRuntimeHooks:
         return self._kafka_ok
 
     def _resolve_schema_ids(self) -> bool:
+        current: EventType | None = None
         try:
             if self._registrar is None:
                 self._registrar = make_registrar(self.settings.stream, self.settings.format)
             for et in EventType:
                 if et not in self._prefixes and et not in self._disabled:
+                    current = et
                     schema_id = self._registrar.schema_id(et)
                     self._prefixes[et] = frame_prefix(schema_id, self.settings.format)
                     self._slots[_INDEX[et]].prefix = self._prefixes[et]
         except Exception as exc:
+            refused = _registry_refusal(exc)
+            if refused is not None:
+                if not self._registry_refused_logged:
+                    self._registry_refused_logged = True
+                    log.error("rlmesh-stream: %s", self._registry_refused_message(
+                        refused, current))
+                return False
             if not self._registry_unreachable_logged:
                 self._registry_unreachable_logged = True
                 log.warning(
@@ -658,10 +773,38 @@ class KafkaRuntimeHooks:
                     exc, "spool " + str(self.settings.spool_dir) if self._spooling
                     else f"in memory, up to {self.settings.held_max_events}")
             return False
-        if self._registry_unreachable_logged:
+        if self._registry_unreachable_logged or self._registry_refused_logged:
             log.warning("rlmesh-stream: schema registry answers again; publishing held events")
             self._registry_unreachable_logged = False
+            self._registry_refused_logged = False
         return True
+
+    def _registry_refused_message(self, exc: Any, et: EventType | None) -> str:
+        """The registry answered 401/403: who was refused what, and what to do (no password)."""
+        stream = self.settings.stream
+        user = (f"registry user {stream.registry_username!r}" if stream.registry_username
+                else "no registry user (RLMESH_STREAM_REGISTRY_USERNAME is not set)")
+        subject_of = getattr(self._registrar, "subject", None)
+        if et is None:
+            request = "the request"
+        elif callable(subject_of):
+            request = f"the request to register the {et.value} schema (subject {subject_of(et)})"
+        else:
+            request = f"the request to register the {et.value} schema"
+        if exc.http_status_code == 401:
+            why = (f"authentication failed for {user}: check the user name and password "
+                   f"(RLMESH_STREAM_REGISTRY_USERNAME / RLMESH_STREAM_REGISTRY_PASSWORD)")
+        else:
+            why = (f"{user} is not authorised to make it: ask the registry's administrator "
+                   f"for that permission, or use a user that has it")
+        said = str(exc)
+        if stream.registry_password:
+            said = said.replace(stream.registry_password, "***")
+        held = ("spool " + str(self.settings.spool_dir) if self._spooling
+                else f"in memory, up to {self.settings.held_max_events}")
+        return (f"schema registry at {_without_userinfo(stream.registry_url)} refused {request} "
+                f"(HTTP {exc.http_status_code}): {why} [{said}]; events are held ({held}) and "
+                f"published once it accepts them")
 
 
 class _Slot:
@@ -716,6 +859,32 @@ class _BatchTracker:
 
     def arm(self) -> None:
         self.done()
+
+
+def _registry_refusal(exc: BaseException) -> Any | None:
+    """The registry's 401/403 answer behind `exc` (a `SchemaRegistryError`), if it is one."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    seen: BaseException | None = exc
+    for _ in range(5):  # the error itself, or what it was raised from
+        if seen is None:
+            return None
+        if isinstance(seen, SchemaRegistryError) and seen.http_status_code in (401, 403):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _without_userinfo(url: str) -> str:
+    """`url` without a `user:password@` part, for a log line."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _reason(exc: KafkaException) -> str:

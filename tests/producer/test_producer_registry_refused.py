@@ -1,0 +1,106 @@
+"""A schema registry that refuses the hook (401, 403) is reported as refusing, not unreachable.
+
+The shared registry is put behind the project's authenticating nginx proxy
+(`infra.security.RegistryProxy`: TLS, basic auth, a per-user allow-list), on
+a free port, for this module only: `producer` may register the event
+schemas under this module's prefix, `consumer` may only read.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from producer_samples import step
+
+from infra import proc
+from infra.security import Credentials, RegistryProxy, make_pki, nginx_available
+from schemas.config import StreamConfig
+
+pytestmark = pytest.mark.stack
+
+
+@dataclass(frozen=True)
+class Proxied:
+    proxy: RegistryProxy
+    bootstrap: str
+    topic_prefix: str
+
+    def config(self, user: str, password: str) -> StreamConfig:
+        return StreamConfig(bootstrap=self.bootstrap, registry_url=self.proxy.url,
+                            topic_prefix=self.topic_prefix, registry_username=user,
+                            registry_password=password,
+                            registry_ca_location=str(self.proxy.pki.ca_cert))
+
+
+@pytest.fixture(scope="module")
+def proxied(stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxied]:
+    if not nginx_available():
+        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+    home = Path(tmp_path_factory.mktemp("registry-proxy"))
+    registry = urlparse(stack.registry_url)
+    prefix = f"t{uuid.uuid4().hex[:10]}.rlmesh.runtime"
+    users = {n: Credentials.generate(n) for n in ("producer", "consumer")}
+    proxy = RegistryProxy(home / "proxy", proc.free_port(), registry.port or 80,
+                          make_pki(home / "pki"), users, prefix)
+    proxy.write_config()
+    pid = proc.spawn_detached(proxy.command(), proxy.home, proxy.home / "nginx.out")
+    try:
+        deadline = time.monotonic() + 30
+        while not proc.port_open(proxy.port) and time.monotonic() < deadline:
+            assert proc.is_alive(pid), (proxy.home / "nginx.out").read_text()
+            time.sleep(0.1)
+        yield Proxied(proxy, stack.bootstrap, prefix)
+    finally:
+        proc.stop(pid, timeout=10)
+
+
+def _hook_log(caplog) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "producer.hooks"]
+
+
+def _run_refused(make_hooks, config: StreamConfig, caplog) -> list[logging.LogRecord]:
+    caplog.set_level(logging.DEBUG, logger="producer.hooks")
+    hooks = make_hooks(config=config, startup_wait_s=0.5)
+    hooks.step_completed(step(str(uuid.uuid4()), 0))
+    time.sleep(4)  # several attempts (0.2, 0.5, 1, 2 s apart), all refused
+    assert not hooks.schemas_ready and hooks.stats().spooled == 1
+    return _hook_log(caplog)
+
+
+def test_a_wrong_registry_password_is_logged_once_as_refused_naming_the_user_not_unreachable(
+    proxied: Proxied, make_hooks, caplog,
+):
+    password = "not-" + proxied.proxy.users["producer"].password
+    said = _run_refused(make_hooks, proxied.config("producer", password), caplog)
+
+    refused = [r for r in said if "refused" in r.getMessage()]
+    assert len(refused) == 1 and refused[0].levelno == logging.ERROR
+    message = refused[0].getMessage()
+    assert "HTTP 401" in message and "authentication failed" in message
+    assert "registry user 'producer'" in message
+    assert "-value" in message  # the request: registering an event type's subject
+    assert not [r for r in said if "unreachable" in r.getMessage()]
+    assert not [r for r in caplog.records if password in r.getMessage()]
+
+
+def test_a_registry_user_without_the_right_is_logged_once_as_not_authorised_naming_the_request(
+    proxied: Proxied, make_hooks, caplog,
+):
+    password = proxied.proxy.users["consumer"].password
+    said = _run_refused(make_hooks, proxied.config("consumer", password), caplog)
+
+    refused = [r for r in said if "refused" in r.getMessage()]
+    assert len(refused) == 1 and refused[0].levelno == logging.ERROR
+    message = refused[0].getMessage()
+    assert "HTTP 403" in message and "not authorised" in message
+    assert "registry user 'consumer'" in message
+    assert "may not POST" in message  # the registry's own account of the request
+    assert not [r for r in said if "unreachable" in r.getMessage()]
+    assert not [r for r in caplog.records if password in r.getMessage()]
