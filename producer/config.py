@@ -69,6 +69,9 @@ class ProducerSettings:
     spool_dir: Path | None = None
     spool_max_bytes: int | None = None
     held_max_events: int = 10_000
+    # How long records for a topic Kafka calls unknown / leaderless (still being created, or
+    # a leader election) are held and retried before they are counted failed.
+    topic_wait_s: float = 60.0
     # Payload shaping.
     disabled_events: frozenset[EventType] = frozenset()
     leaves_max_bytes: int | None = 512 * 1024
@@ -88,6 +91,8 @@ class ProducerSettings:
             raise ValueError("overflow='spool' needs spool_dir")
         if self.max_block_ms < 0:
             raise ValueError("max_block_ms must be >= 0")
+        if self.topic_wait_s < 0:
+            raise ValueError("topic_wait_s must be >= 0")
         if self.leaves_max_bytes is not None and self.leaves_max_bytes < 0:
             raise ValueError("leaves_max_bytes must be >= 0 or None")
 
@@ -176,6 +181,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "spool_dir": Path,
     "spool_max_bytes": _optional_int,
     "held_max_events": int,
+    "topic_wait_s": float,
     "disabled_events": parse_event_types,
     "leaves_max_bytes": _optional_int,
     "session_end_flush_timeout_s": float,

@@ -103,7 +103,6 @@ class KafkaRuntimeHooks:
         encoder: PayloadEncoder | None = None,
         registrar: SchemaIds | None = None,
         startup_wait_s: float = 2.0,
-        topic_wait_s: float = 60.0,
         **overrides: Any,
     ) -> None:
         if settings is None:
@@ -170,7 +169,7 @@ class KafkaRuntimeHooks:
         # Topics Kafka answered "unknown topic" / "no leader" for: topic -> [first, last] time of
         # the current run of such errors. A record for one goes back to the backlog until the
         # run is `topic_wait_s` old, then is counted failed. A delivery to it ends the run.
-        self._topic_wait_s = topic_wait_s
+        self._topic_wait_s = settings.topic_wait_s
         self._topic_trouble: dict[str, list[float]] = {}
         self._topic_retry_at = 0.0  # when the drainer next retries after a topic error
 
