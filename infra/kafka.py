@@ -20,6 +20,7 @@ from infra.errors import StartupError
 from infra.java import Java
 
 HEAP = "-Xmx512m"
+FORMAT_TIMEOUT_S = 180.0  # a JVM start and a few files: seconds, normally
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,12 @@ class KafkaNode:
             return
         cmd = [str(java.path), "-cp", self.classpath(), "kafka.tools.StorageTool", "format",
                "-t", cluster_id, "-c", str(self.properties_file)]
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=self.home, check=False)
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=self.home,
+                                  check=False, timeout=FORMAT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise StartupError(f"formatting Kafka storage in {self.data_dir} took over "
+                               f"{FORMAT_TIMEOUT_S:.0f} s; is the machine overloaded?") from None
         if done.returncode != 0:
             raise StartupError(f"formatting Kafka storage in {self.data_dir} failed "
                                f"({done.stderr.strip() or done.stdout.strip()}); "

@@ -34,7 +34,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -483,7 +482,7 @@ class SecureStack:
         self.pids["kafka"] = proc.spawn_detached(self.node.command(self.kafka_java),
                                                  self.node.home, self.node.log_file)
         admin = self.admin_config()
-        _wait("secured kafka", self.pids["kafka"], self.node.log_file, 120,
+        proc.wait_ready("secured kafka", self.pids["kafka"], self.node.log_file, 120,
               lambda: secured_ready(admin) is not None)
         grant(admin, pipeline_acls(self.topic_prefix))
 
@@ -498,7 +497,7 @@ class SecureStack:
                                                     registry.home, registry.log_file)
         from infra.registry import registry_ready
 
-        _wait("registry", self.pids["registry"], registry.log_file, 240,
+        proc.wait_ready("registry", self.pids["registry"], registry.log_file, 240,
               lambda: registry_ready(registry.url))
         self.proxy = RegistryProxy(self.home / "proxy", proc.free_port(self.host), upstream,
                                    self.pki, {k: v for k, v in self.users.items()
@@ -507,7 +506,7 @@ class SecureStack:
         self.proxy.write_config()
         self.pids["proxy"] = proc.spawn_detached(self.proxy.command(), self.proxy.home,
                                                  self.proxy.home / "nginx.out")
-        _wait("registry proxy", self.pids["proxy"], self.proxy.log_file, 30,
+        proc.wait_ready("registry proxy", self.pids["proxy"], self.proxy.log_file, 30,
               lambda: proc.port_open(self.proxy.port, self.host) if self.proxy else False)
 
     def admin_config(self) -> dict[str, Any]:
@@ -542,18 +541,6 @@ class SecureStack:
             pid = self.pids.pop(name, None)
             if pid is not None:
                 proc.stop(pid, timeout=20)
-
-
-def _wait(what: str, pid: int, log_file: Path, timeout: float, ready: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not proc.is_alive(pid):
-            raise StartupError(f"{what} (pid {pid}) exited during startup; see {log_file}.")
-        if ready():
-            return
-        time.sleep(0.5)
-    raise StartupError(f"{what} (pid {pid}) did not become ready within {timeout:.0f} s; "
-                       f"see {log_file}.")
 
 
 __all__ = ["Credentials", "Pki", "RegistryProxy", "SecureKafkaNode", "SecureStack",
