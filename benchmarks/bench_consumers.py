@@ -41,7 +41,7 @@ from schemas import events as ev
 from schemas import headers as h
 from schemas.config import StreamConfig
 from schemas.serde import EventSerializer
-from schemas.topics import EventType
+from schemas.topics import EventType, confluent_serde_conf
 
 TOPICS = (EventType.EPISODE_STARTED, EventType.EPISODE_COMPLETED, EventType.SESSION_ENDED)
 
@@ -139,7 +139,8 @@ def bench_naive(config: StreamConfig, total: int, path: str) -> float:
                 "episode_id TEXT, status TEXT, step_count BIGINT, cumulative_reward DOUBLE, "
                 "PRIMARY KEY (session_id, episode_record_id))")
     con.execute("CREATE TABLE session_ends (session_id TEXT PRIMARY KEY, reason TEXT)")
-    deserializer = AvroDeserializer(SchemaRegistryClient(config.registry_config()))
+    deserializer = AvroDeserializer(SchemaRegistryClient(config.registry_config()),
+                                    conf=confluent_serde_conf())
     consumer = Consumer({**config.kafka_config(), "group.id": uuid.uuid4().hex,
                          "auto.offset.reset": "earliest", "enable.auto.commit": True})
     consumer.subscribe(_topics(config))

@@ -35,7 +35,7 @@ from producer.hooks import KafkaRuntimeHooks
 from schemas import events as ev
 from schemas import headers as h
 from schemas.config import StreamConfig
-from schemas.topics import EventType
+from schemas.topics import EventType, confluent_serde_conf
 
 BOOTSTRAP = os.environ.get("RLMESH_STREAM_BOOTSTRAP", "127.0.0.1:19092")
 REGISTRY = os.environ.get("RLMESH_STREAM_REGISTRY_URL", "http://127.0.0.1:18081/apis/ccompat/v7")
@@ -212,7 +212,7 @@ def bench_vs_avro_serializer(n: int) -> dict[str, float]:
     topic = EventType.STEP_COMPLETED.topic(prefix)
     client = SchemaRegistryClient({"url": REGISTRY})
     serializer = AvroSerializer(client, schema_text(EventType.STEP_COMPLETED),
-                                lambda obj, ctx: dataclasses.asdict(obj))
+                                lambda obj, ctx: dataclasses.asdict(obj), confluent_serde_conf())
     ctx = SerializationContext(topic, MessageField.VALUE)
     producer = Producer(hooks.settings.kafka_config())
     key = event.session_id.encode()

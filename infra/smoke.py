@@ -20,6 +20,7 @@ import click
 
 from schemas.cli_options import stream_options
 from schemas.config import StreamConfig
+from schemas.topics import confluent_serde_conf
 
 SMOKE_SCHEMA = json.dumps({
     "type": "record", "name": "SmokeRecord", "namespace": "rlmesh.stream.smoke",
@@ -66,7 +67,7 @@ def run_smoke(config: StreamConfig, timeout: float = 30.0) -> SmokeResult:
     record_id = uuid.uuid4().hex
     record: dict[str, Any] = {"id": record_id, "sent_at_ms": int(time.time() * 1000),
                               "note": "smoke"}
-    payload = AvroSerializer(registry, SMOKE_SCHEMA)(record, ctx)
+    payload = AvroSerializer(registry, SMOKE_SCHEMA, conf=confluent_serde_conf())(record, ctx)
 
     producer = Producer(config.kafka_config())
     producer.produce(topic, key=record_id.encode(), value=payload)
@@ -76,7 +77,7 @@ def run_smoke(config: StreamConfig, timeout: float = 30.0) -> SmokeResult:
     consumer = Consumer({**config.kafka_config(), "group.id": f"smoke-{record_id}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([topic])
-    deserialize = AvroDeserializer(registry)
+    deserialize = AvroDeserializer(registry, conf=confluent_serde_conf())
     received: dict[str, Any] | None = None
     deadline = time.monotonic() + timeout
     try:

@@ -9,6 +9,7 @@ TopicNameStrategy, `{topic}-value`.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 from schemas import events as ev
 from schemas.config import DEFAULT_TOPIC_PREFIX
@@ -87,6 +88,20 @@ def event_type_of_topic(topic: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> Event
 def subject_name(topic: str) -> str:
     """TopicNameStrategy: the value schema's subject for a topic."""
     return f"{topic}-value"
+
+
+def confluent_serde_conf() -> dict[str, Any]:
+    """Settings for confluent-kafka's own Avro/Protobuf (de)serializers reading our topics.
+
+    Our subjects follow TopicNameStrategy. confluent-kafka 2.16 defaults to an
+    "associated" strategy that first asks the registry's associations API, which
+    Apicurio does not have: it answers 404, and on a keep-alive connection that
+    404 has been seen never to arrive, hanging the caller (CI, twice). Naming the
+    strategy skips the lookup.
+    """
+    from confluent_kafka.schema_registry import topic_subject_name_strategy
+
+    return {"subject.name.strategy": topic_subject_name_strategy}
 
 
 def record_key(event: ev.RuntimeEvent) -> bytes:

@@ -12,6 +12,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from schemas.config import StreamConfig
+from schemas.topics import confluent_serde_conf
 
 STEP_SCHEMA = json.dumps({
     "type": "record", "name": "Step", "namespace": "rlmesh.test",
@@ -34,7 +35,8 @@ def test_avro_record_round_trips_through_registry_and_kafka(stream_config: Strea
     record = {"session_id": "s-1", "step": 7, "reward": 0.5, "observation": bytes(range(256))}
 
     producer = Producer(stream_config.kafka_config())
-    producer.produce(topic, key=b"s-1", value=AvroSerializer(registry, STEP_SCHEMA)(record, ctx))
+    serialize = AvroSerializer(registry, STEP_SCHEMA, conf=confluent_serde_conf())
+    producer.produce(topic, key=b"s-1", value=serialize(record, ctx))
     assert producer.flush(30) == 0
 
     consumer = Consumer({**stream_config.kafka_config(), "group.id": f"{topic}.reader",
@@ -53,4 +55,4 @@ def test_avro_record_round_trips_through_registry_and_kafka(stream_config: Strea
     assert payload is not None
     assert int.from_bytes(payload[1:5], "big") == schema_id  # Confluent wire framing
     fresh_registry = SchemaRegistryClient(stream_config.registry_config())
-    assert AvroDeserializer(fresh_registry)(payload, ctx) == record
+    assert AvroDeserializer(fresh_registry, conf=confluent_serde_conf())(payload, ctx) == record

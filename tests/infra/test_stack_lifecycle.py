@@ -26,6 +26,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from infra.proc import free_port, is_alive
 from infra.stack import LocalStack
+from schemas.topics import confluent_serde_conf
 
 pytestmark = pytest.mark.slow
 
@@ -183,7 +184,7 @@ def test_records_written_before_a_restart_still_decode_after_it(own_stack: OwnSt
     schema_id = registry.register_schema(f"{topic}-value", Schema(SCHEMA, "AVRO"))
     records = [{"n": i, "s": f"record {i}"} for i in range(5)]
     producer = Producer(kafka)
-    serialize = AvroSerializer(registry, SCHEMA)
+    serialize = AvroSerializer(registry, SCHEMA, conf=confluent_serde_conf())
     for record in records:
         producer.produce(topic, value=serialize(record, ctx))
     assert producer.flush(30) == 0
@@ -199,7 +200,7 @@ def test_records_written_before_a_restart_still_decode_after_it(own_stack: OwnSt
     assert fresh_registry.get_latest_version(f"{topic}-value").schema_id == schema_id
     consumer = Consumer({**kafka, "group.id": topic, "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
-    deserialize = AvroDeserializer(fresh_registry)
+    deserialize = AvroDeserializer(fresh_registry, conf=confluent_serde_conf())
     decoded: list[dict[str, Any]] = []
     deadline = time.monotonic() + 60
     try:

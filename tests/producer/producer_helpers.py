@@ -9,7 +9,6 @@ lives here, since infra exposes no per-node start/stop API yet.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import signal
@@ -26,7 +25,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from infra import proc
 from infra.artifacts import Artifacts
 from infra.java import find_java
-from infra.kafka import KafkaNode, kafka_ready
+from infra.kafka import KafkaNode, kafka_ready, random_cluster_id
 from schemas import headers as h
 from schemas.serde import EventDecoder
 from schemas.topics import EventType, event_type_of_topic
@@ -110,8 +109,8 @@ class ThrowawayKafka:
         self.node = KafkaNode(home=home, libs=_kafka_libs(), node_id=1,
                               port=proc.free_port(), controller_port=proc.free_port())
         self.node.write_config()
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        self.node.format_storage(self.java, cluster_id)
+        # Kafka's own id rules (e.g. never starting with "-", which its CLI reads as a flag).
+        self.node.format_storage(self.java, random_cluster_id())
         self.pid: int | None = None
 
     @property
