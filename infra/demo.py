@@ -42,6 +42,9 @@ CONCURRENT_SESSIONS = 2  # rlmesh sessions per checkpoint, run at the same time
 SIM_ENV_ID = "sim/fleet-v1"
 SIM_SESSIONS = 6
 SIM_LANE_DRIVEN = 2  # plus this many lane-driven sessions over one shared endpoint
+# The rollouts start only once the hook holds every schema id: a just-started registry can
+# take seconds to answer, and CartPole publishes ~1 000 events a second meanwhile.
+SCHEMA_WAIT_S = 60.0
 """An episode that balances the pole this long is a success (the env's time limit)."""
 
 
@@ -124,7 +127,22 @@ def _ensure_stack(config: StreamConfig, start: bool, say: Callable[[str], None]
                                  topic_prefix=config.topic_prefix)
 
 
-def _rollouts(config: StreamConfig, episodes: int, manifest_path: Path,
+def _register_schemas(config: StreamConfig) -> None:
+    """Register every event type's schema before anything is published."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from schemas.errors import RegistryUnavailableError
+    from schemas.registrar import SchemaRegistrar
+
+    registrar = SchemaRegistrar(SchemaRegistryClient(config.registry_config()),
+                                topic_prefix=config.topic_prefix)
+    try:
+        registrar.register_all()
+    except RegistryUnavailableError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _rollouts(config: StreamConfig, episodes: int, manifest_path: Path, spool_dir: Path,
               say: Callable[[str], None]) -> list[dict[str, Any]]:
     """Evaluate each checkpoint with the rlmesh SDK, then add a simulated fleet.
 
@@ -145,7 +163,14 @@ def _rollouts(config: StreamConfig, episodes: int, manifest_path: Path,
     from producer.hooks import KafkaRuntimeHooks
 
     log_rows: list[dict[str, Any]] = []
-    hooks = KafkaRuntimeHooks(config=config)
+    # A spool, as a fleet machine would have: a Kafka or registry hiccup spills to disk,
+    # never drops an event.
+    hooks = KafkaRuntimeHooks(config=config, spool_dir=spool_dir, startup_wait_s=SCHEMA_WAIT_S)
+    if not hooks.schemas_ready:
+        hooks.close(1.0)
+        raise click.ClickException(
+            f"the schema registry at {config.registry_url} gave no schema ids within "
+            f"{SCHEMA_WAIT_S:.0f} s; see `rlmesh-stream infra logs`")
     try:
         for i, ck in enumerate(CHECKPOINTS):
             log_rows.append({"step": ck.step, "time": dt.datetime.now(dt.UTC).isoformat(),
@@ -268,12 +293,14 @@ def demo(config: StreamConfig, episodes: int, out_dir: Path, start_stack: bool) 
 
     from infra.topics import ensure_topics
 
-    say(f"1/5 topics under {prefix} at {config.bootstrap}")
+    say(f"1/5 topics and schemas under {prefix} at {config.bootstrap}")
     ensure_topics(config, partitions=2, replication_factor=1)
+    _register_schemas(config)
 
     say(f"2/5 rollouts: {len(CHECKPOINTS)} checkpoints x {CONCURRENT_SESSIONS} sessions x "
         f"{episodes} episodes of {ENV_ID} with rlmesh, published by KafkaRuntimeHooks")
-    log_rows = _rollouts(config, episodes, out_dir / "simulated_fleet.json", say)
+    log_rows = _rollouts(config, episodes, out_dir / "simulated_fleet.json", out_dir / "spool",
+                         say)
     log_path = out_dir / "training_log.jsonl"
     log_path.write_text("".join(json.dumps(r) + "\n" for r in log_rows), encoding="utf-8")
 
