@@ -19,7 +19,8 @@ from typing import Any
 import duckdb
 import psycopg
 
-from consumers.reports.store import StoreError, redact_url
+from consumers.reports.store import StoreError
+from schemas.access import redact_url
 
 _CHUNK = 1 << 20
 # PostgreSQL type (information_schema.columns.data_type) -> DuckDB type; others: VARCHAR.

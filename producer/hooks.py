@@ -642,8 +642,7 @@ class KafkaRuntimeHooks:
             log.warning(
                 "rlmesh-stream: Kafka at %s is unreachable (%s); events are held (%s) and "
                 "delivered when it answers", self.settings.stream.bootstrap, err.str(),
-                "spool " + str(self.settings.spool_dir) if self._spooling
-                else f"in memory, bounded at {self.settings.queue_max_messages} messages")
+                self._held_where(self.settings.queue_max_messages))
         elif err.fatal():
             log.error("rlmesh-stream: fatal producer error: %s", err.str())
         elif code not in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT,
@@ -757,7 +756,7 @@ class KafkaRuntimeHooks:
                     self._prefixes[et] = frame_prefix(schema_id, self.settings.format)
                     self._slots[_INDEX[et]].prefix = self._prefixes[et]
         except Exception as exc:
-            refused = _registry_refusal(exc)
+            refused = access.registry_refusal(exc)
             if refused is not None:
                 if not self._registry_refused_logged:
                     self._registry_refused_logged = True
@@ -769,8 +768,7 @@ class KafkaRuntimeHooks:
                 log.warning(
                     "rlmesh-stream: schema registry at %s is unreachable (%s); events are "
                     "held (%s) and published when it answers", self.settings.stream.registry_url,
-                    exc, "spool " + str(self.settings.spool_dir) if self._spooling
-                    else f"in memory, up to {self.settings.held_max_events}")
+                    exc, self._held_where(self.settings.held_max_events))
             return False
         if self._registry_unreachable_logged or self._registry_refused_logged:
             log.warning("rlmesh-stream: schema registry answers again; publishing held events")
@@ -778,32 +776,24 @@ class KafkaRuntimeHooks:
             self._registry_refused_logged = False
         return True
 
-    def _registry_refused_message(self, exc: Any, et: EventType | None) -> str:
+    def _registry_refused_message(self, refused: Any, et: EventType | None) -> str:
         """The registry answered 401/403: who was refused what, and what to do (no password)."""
-        stream = self.settings.stream
-        user = (f"registry user {stream.registry_username!r}" if stream.registry_username
-                else "no registry user (RLMESH_STREAM_REGISTRY_USERNAME is not set)")
-        subject_of = getattr(self._registrar, "subject", None)
+        subject_of = getattr(self._registrar, "subject", None)  # a SchemaRegistrar's
         if et is None:
             request = "the request"
         elif callable(subject_of):
             request = f"the request to register the {et.value} schema (subject {subject_of(et)})"
         else:
             request = f"the request to register the {et.value} schema"
-        if exc.http_status_code == 401:
-            why = (f"authentication failed for {user}: check the user name and password "
-                   f"(RLMESH_STREAM_REGISTRY_USERNAME / RLMESH_STREAM_REGISTRY_PASSWORD)")
-        else:
-            why = (f"{user} is not authorised to make it: ask the registry's administrator "
-                   f"for that permission, or use a user that has it")
-        said = str(exc)
-        if stream.registry_password:
-            said = said.replace(stream.registry_password, "***")
-        held = ("spool " + str(self.settings.spool_dir) if self._spooling
-                else f"in memory, up to {self.settings.held_max_events}")
-        return (f"schema registry at {_without_userinfo(stream.registry_url)} refused {request} "
-                f"(HTTP {exc.http_status_code}): {why} [{said}]; events are held ({held}) and "
+        return (f"{access.registry_access_message(self.settings.stream, refused, request)}; "
+                f"events are held ({self._held_where(self.settings.held_max_events)}) and "
                 f"published once it accepts them")
+
+    def _held_where(self, memory_bound: int) -> str:
+        """Where events wait while Kafka or the registry cannot take them, for a log line."""
+        if self._spooling:
+            return f"spool {self.settings.spool_dir}"
+        return f"in memory, up to {memory_bound}"
 
 
 class _Slot:
@@ -858,32 +848,6 @@ class _BatchTracker:
 
     def arm(self) -> None:
         self.done()
-
-
-def _registry_refusal(exc: BaseException) -> Any | None:
-    """The registry's 401/403 answer behind `exc` (a `SchemaRegistryError`), if it is one."""
-    from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-    seen: BaseException | None = exc
-    for _ in range(5):  # the error itself, or what it was raised from
-        if seen is None:
-            return None
-        if isinstance(seen, SchemaRegistryError) and seen.http_status_code in (401, 403):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-def _without_userinfo(url: str) -> str:
-    """`url` without a `user:password@` part, for a log line."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _reason(exc: KafkaException) -> str:

@@ -3,8 +3,8 @@
 librdkafka reports "Topic authorization failed" or "SASL authentication
 error: ... invalid credentials" without saying *who* was refused *what*; on a
 cluster shared with other teams that is the first thing an operator needs.
-These helpers name the principal (the SASL user name, never its password) and
-the resource, and say what to do. They live in `schemas` because the
+These helpers name the principal (the SASL or registry user name, never its
+password) and the resource, and say what to do. They live in `schemas` because the
 producer hook, the consumers and the CLIs all report them.
 """
 
@@ -13,8 +13,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from urllib.parse import urlsplit
 
 from confluent_kafka import KafkaError
+from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from schemas.config import StreamConfig
 
@@ -83,3 +85,41 @@ class RateLimitedLog:
                 return
             self._last[message] = now
         logger.error("rlmesh-stream: %s", message)
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password, if any, replaced by ***, for a log line or an error."""
+    parsed = urlsplit(url)
+    if parsed.password:
+        return url.replace(f":{parsed.password}@", ":***@")
+    return url
+
+
+def registry_refusal(exc: BaseException) -> SchemaRegistryError | None:
+    """The registry's 401/403 answer behind `exc` (itself, or what it was raised from)."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(seen, SchemaRegistryError) and seen.http_status_code in (401, 403):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def registry_access_message(config: StreamConfig, refused: SchemaRegistryError,
+                            request: str) -> str:
+    """One line for a registry 401/403: who was refused `request`, and what to do."""
+    user = (f"registry user {config.registry_username!r}" if config.registry_username
+            else "no registry user (RLMESH_STREAM_REGISTRY_USERNAME is not set)")
+    if refused.http_status_code == 401:
+        why = (f"authentication failed for {user}: check the user name and password "
+               f"(RLMESH_STREAM_REGISTRY_USERNAME / RLMESH_STREAM_REGISTRY_PASSWORD)")
+    else:
+        why = (f"{user} is not authorised to make it: ask the registry's administrator "
+               f"for that permission, or use a user that has it")
+    said = str(refused)
+    if config.registry_password:
+        said = said.replace(config.registry_password, "***")
+    return (f"schema registry at {redact_url(config.registry_url)} refused {request} "
+            f"(HTTP {refused.http_status_code}): {why} [{said}]")

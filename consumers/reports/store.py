@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
+from schemas.access import redact_url
+
 
 class StoreError(Exception):
     """The store cannot be opened or lacks what a report needs; the message says which."""
@@ -117,14 +119,6 @@ class PostgresStore:
 
     def close(self) -> None:
         self._con.close()
-
-
-def redact_url(url: str) -> str:
-    """The URL with its password, if any, replaced by ***."""
-    parsed = urlparse(url)
-    if parsed.password:
-        return url.replace(f":{parsed.password}@", ":***@")
-    return url
 
 
 @contextmanager

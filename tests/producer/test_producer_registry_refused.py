@@ -74,20 +74,25 @@ def _run_refused(make_hooks, config: StreamConfig, caplog) -> list[logging.LogRe
     return _hook_log(caplog)
 
 
+def _the_refusal(said: list[logging.LogRecord], caplog, password: str) -> str:
+    """The one ERROR line saying the registry refused; never 'unreachable', never the password."""
+    refused = [r for r in said if "refused" in r.getMessage()]
+    assert len(refused) == 1 and refused[0].levelno == logging.ERROR
+    assert not [r for r in said if "unreachable" in r.getMessage()]
+    assert not [r for r in caplog.records if password in r.getMessage()]
+    return refused[0].getMessage()
+
+
 def test_a_wrong_registry_password_is_logged_once_as_refused_naming_the_user_not_unreachable(
     proxied: Proxied, make_hooks, caplog,
 ):
     password = "not-" + proxied.proxy.users["producer"].password
     said = _run_refused(make_hooks, proxied.config("producer", password), caplog)
 
-    refused = [r for r in said if "refused" in r.getMessage()]
-    assert len(refused) == 1 and refused[0].levelno == logging.ERROR
-    message = refused[0].getMessage()
+    message = _the_refusal(said, caplog, password)
     assert "HTTP 401" in message and "authentication failed" in message
     assert "registry user 'producer'" in message
     assert "-value" in message  # the request: registering an event type's subject
-    assert not [r for r in said if "unreachable" in r.getMessage()]
-    assert not [r for r in caplog.records if password in r.getMessage()]
 
 
 def test_a_registry_user_without_the_right_is_logged_once_as_not_authorised_naming_the_request(
@@ -96,11 +101,7 @@ def test_a_registry_user_without_the_right_is_logged_once_as_not_authorised_nami
     password = proxied.proxy.users["consumer"].password
     said = _run_refused(make_hooks, proxied.config("consumer", password), caplog)
 
-    refused = [r for r in said if "refused" in r.getMessage()]
-    assert len(refused) == 1 and refused[0].levelno == logging.ERROR
-    message = refused[0].getMessage()
+    message = _the_refusal(said, caplog, password)
     assert "HTTP 403" in message and "not authorised" in message
     assert "registry user 'consumer'" in message
     assert "may not POST" in message  # the registry's own account of the request
-    assert not [r for r in said if "unreachable" in r.getMessage()]
-    assert not [r for r in caplog.records if password in r.getMessage()]
