@@ -29,7 +29,6 @@ from typing import Any, Literal
 
 import duckdb
 
-from consumers.join_postgres import attach_episodes, write_back
 from consumers.reports.store import StoreError, duckdb_path, is_postgres
 
 Mode = Literal["key", "asof"]
@@ -118,17 +117,19 @@ def connect(sink: str, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
             con.execute("SET autoinstall_known_extensions = false")
             con.execute("LOAD postgres")
         except duckdb.Error:
+            from consumers.join_postgres import attach_episodes
+
             attach_episodes(con, sink)
             return con
         options = "TYPE postgres" + ("" if writable else ", READ_ONLY")
-        con.execute(f"ATTACH '{_sql_str(sink)}' AS store ({options})")
+        con.execute(f"ATTACH '{sql_str(sink)}' AS store ({options})")
         return con
     path = duckdb_path(sink)
     if not path.exists():
         raise StoreError(f"no DuckDB store at {path} (has `rlmesh-stream consume` run?)")
     options = "" if writable else " (READ_ONLY)"
     try:
-        con.execute(f"ATTACH '{_sql_str(str(path))}' AS store{options}")
+        con.execute(f"ATTACH '{sql_str(str(path))}' AS store{options}")
     except duckdb.Error as exc:
         raise StoreError(
             f"cannot attach {path}: {exc}. DuckDB allows one writing process: stop the "
@@ -137,7 +138,8 @@ def connect(sink: str, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _sql_str(text: str) -> str:
+def sql_str(text: str) -> str:
+    """`text` for inside a single-quoted SQL string literal."""
     return text.replace("'", "''")
 
 
@@ -160,17 +162,17 @@ def log_format_of(path: Path, log_format: str | None) -> str:
 
 def _reader(path: Path, fmt: str, types: dict[str, str] | None = None) -> str:
     """The DuckDB table function reading the log, with `types` overriding detection."""
-    p = _sql_str(str(path))
+    p = sql_str(str(path))
     if fmt == "parquet":
         return f"read_parquet('{p}')"
     if fmt == "csv":
         extra = ""
         if types:
-            extra = ", types={" + ", ".join(f"'{_sql_str(k)}': '{v}'"
+            extra = ", types={" + ", ".join(f"'{sql_str(k)}': '{v}'"
                                             for k, v in types.items()) + "}"
         return f"read_csv('{p}', header=true{extra})"
     if types:
-        cols = ", ".join(f"'{_sql_str(k)}': '{v}'" for k, v in types.items())
+        cols = ", ".join(f"'{sql_str(k)}': '{v}'" for k, v in types.items())
         return f"read_json('{p}', format='auto', columns={{{cols}}})"
     return f"read_json('{p}', format='auto')"
 
@@ -323,7 +325,7 @@ def _local_sql(con: duckdb.DuckDBPyConnection, spec: JoinSpec, naive: str, tz: s
     went forward). `applies` selects the rows that are local times (not those
     written with an offset), so only they are checked.
     """
-    z = f"'{_sql_str(tz)}'"
+    z = f"'{sql_str(tz)}'"
     x = f"timezone('UTC', {naive})"
 
     def off(at: str) -> str:
@@ -525,6 +527,8 @@ def write_table(con: duckdb.DuckDBPyConnection, name: str, sink: str | None = No
     if name in ("episodes", "sessions", "advisories"):
         raise JoinError(f"refusing to overwrite the consumers' table {name!r}")
     if sink is not None and is_postgres(sink) and _store_is_a_copy(con):
+        from consumers.join_postgres import write_back
+
         write_back(con, sink, name)
         return
     con.execute(f"CREATE OR REPLACE TABLE store.{q(name)} AS SELECT * FROM joined")
@@ -546,4 +550,4 @@ def export(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     else:
         raise JoinError(f"cannot export to {path.name}: use a .csv or .parquet file")
     con.execute(f"COPY (SELECT * FROM joined ORDER BY session_id, episode_record_id) "
-                f"TO '{_sql_str(str(path))}' ({fmt})")
+                f"TO '{sql_str(str(path))}' ({fmt})")

@@ -19,6 +19,7 @@ from typing import Any
 import duckdb
 import psycopg
 
+from consumers.join import q, sql_str
 from consumers.reports.store import StoreError
 from schemas.access import redact_url
 
@@ -52,10 +53,6 @@ def _pg_connect(url: str) -> psycopg.Connection[Any]:
     return conn
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def attach_episodes(con: duckdb.DuckDBPyConnection, url: str) -> None:
     """Attach an in-memory `store` holding a snapshot of the PostgreSQL `episodes` table."""
     con.execute("ATTACH ':memory:' AS store")
@@ -68,16 +65,15 @@ def attach_episodes(con: duckdb.DuckDBPyConnection, url: str) -> None:
             return  # run_join says the store has no episodes table
         types = {name: _TO_DUCKDB.get(kind, "VARCHAR") for name, kind in columns}
         con.execute("CREATE TABLE store.episodes ("
-                    + ", ".join(f"{_q(n)} {t}" for n, t in types.items()) + ")")
+                    + ", ".join(f"{q(n)} {t}" for n, t in types.items()) + ")")
         with tempfile.TemporaryDirectory(prefix="rlmesh-join-") as tmp:
             path = Path(tmp) / "episodes.csv"
-            select = ", ".join(_q(n) for n in types)
+            select = ", ".join(q(n) for n in types)
             with open(path, "wb") as out, pg.cursor().copy(
                     f"COPY (SELECT {select} FROM episodes) TO STDOUT ({_CSV})") as copy:
                 for block in copy:
                     out.write(block)
-            spec = ", ".join(f"'{n.replace(chr(39), chr(39) * 2)}': '{t}'"
-                             for n, t in types.items())
+            spec = ", ".join(f"'{sql_str(n)}': '{t}'" for n, t in types.items())
             con.execute(f"INSERT INTO store.episodes SELECT * FROM read_csv(?, header = false, "
                         f"auto_detect = false, quote = '\"', escape = '\"', "
                         f"allow_quoted_nulls = false, columns = {{{spec}}})", [str(path)])
@@ -86,15 +82,15 @@ def attach_episodes(con: duckdb.DuckDBPyConnection, url: str) -> None:
 def write_back(con: duckdb.DuckDBPyConnection, url: str, name: str) -> None:
     """Replace PostgreSQL table `name` with DuckDB's temp table `joined`, in one transaction."""
     described = con.execute("DESCRIBE joined").fetchall()
-    columns = ", ".join(f"{_q(row[0])} {_TO_POSTGRES.get(str(row[1]), 'text')}"
+    columns = ", ".join(f"{q(row[0])} {_TO_POSTGRES.get(str(row[1]), 'text')}"
                         for row in described)
     with tempfile.TemporaryDirectory(prefix="rlmesh-join-") as tmp:
         path = Path(tmp) / "joined.csv"
-        con.execute(f"COPY joined TO '{str(path).replace(chr(39), chr(39) * 2)}' ({_CSV})")
+        con.execute(f"COPY joined TO '{sql_str(str(path))}' ({_CSV})")
         with _pg_connect(url) as pg, pg.transaction():
-            pg.execute(f"DROP TABLE IF EXISTS {_q(name)}")
-            pg.execute(f"CREATE TABLE {_q(name)} ({columns})")
+            pg.execute(f"DROP TABLE IF EXISTS {q(name)}")
+            pg.execute(f"CREATE TABLE {q(name)} ({columns})")
             with open(path, "rb") as src, pg.cursor().copy(
-                    f"COPY {_q(name)} FROM STDIN ({_CSV})") as copy:
+                    f"COPY {q(name)} FROM STDIN ({_CSV})") as copy:
                 while block := src.read(_CHUNK):
                     copy.write(block)
