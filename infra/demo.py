@@ -127,8 +127,9 @@ def _ensure_stack(config: StreamConfig, start: bool, say: Callable[[str], None]
                                  topic_prefix=config.topic_prefix)
 
 
-def _register_schemas(config: StreamConfig) -> None:
-    """Register every event type's schema before anything is published."""
+def _register_schemas(config: StreamConfig) -> Any:
+    """Register every event type's schema before anything is published; the registrar,
+    ids cached, is the hook's (it registers nothing again)."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     from schemas.errors import RegistryUnavailableError
@@ -140,10 +141,11 @@ def _register_schemas(config: StreamConfig) -> None:
         registrar.register_all()
     except RegistryUnavailableError as exc:
         raise click.ClickException(str(exc)) from exc
+    return registrar
 
 
-def _rollouts(config: StreamConfig, episodes: int, manifest_path: Path, spool_dir: Path,
-              say: Callable[[str], None]) -> list[dict[str, Any]]:
+def _rollouts(config: StreamConfig, registrar: Any, episodes: int, manifest_path: Path,
+              spool_dir: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
     """Evaluate each checkpoint with the rlmesh SDK, then add a simulated fleet.
 
     Everything goes through one `KafkaRuntimeHooks`. The simulated fleet brings
@@ -165,7 +167,8 @@ def _rollouts(config: StreamConfig, episodes: int, manifest_path: Path, spool_di
     log_rows: list[dict[str, Any]] = []
     # A spool, as a fleet machine would have: a Kafka or registry hiccup spills to disk,
     # never drops an event.
-    hooks = KafkaRuntimeHooks(config=config, spool_dir=spool_dir, startup_wait_s=SCHEMA_WAIT_S)
+    hooks = KafkaRuntimeHooks(config=config, registrar=registrar, spool_dir=spool_dir,
+                              startup_wait_s=SCHEMA_WAIT_S)
     if not hooks.schemas_ready:
         hooks.close(1.0)
         raise click.ClickException(
@@ -295,12 +298,12 @@ def demo(config: StreamConfig, episodes: int, out_dir: Path, start_stack: bool) 
 
     say(f"1/5 topics and schemas under {prefix} at {config.bootstrap}")
     ensure_topics(config, partitions=2, replication_factor=1)
-    _register_schemas(config)
+    registrar = _register_schemas(config)
 
     say(f"2/5 rollouts: {len(CHECKPOINTS)} checkpoints x {CONCURRENT_SESSIONS} sessions x "
         f"{episodes} episodes of {ENV_ID} with rlmesh, published by KafkaRuntimeHooks")
-    log_rows = _rollouts(config, episodes, out_dir / "simulated_fleet.json", out_dir / "spool",
-                         say)
+    log_rows = _rollouts(config, registrar, episodes, out_dir / "simulated_fleet.json",
+                         out_dir / "spool", say)
     log_path = out_dir / "training_log.jsonl"
     log_path.write_text("".join(json.dumps(r) + "\n" for r in log_rows), encoding="utf-8")
 
