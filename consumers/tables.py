@@ -477,10 +477,12 @@ DELIVERY_MERGE_SQL: tuple[str, ...] = (
     # hold a sequence of the batch, written over the range each one starts at
     "INSERT INTO delivery_sequences (producer_id, first_seq, last_seq, records)\n"
     "SELECT producer_id, MIN(first_seq), MAX(last_seq), SUM(records) FROM (\n"
-    "  SELECT *, SUM(starts) OVER (PARTITION BY producer_id ORDER BY first_seq, last_seq\n"
+    # Both windows must order rows alike, ties included: (first_seq, last_seq, fresh) is
+    # unique per producer (stored ranges are disjoint, the batch's sequences distinct).
+    "  SELECT *, SUM(starts) OVER (PARTITION BY producer_id ORDER BY first_seq, last_seq, fresh\n"
     "                              ROWS UNBOUNDED PRECEDING) AS island FROM (\n"
     "    SELECT *, CASE WHEN first_seq <= 1 + MAX(last_seq) OVER (\n"
-    "        PARTITION BY producer_id ORDER BY first_seq, last_seq\n"
+    "        PARTITION BY producer_id ORDER BY first_seq, last_seq, fresh\n"
     "        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) THEN 0 ELSE 1 END AS starts\n"
     "    FROM (\n"
     "      SELECT producer_id, first_seq, last_seq, records, 0 AS fresh\n"
