@@ -1,7 +1,7 @@
 # rlmesh-stream developer entry points. Each target creates .venv and installs the
 # project into it (editable, with the test extras) when that has not been done yet.
 #
-#   make demo    the demo job (`rlmesh-stream demo`; until it exists, `rlmesh-stream infra smoke`)
+#   make demo    the demo job (`rlmesh-stream demo`)
 #   make test    the whole test suite; it starts its own Kafka + registry (see README)
 #   make bench   every benchmarks/bench_*.py
 #   make lint    ruff + mypy
@@ -24,13 +24,7 @@ $(CLI):
 	$(PY) -m pip install --quiet -e '.[test]'
 
 demo: venv
-	@if $(PY) -c "import importlib.util, sys; from infra.cli import COMMANDS; \
-	sys.exit(importlib.util.find_spec(COMMANDS['demo'].split(':')[0]) is None)" 2>/dev/null; then \
-		$(CLI) demo $(DEMO_ARGS); \
-	else \
-		echo "rlmesh-stream demo is not built yet: running the stack smoke job instead"; \
-		$(CLI) infra smoke $(DEMO_ARGS); \
-	fi
+	$(CLI) demo $(DEMO_ARGS)
 
 test: venv
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
@@ -42,6 +36,9 @@ bench: venv
 	done; \
 	[ $$found = 1 ] || echo "no benchmarks/bench_*.py yet"
 
+# mypy reads the namespace from a link tree (see [tool.mypy] in pyproject.toml).
 lint: venv
 	$(VENV)/bin/ruff check .
+	rm -rf .mypy-path && mkdir -p .mypy-path/rlmesh_stream
+	for d in schemas producer consumers infra; do ln -s ../../$$d .mypy-path/rlmesh_stream/$$d; done
 	$(VENV)/bin/mypy

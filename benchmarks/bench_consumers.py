@@ -33,15 +33,15 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from consumers.builders import EpisodesBuilder
-from consumers.runtime import CheckpointInfo, ConsumerRuntime, RuntimeOptions
-from consumers.sinks import open_sink
-from infra.topics import ensure_topics
-from schemas import events as ev
-from schemas import headers as h
-from schemas.config import StreamConfig
-from schemas.serde import EventSerializer
-from schemas.topics import EventType, confluent_serde_conf
+from rlmesh_stream.consumers.builders import EpisodesBuilder
+from rlmesh_stream.consumers.runtime import CheckpointInfo, ConsumerRuntime, RuntimeOptions
+from rlmesh_stream.consumers.sinks import open_sink
+from rlmesh_stream.infra.topics import ensure_topics
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas import headers as h
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.serde import EventSerializer
+from rlmesh_stream.schemas.topics import EventType, confluent_serde_conf
 
 TOPICS = (EventType.EPISODE_STARTED, EventType.EPISODE_COMPLETED, EventType.SESSION_ENDED)
 
@@ -176,7 +176,7 @@ def bench_naive(config: StreamConfig, total: int, path: str) -> float:
 
 def bench_live(config: StreamConfig, sink_url: str, rate: float, seconds: float,
                checkpoint_interval: float) -> list[float]:
-    from producer.hooks import KafkaRuntimeHooks
+    from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 
     called: dict[tuple[str, str], float] = {}
     latencies: list[float] = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from schemas import bench
+from rlmesh_stream.schemas import bench
 
 
 def main() -> int:

@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 from confluent_kafka import Producer
 
-from producer.hooks import KafkaRuntimeHooks
-from schemas import events as ev
-from schemas import headers as h
-from schemas.config import StreamConfig
-from schemas.topics import EventType, confluent_serde_conf
+from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas import headers as h
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import EventType, confluent_serde_conf
 
 BOOTSTRAP = os.environ.get("RLMESH_STREAM_BOOTSTRAP", "127.0.0.1:19092")
 REGISTRY = os.environ.get("RLMESH_STREAM_REGISTRY_URL", "http://127.0.0.1:18081/apis/ccompat/v7")
@@ -201,7 +201,7 @@ def bench_vs_avro_serializer(n: int) -> dict[str, float]:
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    from schemas.avro import schema_text
+    from rlmesh_stream.schemas.avro import schema_text
 
     event = _step_event(8)
     hooks = _hooks()
@@ -228,7 +228,7 @@ def bench_cartpole(episodes: int, repeats: int) -> dict[str, float]:
     import rlmesh
     from rlmesh.numpy import Model
 
-    from producer.bridge import rlmesh_bridge
+    from rlmesh_stream.producer.bridge import rlmesh_bridge
 
     model = Model(lambda obs: np.int64(0) if obs[2] < 0 else np.int64(1))
     seeds = list(range(episodes))

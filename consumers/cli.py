@@ -13,13 +13,13 @@ from datetime import timedelta
 
 import click
 
-from consumers.builders import BUILDER_NAMES, make_builders
-from consumers.progress import Progress
-from consumers.runtime import ConsumerRuntime, RuntimeOptions
-from consumers.sinks import DEFAULT_SINK, open_sink
-from schemas.access import AccessDeniedError
-from schemas.cli_options import stream_options
-from schemas.config import StreamConfig
+from rlmesh_stream.consumers.builders import BUILDER_NAMES, make_builders
+from rlmesh_stream.consumers.progress import Progress
+from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
+from rlmesh_stream.consumers.sinks import DEFAULT_SINK, open_sink
+from rlmesh_stream.schemas.access import AccessDeniedError
+from rlmesh_stream.schemas.cli_options import stream_options
+from rlmesh_stream.schemas.config import StreamConfig
 
 
 @click.group()

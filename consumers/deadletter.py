@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from schemas import headers as h
-from schemas.config import StreamConfig
+from rlmesh_stream.schemas import headers as h
+from rlmesh_stream.schemas.config import StreamConfig
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from consumers.join import (
+from rlmesh_stream.consumers.join import (
     LOG_FORMATS,
     TRAIN_PREFIX,
     JoinError,
@@ -20,8 +20,8 @@ from consumers.join import (
     run_join,
     write_table,
 )
-from consumers.reports import FORMATS, Column, Report, StoreError, render
-from consumers.sinks import DEFAULT_SINK
+from rlmesh_stream.consumers.reports import FORMATS, Column, Report, StoreError, render
+from rlmesh_stream.consumers.sinks import DEFAULT_SINK
 
 
 @click.command()
@@ -114,7 +114,7 @@ def join(sink: str, log_path: Path, log_format: str | None, mode: str, episode_k
     if export_path:
         click.echo(f"exported {result.matched} joined episodes to {export_path}", err=True)
     if plot_prefix:
-        from consumers.plots import plot_checkpoints  # matplotlib only when plotting
+        from rlmesh_stream.consumers.plots import plot_checkpoints  # matplotlib only when plotting
 
         paths = plot_checkpoints(rows, plot_prefix, metric_name=spec.columns.metric,
                                  title=f"Evaluation vs training ({log_path.name})")

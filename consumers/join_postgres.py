@@ -19,9 +19,9 @@ from typing import Any
 import duckdb
 import psycopg
 
-from consumers.join import q, sql_str
-from consumers.reports.store import StoreError
-from schemas.access import redact_url
+from rlmesh_stream.consumers.join import q, sql_str
+from rlmesh_stream.consumers.reports.store import StoreError
+from rlmesh_stream.schemas.access import redact_url
 
 _CHUNK = 1 << 20
 # PostgreSQL type (information_schema.columns.data_type) -> DuckDB type; others: VARCHAR.

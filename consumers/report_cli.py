@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from consumers.reports import (
+from rlmesh_stream.consumers.reports import (
     FORMATS,
     Report,
     StoreError,
@@ -25,8 +25,8 @@ from consumers.reports import (
     render,
     telemetry_report,
 )
-from consumers.reports.store import Store
-from consumers.sinks import DEFAULT_SINK
+from rlmesh_stream.consumers.reports.store import Store
+from rlmesh_stream.consumers.sinks import DEFAULT_SINK
 
 GATE_EXIT_CODE = 3
 """Exit status of `report advisories --fail-on` when the gate trips.

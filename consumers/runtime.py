@@ -34,15 +34,15 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from consumers.builders import Builder, Reduced, reduce
-from consumers.deadletter import DeadLetter, DeadLetterQueue
-from consumers.progress import Progress
-from consumers.records import Record, timestamp_of
-from consumers.sinks import OffsetConflict, OffsetUpdate, Sink, SinkBatch
-from schemas.access import AccessDeniedError, kafka_access_message
-from schemas.config import StreamConfig
-from schemas.errors import DecodeError, RegistryUnavailableError
-from schemas.topics import EventType, event_type_of_topic
+from rlmesh_stream.consumers.builders import Builder, Reduced, reduce
+from rlmesh_stream.consumers.deadletter import DeadLetter, DeadLetterQueue
+from rlmesh_stream.consumers.progress import Progress
+from rlmesh_stream.consumers.records import Record, timestamp_of
+from rlmesh_stream.consumers.sinks import OffsetConflict, OffsetUpdate, Sink, SinkBatch
+from rlmesh_stream.schemas.access import AccessDeniedError, kafka_access_message
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.errors import DecodeError, RegistryUnavailableError
+from rlmesh_stream.schemas.topics import EventType, event_type_of_topic
 
 log = logging.getLogger(__name__)
 
@@ -359,7 +359,7 @@ class ConsumerRuntime:
         if self._decoder is None:
             from confluent_kafka.schema_registry import SchemaRegistryClient
 
-            from schemas.serde import EventDecoder
+            from rlmesh_stream.schemas.serde import EventDecoder
 
             self._decoder = EventDecoder(SchemaRegistryClient(self.config.registry_config()))
         return self._decoder

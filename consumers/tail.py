@@ -25,9 +25,9 @@ from typing import Any
 
 import click
 
-from schemas.cli_options import stream_options
-from schemas.config import StreamConfig
-from schemas.topics import EventType
+from rlmesh_stream.schemas.cli_options import stream_options
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import EventType
 
 
 class TailError(Exception):
@@ -151,7 +151,7 @@ def run_tail(config: StreamConfig, event_type: EventType, emit: Callable[[str], 
     from confluent_kafka import KafkaException
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-    from schemas.errors import RegistryUnavailableError
+    from rlmesh_stream.schemas.errors import RegistryUnavailableError
 
     try:
         return _consume(config, event_type, emit, session_id=session_id,
@@ -171,8 +171,8 @@ def _consume(config: StreamConfig, event_type: EventType, emit: Callable[[str], 
     from confluent_kafka import Consumer, KafkaError, KafkaException
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from schemas.errors import DecodeError
-    from schemas.serde import EventDecoder
+    from rlmesh_stream.schemas.errors import DecodeError
+    from rlmesh_stream.schemas.serde import EventDecoder
 
     topic = event_type.topic(config.topic_prefix)
     consumer = Consumer({

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.errors import ArtifactError
+from rlmesh_stream.infra.errors import ArtifactError
 
 KAFKA_VERSION = "4.1.1"
 APICURIO_VERSION = "3.3.3"

@@ -13,15 +13,15 @@ import click
 
 # command name -> "module:attribute" of its click command or group
 COMMANDS: dict[str, str] = {
-    "infra": "infra.stack_cli:infra",
-    "topics": "infra.topics_cli:topics",
-    "schemas": "schemas.cli:schemas",
-    "simulate": "producer.cli:simulate",
-    "consume": "consumers.cli:consume",
-    "report": "consumers.report_cli:report",
-    "tail": "consumers.tail:tail",
-    "join": "consumers.join_cli:join",
-    "demo": "infra.demo:demo",
+    "infra": "rlmesh_stream.infra.stack_cli:infra",
+    "topics": "rlmesh_stream.infra.topics_cli:topics",
+    "schemas": "rlmesh_stream.schemas.cli:schemas",
+    "simulate": "rlmesh_stream.producer.cli:simulate",
+    "consume": "rlmesh_stream.consumers.cli:consume",
+    "report": "rlmesh_stream.consumers.report_cli:report",
+    "tail": "rlmesh_stream.consumers.tail:tail",
+    "join": "rlmesh_stream.consumers.join_cli:join",
+    "demo": "rlmesh_stream.infra.demo:demo",
 }
 
 

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from infra import proc
-from infra.artifacts import Artifacts
-from infra.errors import StackError, StartupError
-from infra.java import Java, find_java
-from infra.kafka import KafkaNode, kafka_ready, random_cluster_id
-from infra.registry import RegistryServer, registry_ready
+from rlmesh_stream.infra import proc
+from rlmesh_stream.infra.artifacts import Artifacts
+from rlmesh_stream.infra.errors import StackError, StartupError
+from rlmesh_stream.infra.java import Java, find_java
+from rlmesh_stream.infra.kafka import KafkaNode, kafka_ready, random_cluster_id
+from rlmesh_stream.infra.registry import RegistryServer, registry_ready
 
 KAFKA_MIN_JAVA = 17
 REGISTRY_MIN_JAVA = 21

@@ -33,8 +33,8 @@ from typing import Any
 
 import click
 
-from schemas.cli_options import stream_options
-from schemas.config import DEFAULT_BOOTSTRAP, StreamConfig
+from rlmesh_stream.schemas.cli_options import stream_options
+from rlmesh_stream.schemas.config import DEFAULT_BOOTSTRAP, StreamConfig
 
 ENV_ID = "CartPole-v1"
 MAX_STEPS = 200
@@ -117,7 +117,7 @@ def _ensure_stack(config: StreamConfig, start: bool, say: Callable[[str], None]
         raise click.ClickException(
             f"no Kafka at {config.bootstrap}. Start the local stack with "
             "`rlmesh-stream infra up`, or point --bootstrap/--registry-url at yours.")
-    from infra.stack import LocalStack
+    from rlmesh_stream.infra.stack import LocalStack
 
     say("no stack running: starting the local one (stop it with `rlmesh-stream infra down`)")
     stack = LocalStack()
@@ -132,8 +132,8 @@ def _register_schemas(config: StreamConfig) -> Any:
     ids cached, is the hook's (it registers nothing again)."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from schemas.errors import RegistryUnavailableError
-    from schemas.registrar import SchemaRegistrar
+    from rlmesh_stream.schemas.errors import RegistryUnavailableError
+    from rlmesh_stream.schemas.registrar import SchemaRegistrar
 
     registrar = SchemaRegistrar(SchemaRegistryClient(config.registry_config()),
                                 topic_prefix=config.topic_prefix)
@@ -161,8 +161,8 @@ def _rollouts(config: StreamConfig, registrar: Any, episodes: int, manifest_path
 
     # Submodules, not the package: a `tests/producer` directory on sys.path (pytest)
     # would otherwise shadow the package `__init__` with a namespace package.
-    from producer.bridge import rlmesh_bridge
-    from producer.hooks import KafkaRuntimeHooks
+    from rlmesh_stream.producer.bridge import rlmesh_bridge
+    from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 
     log_rows: list[dict[str, Any]] = []
     # A spool, as a fleet machine would have: a Kafka or registry hiccup spills to disk,
@@ -203,7 +203,7 @@ def _rollouts(config: StreamConfig, registrar: Any, episodes: int, manifest_path
 
 
 def _simulated_fleet(hooks: Any, manifest_path: Path, say: Callable[[str], None]) -> None:
-    from producer.simulator import simulate_fleet
+    from rlmesh_stream.producer.simulator import simulate_fleet
 
     manifest = simulate_fleet(hooks, sessions=SIM_SESSIONS, lanes=2, episodes=3, seed=7,
                               env_id=SIM_ENV_ID, lane_driven=SIM_LANE_DRIVEN)
@@ -217,9 +217,9 @@ def _simulated_fleet(hooks: Any, manifest_path: Path, say: Callable[[str], None]
 
 
 def _consume(config: StreamConfig, sink_url: str, say: Callable[[str], None]) -> None:
-    from consumers.builders import make_builders
-    from consumers.runtime import ConsumerRuntime, RuntimeOptions
-    from consumers.sinks import open_sink
+    from rlmesh_stream.consumers.builders import make_builders
+    from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
+    from rlmesh_stream.consumers.sinks import open_sink
 
     sink = open_sink(sink_url)
     try:
@@ -233,7 +233,7 @@ def _consume(config: StreamConfig, sink_url: str, say: Callable[[str], None]) ->
 
 
 def _reports(sink_url: str, out: Path, say: Callable[[str], None]) -> None:
-    from consumers.reports import (
+    from rlmesh_stream.consumers.reports import (
         advisory_report,
         delivery_report,
         episode_report,
@@ -253,10 +253,10 @@ def _reports(sink_url: str, out: Path, say: Callable[[str], None]) -> None:
 
 
 def _join(sink_url: str, log_path: Path, out: Path, say: Callable[[str], None]) -> None:
-    from consumers.join import JoinSpec, aggregate, connect, run_join
-    from consumers.join_cli import checkpoint_report
-    from consumers.plots import plot_checkpoints
-    from consumers.reports import render
+    from rlmesh_stream.consumers.join import JoinSpec, aggregate, connect, run_join
+    from rlmesh_stream.consumers.join_cli import checkpoint_report
+    from rlmesh_stream.consumers.plots import plot_checkpoints
+    from rlmesh_stream.consumers.reports import render
 
     spec = JoinSpec("key", log_path)
     con = connect(sink_url)
@@ -294,7 +294,7 @@ def demo(config: StreamConfig, episodes: int, out_dir: Path, start_stack: bool) 
     prefix = f"demo-{uuid.uuid4().hex[:8]}.rlmesh.runtime"
     config = config.with_prefix(prefix)
 
-    from infra.topics import ensure_topics
+    from rlmesh_stream.infra.topics import ensure_topics
 
     say(f"1/5 topics and schemas under {prefix} at {config.bootstrap}")
     ensure_topics(config, partitions=2, replication_factor=1)

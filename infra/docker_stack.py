@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from infra.artifacts import APICURIO_VERSION
-from infra.registry import CCOMPAT_PATH
+from rlmesh_stream.infra.artifacts import APICURIO_VERSION
+from rlmesh_stream.infra.registry import CCOMPAT_PATH
 
 # testcontainers' KafkaContainer drives the Confluent image's start scripts, so the
 # fixture uses Confluent Platform 8.1 (Apache Kafka 4.1) rather than apache/kafka, which

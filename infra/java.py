@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.errors import JavaError
+from rlmesh_stream.infra.errors import JavaError
 
 JAVA_HOME_ENV = "RLMESH_STREAM_JAVA_HOME"
 DEFAULT_SEARCH_ROOTS: tuple[Path, ...] = (Path("/usr/lib/jvm"), Path("/opt/java"), Path("/opt"))

@@ -16,8 +16,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.errors import StartupError
-from infra.java import Java
+from rlmesh_stream.infra.errors import StartupError
+from rlmesh_stream.infra.java import Java
 
 HEAP = "-Xmx512m"
 FORMAT_TIMEOUT_S = 180.0  # a JVM start and a few files: seconds, normally

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from infra.errors import PortInUseError, StartupError
+from rlmesh_stream.infra.errors import PortInUseError, StartupError
 
 
 def spawn_detached(

@@ -16,7 +16,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.java import Java
+from rlmesh_stream.infra.java import Java
 
 HEAP = "-Xmx512m"
 CCOMPAT_PATH = "/apis/ccompat/v7"

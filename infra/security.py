@@ -39,13 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infra import proc
-from infra.errors import StartupError
-from infra.java import Java
-from infra.kafka import KafkaNode
-from infra.registry import CCOMPAT_PATH, RegistryServer
-from schemas.config import StreamConfig
-from schemas.topics import all_topics
+from rlmesh_stream.infra import proc
+from rlmesh_stream.infra.errors import StartupError
+from rlmesh_stream.infra.java import Java
+from rlmesh_stream.infra.kafka import KafkaNode
+from rlmesh_stream.infra.registry import CCOMPAT_PATH, RegistryServer
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import all_topics
 
 SCRAM = "SCRAM-SHA-512"
 USERS = ("admin", "producer", "consumer", "registry")
@@ -467,7 +467,7 @@ class SecureStack:
     pki: Pki | None = None
 
     def start(self, log: Callable[[str], None] = lambda _m: None) -> None:
-        from infra.kafka import random_cluster_id
+        from rlmesh_stream.infra.kafka import random_cluster_id
 
         self.pki = make_pki(self.home / "pki", self.host)
         self.node = SecureKafkaNode(
@@ -495,7 +495,7 @@ class SecureStack:
         log("starting registry ...")
         self.pids["registry"] = proc.spawn_detached(registry.command(self.registry_java),
                                                     registry.home, registry.log_file)
-        from infra.registry import registry_ready
+        from rlmesh_stream.infra.registry import registry_ready
 
         proc.wait_ready("registry", self.pids["registry"], registry.log_file, 240,
               lambda: registry_ready(registry.url))

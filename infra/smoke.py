@@ -18,9 +18,9 @@ from urllib.parse import urlparse
 
 import click
 
-from schemas.cli_options import stream_options
-from schemas.config import StreamConfig
-from schemas.topics import confluent_serde_conf
+from rlmesh_stream.schemas.cli_options import stream_options
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import confluent_serde_conf
 
 SMOKE_SCHEMA = json.dumps({
     "type": "record", "name": "SmokeRecord", "namespace": "rlmesh.stream.smoke",
@@ -111,8 +111,8 @@ def _port(address: str, default: int) -> int:
 def smoke(config: StreamConfig, start: bool, home: Path | None) -> None:
     """Register a schema, produce one Avro record and read it back."""
     if start:
-        from infra.errors import StackError
-        from infra.stack import LocalStack
+        from rlmesh_stream.infra.errors import StackError
+        from rlmesh_stream.infra.stack import LocalStack
 
         stack = LocalStack(home, kafka_port=_port(config.bootstrap, 9092),
                            registry_port=_port(config.registry_url, 8081))

@@ -16,12 +16,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infra import proc
-from infra.artifacts import Artifacts, default_cache_dir
-from infra.errors import StackError
-from infra.java import Java, find_java
-from infra.kafka import KafkaNode, kafka_ready, random_cluster_id
-from infra.registry import RegistryServer, registry_ready
+from rlmesh_stream.infra import proc
+from rlmesh_stream.infra.artifacts import Artifacts, default_cache_dir
+from rlmesh_stream.infra.errors import StackError
+from rlmesh_stream.infra.java import Java, find_java
+from rlmesh_stream.infra.kafka import KafkaNode, kafka_ready, random_cluster_id
+from rlmesh_stream.infra.registry import RegistryServer, registry_ready
 
 DEFAULT_KAFKA_PORT = 9092
 DEFAULT_REGISTRY_PORT = 8081

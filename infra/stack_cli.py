@@ -16,8 +16,8 @@ from typing import Any
 
 import click
 
-from infra.errors import StackError
-from infra.stack import HOME_ENV, LocalStack, StackInfo, default_home
+from rlmesh_stream.infra.errors import StackError
+from rlmesh_stream.infra.stack import HOME_ENV, LocalStack, StackInfo, default_home
 
 
 def _stack_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -73,7 +73,7 @@ def up(home: Path | None, kafka_port: int | None, registry_port: int | None,
        controller_port: int | None, management_port: int | None, brokers: int) -> None:
     """Start Kafka and the registry (what is not already running) and wait until ready."""
     if brokers > 1:  # the multi-broker cluster lives in infra/cluster.py
-        from infra.cluster import cli_up
+        from rlmesh_stream.infra.cluster import cli_up
 
         cluster = cli_up(home or default_home(), brokers, kafka_port, registry_port, _echo_err)
         click.echo(f"bootstrap:    {cluster.bootstrap}")
@@ -92,7 +92,7 @@ def up(home: Path | None, kafka_port: int | None, registry_port: int | None,
 @_stack_errors
 def down(home: Path | None) -> None:
     """Stop the servers `up` started from this home (and nothing else)."""
-    from infra.cluster import cli_down
+    from rlmesh_stream.infra.cluster import cli_down
 
     stopped = LocalStack(home).down(log=_echo_err) + cli_down(home or default_home(), _echo_err)
     click.echo(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
@@ -147,9 +147,9 @@ def logs(home: Path | None, server: str, lines: int, follow: bool) -> None:
 @_stack_errors
 def fetch() -> None:
     """Download Kafka and the registry into the cache (what `up` would do first)."""
-    from infra.artifacts import Artifacts
-    from infra.java import find_java
-    from infra.stack import KAFKA_MIN_JAVA, REGISTRY_MIN_JAVA
+    from rlmesh_stream.infra.artifacts import Artifacts
+    from rlmesh_stream.infra.java import find_java
+    from rlmesh_stream.infra.stack import KAFKA_MIN_JAVA, REGISTRY_MIN_JAVA
 
     kafka_java = find_java(KAFKA_MIN_JAVA, "Kafka")
     registry_java = find_java(REGISTRY_MIN_JAVA, "Apicurio Registry")
@@ -162,7 +162,7 @@ def fetch() -> None:
 
 
 def _add_smoke() -> None:
-    from infra.smoke import smoke
+    from rlmesh_stream.infra.smoke import smoke
 
     infra.add_command(smoke)
 

@@ -23,7 +23,7 @@ from confluent_kafka.admin import (
     TopicMetadata,
 )
 
-from schemas.config import StreamConfig
+from rlmesh_stream.schemas.config import StreamConfig
 
 DEFAULT_PARTITIONS = 12
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
@@ -35,7 +35,7 @@ MAX_REPLICATION_FACTOR = 3
 
 def event_topics(prefix: str) -> list[str]:
     """The event topics of one deployment, as the schema contract names them."""
-    from schemas.topics import all_topics
+    from rlmesh_stream.schemas.topics import all_topics
 
     return all_topics(prefix)
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import click
 
-from infra.topics import (
+from rlmesh_stream.infra.topics import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_PARTITIONS,
     DEFAULT_RETENTION_MS,
     ensure_topics,
 )
-from schemas.cli_options import stream_options
-from schemas.config import StreamConfig
+from rlmesh_stream.schemas.cli_options import stream_options
+from rlmesh_stream.schemas.config import StreamConfig
 
 DRIFT_EXIT_CODE = 3
 

@@ -1,6 +1,6 @@
 """The publishing side: a RuntimeHooks observer that streams rlmesh runtime events to Kafka.
 
-Names are loaded lazily so `producer.manifest` (imported by the consumers'
+Names are loaded lazily so `rlmesh_stream.producer.manifest` (imported by the consumers'
 tests) does not pull in librdkafka, numpy or rlmesh.
 """
 
@@ -10,22 +10,22 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from producer.bridge import RlmeshBridge, rlmesh_bridge
-    from producer.config import DeliveryFailure, ProducerSettings
-    from producer.delivery import Stats
-    from producer.hooks import KafkaRuntimeHooks
-    from producer.manifest import Manifest
-    from producer.simulator import simulate_fleet
+    from rlmesh_stream.producer.bridge import RlmeshBridge, rlmesh_bridge
+    from rlmesh_stream.producer.config import DeliveryFailure, ProducerSettings
+    from rlmesh_stream.producer.delivery import Stats
+    from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
+    from rlmesh_stream.producer.manifest import Manifest
+    from rlmesh_stream.producer.simulator import simulate_fleet
 
 _EXPORTS = {
-    "KafkaRuntimeHooks": "producer.hooks",
-    "ProducerSettings": "producer.config",
-    "DeliveryFailure": "producer.config",
-    "Stats": "producer.delivery",
-    "RlmeshBridge": "producer.bridge",
-    "rlmesh_bridge": "producer.bridge",
-    "Manifest": "producer.manifest",
-    "simulate_fleet": "producer.simulator",
+    "KafkaRuntimeHooks": "rlmesh_stream.producer.hooks",
+    "ProducerSettings": "rlmesh_stream.producer.config",
+    "DeliveryFailure": "rlmesh_stream.producer.config",
+    "Stats": "rlmesh_stream.producer.delivery",
+    "RlmeshBridge": "rlmesh_stream.producer.bridge",
+    "rlmesh_bridge": "rlmesh_stream.producer.bridge",
+    "Manifest": "rlmesh_stream.producer.manifest",
+    "simulate_fleet": "rlmesh_stream.producer.simulator",
 }
 
 __all__ = [

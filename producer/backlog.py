@@ -13,7 +13,7 @@ import threading
 from collections import deque
 from typing import Protocol
 
-from producer.records import Record
+from rlmesh_stream.producer.records import Record
 
 
 class Batch(Protocol):

@@ -32,9 +32,9 @@ from typing import Any, Protocol
 import numpy as np
 import rlmesh
 
-from producer.leaves import LeafCodec, infer_space
-from schemas import events as ev
-from schemas.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
+from rlmesh_stream.producer.leaves import LeafCodec, infer_space
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
 
 log = logging.getLogger(__name__)
 

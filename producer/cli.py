@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from schemas.cli_options import stream_options
-from schemas.config import StreamConfig
+from rlmesh_stream.schemas.cli_options import stream_options
+from rlmesh_stream.schemas.config import StreamConfig
 
 
 @click.command("simulate")
@@ -47,8 +47,8 @@ def simulate(config: StreamConfig, sessions: int, lanes: int, episodes: int, lan
     status), every session (status, advisories, telemetry rows) and the
     event counts, for checking tables against.
     """
-    from producer.hooks import KafkaRuntimeHooks
-    from producer.simulator import simulate_fleet
+    from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
+    from rlmesh_stream.producer.simulator import simulate_fleet
 
     started = time.monotonic()
     options: dict[str, Any] = {"spool_dir": spool_dir} if spool_dir is not None else {}

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from schemas.config import ENV_PREFIX, StreamConfig
-from schemas.topics import EventType
+from rlmesh_stream.schemas.config import ENV_PREFIX, StreamConfig
+from rlmesh_stream.schemas.topics import EventType
 
 Format = Literal["avro", "protobuf"]
 Overflow = Literal["spool", "drop"]

@@ -23,9 +23,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from producer.records import Headers
-from schemas import headers as h
-from schemas.topics import EventType
+from rlmesh_stream.producer.records import Headers
+from rlmesh_stream.schemas import headers as h
+from rlmesh_stream.schemas.topics import EventType
 
 log = logging.getLogger(__name__)
 

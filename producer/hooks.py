@@ -27,10 +27,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from producer import lifecycle
-from producer.backlog import Backlog, Batch, MemoryBacklog
-from producer.config import DeliveryFailure, ProducerSettings
-from producer.delivery import (
+from rlmesh_stream.producer import lifecycle
+from rlmesh_stream.producer.backlog import Backlog, Batch, MemoryBacklog
+from rlmesh_stream.producer.config import DeliveryFailure, ProducerSettings
+from rlmesh_stream.producer.delivery import (
     PERMANENT_ERRORS,
     TOPIC_NOT_READY_ERRORS,
     HeaderFactory,
@@ -39,7 +39,7 @@ from producer.delivery import (
     header_value,
     new_producer_id,
 )
-from producer.encoding import (
+from rlmesh_stream.producer.encoding import (
     PayloadEncoder,
     SchemaIds,
     direct_encoders,
@@ -47,13 +47,13 @@ from producer.encoding import (
     make_encoder,
     make_registrar,
 )
-from producer.records import Headers, Record
-from producer.spool import Spool
-from schemas import access
-from schemas import events as ev
-from schemas import headers as h
-from schemas.config import StreamConfig
-from schemas.topics import EVENT_TYPES, EventType
+from rlmesh_stream.producer.records import Headers, Record
+from rlmesh_stream.producer.spool import Spool
+from rlmesh_stream.schemas import access
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas import headers as h
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
 
 log = logging.getLogger(__name__)
 _ACCESS_LOG = access.RateLimitedLog()  # auth errors repeat on every reconnect

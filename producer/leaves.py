@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from schemas._pb.rlmesh.spaces.v1 import spaces_pb2 as pb
-from schemas.avro_writer import pin_space_spec
-from schemas.events import SpaceSpec
+from rlmesh_stream.schemas._pb.rlmesh.spaces.v1 import spaces_pb2 as pb
+from rlmesh_stream.schemas.avro_writer import pin_space_spec
+from rlmesh_stream.schemas.events import SpaceSpec
 
 _DTYPES: dict[str, int] = {
     "bool": pb.DATA_TYPE_BOOL, "uint8": pb.DATA_TYPE_UINT8, "uint16": pb.DATA_TYPE_UINT16,

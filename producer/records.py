@@ -12,7 +12,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from schemas.topics import EVENT_TYPES, EventType
+from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
 
 Headers = list[tuple[str, str | bytes | None]]  # confluent-kafka's header list type
 

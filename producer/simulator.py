@@ -29,11 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from producer.bridge import RuntimeHooksLike
-from producer.leaves import LeafCodec
-from producer.manifest import AdvisoryManifest, EpisodeManifest, Manifest, SessionManifest
-from schemas import events as ev
-from schemas.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
+from rlmesh_stream.producer.bridge import RuntimeHooksLike
+from rlmesh_stream.producer.leaves import LeafCodec
+from rlmesh_stream.producer.manifest import (
+    AdvisoryManifest,
+    EpisodeManifest,
+    Manifest,
+    SessionManifest,
+)
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
 
 _ADVISORIES = [
     (ev.Leg.OBSERVATION, ev.AdvisorySeverity.CAUTION,

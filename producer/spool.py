@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from producer.records import Record, decode_records, encode_record
+from rlmesh_stream.producer.records import Record, decode_records, encode_record
 
 log = logging.getLogger(__name__)
 

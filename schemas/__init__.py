@@ -3,8 +3,8 @@
 This is the one package both the producer and the consumers import.
 """
 
-from schemas.config import StreamConfig
-from schemas.events import (
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.events import (
     ActionReceivedEvent,
     Advisory,
     AdvisorySeverity,
@@ -28,7 +28,14 @@ from schemas.events import (
     StepCompletedEvent,
     TelemetrySnapshotEvent,
 )
-from schemas.topics import EVENT_TYPES, EventType, all_topics, record_key, subject_name, topic_name
+from rlmesh_stream.schemas.topics import (
+    EVENT_TYPES,
+    EventType,
+    all_topics,
+    record_key,
+    subject_name,
+    topic_name,
+)
 
 __all__ = [
     "EVENT_TYPES",

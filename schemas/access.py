@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from confluent_kafka import KafkaError
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from schemas.config import StreamConfig
+from rlmesh_stream.schemas.config import StreamConfig
 
 AUTHENTICATION_CODES: frozenset[int] = frozenset({
     KafkaError._AUTHENTICATION,

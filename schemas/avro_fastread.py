@@ -5,7 +5,7 @@ per record that then has to be turned into dataclasses. When the writer
 schema is our reader schema (same parsing canonical form) no resolution is
 needed, so a decoder generated from the `.avsc` reads the bytes straight into
 the dataclasses. Any other writer schema goes through fastavro's resolution
-(`schemas.avro_reader`). Everything is bounds-checked: a truncated or
+(`rlmesh_stream.schemas.avro_reader`). Everything is bounds-checked: a truncated or
 malformed payload raises, and the caller turns that into CorruptPayloadError.
 """
 
@@ -15,10 +15,10 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from schemas import bindings as bd
-from schemas.avro import load_schema, named_types
-from schemas.avro_reader import _space_spec
-from schemas.topics import EventType
+from rlmesh_stream.schemas import bindings as bd
+from rlmesh_stream.schemas.avro import load_schema, named_types
+from rlmesh_stream.schemas.avro_reader import _space_spec
+from rlmesh_stream.schemas.topics import EventType
 
 ZD = [(x >> 1) ^ -(x & 1) for x in range(128)]
 """Zigzag-decoded value of every one-byte varint."""

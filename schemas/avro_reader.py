@@ -18,11 +18,11 @@ import fastavro
 from google.protobuf import descriptor
 from google.protobuf.message import Message
 
-from schemas import bindings as bd
-from schemas.avro import load_schema
-from schemas.errors import CorruptPayloadError
-from schemas.events import SpaceSpec
-from schemas.topics import EventType
+from rlmesh_stream.schemas import bindings as bd
+from rlmesh_stream.schemas.avro import load_schema
+from rlmesh_stream.schemas.errors import CorruptPayloadError
+from rlmesh_stream.schemas.events import SpaceSpec
+from rlmesh_stream.schemas.topics import EventType
 
 Converter = Callable[[Any], Any]
 
@@ -189,7 +189,7 @@ class AvroReader:
             self._writer = fastavro.parse_schema(writer_schema, named_schemas=named_schemas)
             self._resolve = self._reader
         if _canonical(self._writer) == _canonical(self._reader):
-            from schemas.avro_fastread import compile_reader
+            from rlmesh_stream.schemas.avro_fastread import compile_reader
 
             self._fast = compile_reader(event_type)[0]
         self._convert = _Builder().record(reader)

@@ -15,7 +15,7 @@ so a route or a space is encoded once per distinct value (spec section 7).
 
 Errors: the generated code only detects that *something* is wrong (an out of
 range integer, a misaligned vector, an unencodable string, an unsupported
-MetaMap value); `schemas.validate` then walks the event slowly to name the
+MetaMap value); `rlmesh_stream.schemas.validate` then walks the event slowly to name the
 field and value in a `ContractError`.
 """
 
@@ -27,11 +27,11 @@ from typing import Any, ClassVar
 
 from google.protobuf.message import Message
 
-from schemas import bindings as bd
-from schemas.avro import load_schema, named_types
-from schemas.errors import ContractError
-from schemas.topics import EventType
-from schemas.validate import MAX_META_DEPTH, diagnose
+from rlmesh_stream.schemas import bindings as bd
+from rlmesh_stream.schemas.avro import load_schema, named_types
+from rlmesh_stream.schemas.errors import ContractError
+from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.validate import MAX_META_DEPTH, diagnose
 
 _SMALL = 4096
 _MEMO_LIMIT = 4096
@@ -204,7 +204,7 @@ def pin_space_spec(spec: Message) -> Message:
     Unpinned specs are cached by their serialized bytes, which costs a
     `SerializeToString` per event; a pinned one costs a dict lookup. Mutating a
     pinned spec would publish its old encoding: pin only specs you own (e.g.
-    `producer.leaves.LeafCodec.spec`). Bounded like the other memos; returns `spec`.
+    `rlmesh_stream.producer.leaves.LeafCodec.spec`). Bounded like the other memos; returns `spec`.
     """
     if len(_PINNED_SPECS) >= _MEMO_LIMIT:
         _PINNED_SPECS.clear()

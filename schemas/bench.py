@@ -1,6 +1,6 @@
 """Micro-benchmark of the contract's codecs on the hot-path event (no Kafka involved).
 
-    python -m schemas.bench [--lanes 8] [--number 20000]
+    python -m rlmesh_stream.schemas.bench [--lanes 8] [--number 20000]
 
 Times, per `StepCompletedEvent` with N lanes, the best of five runs of: our
 Avro encoder, fastavro's `schemaless_writer` on the same record (the engine
@@ -20,12 +20,12 @@ from typing import Any
 
 import fastavro
 
-from schemas.avro import load_schema
-from schemas.avro_reader import AvroReader
-from schemas.events import RuntimeEnvContext, StepCompletedEvent
-from schemas.proto_codec import proto_decoder
-from schemas.serde import EventEncoder
-from schemas.topics import EventType
+from rlmesh_stream.schemas.avro import load_schema
+from rlmesh_stream.schemas.avro_reader import AvroReader
+from rlmesh_stream.schemas.events import RuntimeEnvContext, StepCompletedEvent
+from rlmesh_stream.schemas.proto_codec import proto_decoder
+from rlmesh_stream.schemas.serde import EventEncoder
+from rlmesh_stream.schemas.topics import EventType
 
 
 def step_event(lanes: int) -> StepCompletedEvent:

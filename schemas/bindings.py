@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import enum
 
-from schemas import events as ev
-from schemas import telemetry as tm
-from schemas.avro import NAMESPACE, SPACES_NAMESPACE
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas import telemetry as tm
+from rlmesh_stream.schemas.avro import NAMESPACE, SPACES_NAMESPACE
 
 RECORD_CLASSES: dict[str, type] = {
     f"{NAMESPACE}.{cls.__name__}": cls

@@ -17,18 +17,18 @@ import click
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from schemas import registry
-from schemas.cli_options import stream_options
-from schemas.compat import avro_incompatibilities, proto_incompatibilities
-from schemas.config import StreamConfig
-from schemas.errors import (
+from rlmesh_stream.schemas import registry
+from rlmesh_stream.schemas.cli_options import stream_options
+from rlmesh_stream.schemas.compat import avro_incompatibilities, proto_incompatibilities
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.errors import (
     RegistryUnavailableError,
     SchemaNotRegisteredError,
     SubjectFormatError,
 )
-from schemas.registrar import SchemaRegistrar
-from schemas.schema_defs import registry_schema
-from schemas.topics import EVENT_TYPES, EventType
+from rlmesh_stream.schemas.registrar import SchemaRegistrar
+from rlmesh_stream.schemas.schema_defs import registry_schema
+from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
 
 _FORMAT = click.option("--format", "fmt", type=click.Choice(["avro", "protobuf"]),
                        default="avro", show_default=True, help="Wire format of the topics.")
@@ -135,6 +135,6 @@ def _is_latest(client: Any, subject: str, ours: Any, latest_version: int) -> boo
               help="Exit 1 if docs/topic-catalog.md is not current.")
 def catalog(check_only: bool) -> None:
     """Write docs/topic-catalog.md from the schemas."""
-    from schemas.catalog import main
+    from rlmesh_stream.schemas.catalog import main
 
     sys.exit(main(["--check"] if check_only else []))

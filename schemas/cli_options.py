@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from schemas.config import (
+from rlmesh_stream.schemas.config import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_REGISTRY_TIMEOUT,
     DEFAULT_REGISTRY_URL,

@@ -14,8 +14,8 @@ import enum
 from dataclasses import dataclass
 from typing import TypeAlias, Union
 
-from schemas._pb.rlmesh.spaces.v1.spaces_pb2 import SpaceSpec
-from schemas.telemetry import Snapshot
+from rlmesh_stream.schemas._pb.rlmesh.spaces.v1.spaces_pb2 import SpaceSpec
+from rlmesh_stream.schemas.telemetry import Snapshot
 
 MetaValue: TypeAlias = Union[  # noqa: UP007 - recursive alias needs Union
     int, float, str, bool, bytes, list["MetaValue"], dict[str, "MetaValue"]

@@ -1,11 +1,11 @@
 """Regenerate the committed protobuf Python modules under `schemas/_pb/`.
 
-    python -m schemas.generate            # rewrite schemas/_pb from schemas/proto
-    python -m schemas.generate --out DIR  # write elsewhere (the staleness test does)
+    python -m rlmesh_stream.schemas.generate            # rewrite schemas/_pb from schemas/proto
+    python -m rlmesh_stream.schemas.generate --out DIR  # write elsewhere (the staleness test does)
 
 protoc writes `from rlmesh.spaces.v1 import spaces_pb2` for an import, which
 would resolve to the `rlmesh` SDK package, not ours; every generated import of
-one of our proto packages is rewritten to `schemas._pb.<package>` (a plain,
+one of our proto packages is rewritten to `rlmesh_stream.schemas._pb.<package>` (a plain,
 deterministic text substitution, so the output is reproducible byte for byte).
 The `.pyi` stubs get a `# mypy: ignore-errors` line because protoc's stubs use
 field names (`bool`, `bytes`) that shadow builtins and upset mypy.
@@ -21,7 +21,7 @@ from pathlib import Path
 
 PROTO_ROOT = Path(__file__).parent / "proto"
 PB_ROOT = Path(__file__).parent / "_pb"
-PB_PACKAGE = "schemas._pb"
+PB_PACKAGE = "rlmesh_stream.schemas._pb"
 
 _IMPORT = re.compile(r"^from (rlmesh(?:\.\w+)*) import (\w+_pb2)", re.MULTILINE)
 _PLAIN_IMPORT = re.compile(r"^import (rlmesh(?:\.\w+)*)\.(\w+_pb2)", re.MULTILINE)

@@ -5,7 +5,7 @@ one converter per message is planned from its descriptor: nested messages
 recurse, `Leaves` wraps an `Option<Vec<Bytes>>`, `MetaMap` maps to rlmesh's
 `MetaMap`/`MetaValue`, enum members map to `<ENUM_PREFIX>_<MEMBER>` numbers,
 proto3 `optional` keeps `None` apart from zero. The contract's range and
-alignment checks are the Avro schema's (`schemas.validate`), so both formats
+alignment checks are the Avro schema's (`rlmesh_stream.schemas.validate`), so both formats
 accept exactly the same events.
 """
 
@@ -20,15 +20,15 @@ from google.protobuf import descriptor
 from google.protobuf.message import DecodeError as ProtoDecodeError
 from google.protobuf.message import Message
 
-from schemas import bindings as bd
-from schemas._pb.rlmesh.spaces.v1 import spaces_pb2
-from schemas.avro import load_schema
-from schemas.errors import ContractError, CorruptPayloadError, UnknownSchemaIdError
-from schemas.events import Leg, SpaceSpec
-from schemas.proto_defs import PACKAGE, message_class
-from schemas.topics import EVENT_TYPES, EventType
-from schemas.validate import MAX_META_DEPTH, diagnose
-from schemas.wire import read_message_index
+from rlmesh_stream.schemas import bindings as bd
+from rlmesh_stream.schemas._pb.rlmesh.spaces.v1 import spaces_pb2
+from rlmesh_stream.schemas.avro import load_schema
+from rlmesh_stream.schemas.errors import ContractError, CorruptPayloadError, UnknownSchemaIdError
+from rlmesh_stream.schemas.events import Leg, SpaceSpec
+from rlmesh_stream.schemas.proto_defs import PACKAGE, message_class
+from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
+from rlmesh_stream.schemas.validate import MAX_META_DEPTH, diagnose
+from rlmesh_stream.schemas.wire import read_message_index
 
 _LEAVES = f"{PACKAGE}.Leaves"
 _I64_MAX = 2**63 - 1

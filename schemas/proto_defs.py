@@ -20,11 +20,13 @@ from confluent_kafka.schema_registry import Schema, SchemaReference
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from google.protobuf.message import Message
 
-from schemas import registry
-from schemas.errors import SchemaNotRegisteredError
-from schemas.topics import EventType
+from rlmesh_stream.schemas import registry
+from rlmesh_stream.schemas.errors import SchemaNotRegisteredError
+from rlmesh_stream.schemas.topics import EventType
 
 PACKAGE = "rlmesh.runtime.v1"
+# Where the generated modules of PACKAGE live (schemas/_pb, written by schemas.generate).
+PB_RUNTIME = f"{__package__}._pb.rlmesh.runtime.v1"
 PROTO_ROOT = Path(__file__).parent / "proto"
 _IMPORT = re.compile(r'^\s*import\s+(?:public\s+|weak\s+)?"([^"]+)"\s*;', re.MULTILINE)
 
@@ -48,8 +50,8 @@ def imports_of(text: str) -> list[str]:
 
 
 def message_class(event_type: EventType) -> type[Message]:
-    """The generated message class of an event (`schemas._pb.rlmesh.runtime.v1.<event>_pb2`)."""
-    module = importlib.import_module(f"schemas._pb.rlmesh.runtime.v1.{event_type.value}_pb2")
+    """The generated message class of an event (`_pb.rlmesh.runtime.v1.<event>_pb2`)."""
+    module = importlib.import_module(f"{PB_RUNTIME}.{event_type.value}_pb2")
     cls: type[Message] = getattr(module, event_type.event_class.__name__)
     return cls
 

@@ -16,16 +16,16 @@ from typing import Any
 from confluent_kafka.schema_registry import Schema, SchemaReference
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from schemas import registry
-from schemas.config import DEFAULT_TOPIC_PREFIX
-from schemas.errors import (
+from rlmesh_stream.schemas import registry
+from rlmesh_stream.schemas.config import DEFAULT_TOPIC_PREFIX
+from rlmesh_stream.schemas.errors import (
     RegistryUnavailableError,
     SchemaNotRegisteredError,
     SubjectFormatError,
 )
-from schemas.schema_defs import registry_schema
-from schemas.topics import EVENT_TYPES, EventType, subject_name, topic_name
-from schemas.wire import FORMATS, Format
+from rlmesh_stream.schemas.schema_defs import registry_schema
+from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType, subject_name, topic_name
+from rlmesh_stream.schemas.wire import FORMATS, Format
 
 COMPATIBILITY = "BACKWARD"
 

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from schemas.errors import RegistryUnavailableError
+from rlmesh_stream.schemas.errors import RegistryUnavailableError
 
 T = TypeVar("T")
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from confluent_kafka.schema_registry import Schema, SchemaReference
 
-from schemas import avro, proto_defs
-from schemas.topics import EventType
-from schemas.wire import Format
+from rlmesh_stream.schemas import avro, proto_defs
+from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.wire import Format
 
 
 def registry_schema(client: Any, event_type: EventType, format: Format, register: bool = True,

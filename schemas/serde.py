@@ -17,11 +17,11 @@ from typing import Any
 
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from schemas import proto_codec, registry
-from schemas.avro_reader import AvroReader
-from schemas.avro_writer import avro_writer
-from schemas.config import DEFAULT_TOPIC_PREFIX
-from schemas.errors import (
+from rlmesh_stream.schemas import proto_codec, registry
+from rlmesh_stream.schemas.avro_reader import AvroReader
+from rlmesh_stream.schemas.avro_writer import avro_writer
+from rlmesh_stream.schemas.config import DEFAULT_TOPIC_PREFIX
+from rlmesh_stream.schemas.errors import (
     BadMagicByteError,
     ContractError,
     CorruptPayloadError,
@@ -29,10 +29,10 @@ from schemas.errors import (
     RegistryUnavailableError,
     UnknownSchemaIdError,
 )
-from schemas.events import RuntimeEvent
-from schemas.registrar import SchemaRegistrar
-from schemas.topics import EVENT_TYPES, EventType
-from schemas.wire import FORMATS, Format, frame, schema_id_of
+from rlmesh_stream.schemas.events import RuntimeEvent
+from rlmesh_stream.schemas.registrar import SchemaRegistrar
+from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
+from rlmesh_stream.schemas.wire import FORMATS, Format, frame, schema_id_of
 
 Encode = Callable[[Any], bytes]
 
@@ -161,7 +161,7 @@ class EventDecoder:
 def _avro_reader(client: Any, sid: int, schema: Any) -> _Reader:
     import json
 
-    from schemas.avro import NAMESPACE
+    from rlmesh_stream.schemas.avro import NAMESPACE
 
     try:
         writer = json.loads(schema.schema_str)

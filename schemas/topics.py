@@ -11,8 +11,8 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from schemas import events as ev
-from schemas.config import DEFAULT_TOPIC_PREFIX
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.config import DEFAULT_TOPIC_PREFIX
 
 
 class EventType(enum.Enum):

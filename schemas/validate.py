@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from schemas import bindings as bd
-from schemas.avro import load_schema
-from schemas.errors import ContractError
-from schemas.events import SpaceSpec
-from schemas.topics import EventType
+from rlmesh_stream.schemas import bindings as bd
+from rlmesh_stream.schemas.avro import load_schema
+from rlmesh_stream.schemas.errors import ContractError
+from rlmesh_stream.schemas.events import SpaceSpec
+from rlmesh_stream.schemas.topics import EventType
 
 MAX_META_DEPTH = 32
 """Dicts/lists nested inside a MetaMap, at most. rlmesh's MetaMap is protobuf, and

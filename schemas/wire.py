@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from typing import Literal
 
-from schemas.errors import BadMagicByteError, CorruptPayloadError
+from rlmesh_stream.schemas.errors import BadMagicByteError, CorruptPayloadError
 
 Format = Literal["avro", "protobuf"]
 FORMATS: tuple[Format, ...] = ("avro", "protobuf")

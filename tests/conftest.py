@@ -5,8 +5,8 @@ Which stack, in order:
    are set (an existing cluster and registry; nothing is started or stopped);
 2. containers via testcontainers, when RLMESH_STREAM_STACK=docker and a Docker engine
    answers;
-3. otherwise the local stack (`infra.stack.LocalStack`), started once for the whole run
-   in a temporary directory on free loopback ports, and stopped at the end even when
+3. otherwise the local stack (`rlmesh_stream.infra.stack.LocalStack`), started once for
+   the whole run in a temporary directory on free loopback ports, and stopped at the end even when
    the run fails or is interrupted.
 
 Tests that use the `stack` fixture are marked `stack` automatically, so
@@ -45,10 +45,10 @@ from typing import TYPE_CHECKING
 import psycopg
 import pytest
 
-from schemas.config import StreamConfig
+from rlmesh_stream.schemas.config import StreamConfig
 
 if TYPE_CHECKING:
-    from infra.stack import LocalStack
+    from rlmesh_stream.infra.stack import LocalStack
 
 ARTIFACTS_ENV = "RLMESH_STREAM_CI_ARTIFACTS"
 _LOCAL_STACK: pytest.StashKey[LocalStack] = pytest.StashKey()
@@ -77,15 +77,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory,
         return
 
     if os.environ.get("RLMESH_STREAM_STACK") == "docker":
-        from infra.docker_stack import docker_engine_answers, docker_stack
+        from rlmesh_stream.infra.docker_stack import docker_engine_answers, docker_stack
 
         if docker_engine_answers():
             with docker_stack() as (docker_bootstrap, docker_registry_url):
                 yield StackEndpoints(docker_bootstrap, docker_registry_url)
             return
 
-    from infra.proc import free_port
-    from infra.stack import LocalStack
+    from rlmesh_stream.infra.proc import free_port
+    from rlmesh_stream.infra.stack import LocalStack
 
     local = LocalStack(
         tmp_path_factory.mktemp("stack"), kafka_port=free_port(), registry_port=free_port()
@@ -177,7 +177,7 @@ def postgres() -> Iterator[str]:
     if bindir is None:
         pytest.skip("no PostgreSQL: apt-get install postgresql, or set "
                     "RLMESH_STREAM_TEST_POSTGRES_DSN")
-    from infra.proc import free_port
+    from rlmesh_stream.infra.proc import free_port
 
     root = Path(tempfile.mkdtemp(prefix="rlmesh-pg-"))
     data, sock = root / "data", root / "sock"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from consumers.builders.advisories import AdvisoriesBuilder
-from consumers.builders.base import Builder, Reduced, reduce
-from consumers.builders.delivery import DeliveryBuilder
-from consumers.builders.episodes import EpisodesBuilder, EpisodesWithStepsBuilder
-from consumers.builders.sessions import SessionsBuilder
-from consumers.builders.telemetry import DEFAULT_WINDOW, TelemetryBuilder
+from rlmesh_stream.consumers.builders.advisories import AdvisoriesBuilder
+from rlmesh_stream.consumers.builders.base import Builder, Reduced, reduce
+from rlmesh_stream.consumers.builders.delivery import DeliveryBuilder
+from rlmesh_stream.consumers.builders.episodes import EpisodesBuilder, EpisodesWithStepsBuilder
+from rlmesh_stream.consumers.builders.sessions import SessionsBuilder
+from rlmesh_stream.consumers.builders.telemetry import DEFAULT_WINDOW, TelemetryBuilder
 
 BUILDER_NAMES = ("episodes", "sessions", "advisories", "telemetry", "delivery")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import ClassVar
 
-from consumers.builders.base import Builder, PartialRow
-from consumers.records import Record, enum_text, route_columns
-from consumers.tables import ADVISORIES, Table
-from schemas import events as ev
-from schemas.topics import EventType
+from rlmesh_stream.consumers.builders.base import Builder, PartialRow
+from rlmesh_stream.consumers.records import Record, enum_text, route_columns
+from rlmesh_stream.consumers.tables import ADVISORIES, Table
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.topics import EventType
 
 
 class AdvisoriesBuilder(Builder):

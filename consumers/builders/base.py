@@ -13,9 +13,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from consumers.records import Record
-from consumers.tables import Table, finish_row, merge_rows
-from schemas.topics import EventType
+from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.tables import Table, finish_row, merge_rows
+from rlmesh_stream.schemas.topics import EventType
 
 PartialRow = tuple[Table, dict[str, Any]]
 

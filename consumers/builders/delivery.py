@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import ClassVar
 
-from consumers.builders.base import Builder, PartialRow, Reduced
-from consumers.records import Record
-from consumers.tables import DELIVERY_BATCH, DELIVERY_MERGE_SQL, Table
-from schemas import headers as h
-from schemas.topics import EventType
+from rlmesh_stream.consumers.builders.base import Builder, PartialRow, Reduced
+from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.tables import DELIVERY_BATCH, DELIVERY_MERGE_SQL, Table
+from rlmesh_stream.schemas import headers as h
+from rlmesh_stream.schemas.topics import EventType
 
 
 class DeliveryBuilder(Builder):

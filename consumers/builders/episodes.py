@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import ClassVar
 
-from consumers.builders.base import Builder, PartialRow, Reduced
-from consumers.records import Record, meta_json, route_columns
-from consumers.tables import EPISODE_SESSION_ENDS, EPISODES, STEPS, Table
-from schemas import events as ev
-from schemas.topics import EventType
+from rlmesh_stream.consumers.builders.base import Builder, PartialRow, Reduced
+from rlmesh_stream.consumers.records import Record, meta_json, route_columns
+from rlmesh_stream.consumers.tables import EPISODE_SESSION_ENDS, EPISODES, STEPS, Table
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.topics import EventType
 
 ABANDON_SQL = """
 UPDATE episodes SET status = 'abandoned'

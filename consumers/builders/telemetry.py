@@ -2,7 +2,7 @@
 
 Window-horizon snapshots are folded into `telemetry_rollups` by the record
 timestamp's tumbling window: counts summed, averages count-weighted (exact),
-percentiles estimated (see `consumers.tables.TELEMETRY_ROLLUPS`). Session-horizon
+percentiles estimated (see `rlmesh_stream.consumers.tables.TELEMETRY_ROLLUPS`). Session-horizon
 snapshots are cumulative and exact, so they are stored as they are.
 """
 
@@ -14,12 +14,12 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import ClassVar
 
-from consumers.builders.base import Builder, PartialRow
-from consumers.records import Record, enum_text, route_columns
-from consumers.tables import TELEMETRY_ROLLUPS, TELEMETRY_SESSIONS, Table
-from schemas import events as ev
-from schemas.telemetry import Horizon
-from schemas.topics import EventType
+from rlmesh_stream.consumers.builders.base import Builder, PartialRow
+from rlmesh_stream.consumers.records import Record, enum_text, route_columns
+from rlmesh_stream.consumers.tables import TELEMETRY_ROLLUPS, TELEMETRY_SESSIONS, Table
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.telemetry import Horizon
+from rlmesh_stream.schemas.topics import EventType
 
 DEFAULT_WINDOW = timedelta(minutes=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -4,13 +4,13 @@ Each report is a query plus a `Report` value; `render` turns it into a
 terminal table, Markdown, JSON or a standalone HTML page.
 """
 
-from consumers.reports.advisories import advisory_report, gate_failed
-from consumers.reports.delivery import delivery_report
-from consumers.reports.episodes import episode_report
-from consumers.reports.model import Column, Report
-from consumers.reports.render import FORMATS, render
-from consumers.reports.store import StoreError, open_store
-from consumers.reports.telemetry import telemetry_report
+from rlmesh_stream.consumers.reports.advisories import advisory_report, gate_failed
+from rlmesh_stream.consumers.reports.delivery import delivery_report
+from rlmesh_stream.consumers.reports.episodes import episode_report
+from rlmesh_stream.consumers.reports.model import Column, Report
+from rlmesh_stream.consumers.reports.render import FORMATS, render
+from rlmesh_stream.consumers.reports.store import StoreError, open_store
+from rlmesh_stream.consumers.reports.telemetry import telemetry_report
 
 __all__ = [
     "FORMATS",

@@ -1,7 +1,7 @@
 """Delivery check per producer: did every record a producer sent arrive, exactly once?
 
 Producers stamp each record with their id and a per-producer sequence number
-(see `schemas.headers`); the consumers keep the sequences seen, as contiguous
+(see `rlmesh_stream.schemas.headers`); the consumers keep the sequences seen, as contiguous
 ranges, in `delivery_sequences` and summarise them in the `delivery_producers` view. This
 report reads that view, so it counts exactly what the consumers define as a
 gap or a duplicate. A loss after a producer's last received record cannot be
@@ -10,8 +10,8 @@ seen from sequence numbers alone, which the report says.
 
 from __future__ import annotations
 
-from consumers.reports.model import Column, Report
-from consumers.reports.store import Store, require_table
+from rlmesh_stream.consumers.reports.model import Column, Report
+from rlmesh_stream.consumers.reports.store import Store, require_table
 
 _SQL = """
 SELECT producer_id, records, distinct_sequences, min_seq, max_seq, gaps, duplicates

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from schemas.access import redact_url
+from rlmesh_stream.schemas.access import redact_url
 
 
 class StoreError(Exception):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from consumers.sinks.base import OffsetConflict, OffsetUpdate, Sink, SinkBatch
+from rlmesh_stream.consumers.sinks.base import OffsetConflict, OffsetUpdate, Sink, SinkBatch
 
 DEFAULT_SINK = f"duckdb://{Path.cwd() / 'rlmesh.duckdb'}"
 """The store every command uses unless told otherwise: `rlmesh.duckdb` in the working
@@ -15,12 +15,12 @@ def open_sink(url: str) -> Sink:
     """Open (and migrate) the sink a `--sink` URL names."""
     sink: Sink
     if url.startswith("duckdb://"):
-        from consumers.sinks.duckdb_sink import DuckDBSink
+        from rlmesh_stream.consumers.sinks.duckdb_sink import DuckDBSink
 
         path = url[len("duckdb://"):]
         sink = DuckDBSink(path or ":memory:")
     elif url.startswith(("postgresql://", "postgres://")):
-        from consumers.sinks.postgres_sink import PostgresSink
+        from rlmesh_stream.consumers.sinks.postgres_sink import PostgresSink
 
         sink = PostgresSink(url)
     else:

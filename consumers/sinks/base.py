@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from consumers.tables import (
+from rlmesh_stream.consumers.tables import (
     CONSUMER_OFFSETS,
     DEAD_LETTERS,
     DELIVERY_PRODUCERS,

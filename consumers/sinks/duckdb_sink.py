@@ -14,8 +14,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from consumers.sinks.base import Sink
-from consumers.tables import Dialect, Table, upsert_sql
+from rlmesh_stream.consumers.sinks.base import Sink
+from rlmesh_stream.consumers.tables import Dialect, Table, upsert_sql
 
 _ARROW: dict[str, pa.DataType] = {
     "TEXT": pa.string(), "JSON": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),

@@ -16,8 +16,8 @@ from typing import Any
 
 import psycopg
 
-from consumers.sinks.base import Sink
-from consumers.tables import Dialect, Table, column_defs, upsert_sql
+from rlmesh_stream.consumers.sinks.base import Sink
+from rlmesh_stream.consumers.tables import Dialect, Table, column_defs, upsert_sql
 
 _MIGRATION_LOCK = 0x726C6D657368  # "rlmesh": pg_advisory_xact_lock key for migrations
 

@@ -15,7 +15,7 @@ import json
 from importlib import resources
 from typing import Any
 
-from schemas.topics import EventType
+from rlmesh_stream.schemas.topics import EventType
 
 NAMESPACE = "rlmesh.runtime.v1"
 SPACES_NAMESPACE = "rlmesh.spaces.v1"

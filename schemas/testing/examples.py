@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from schemas import events as ev
-from schemas import telemetry as tm
-from schemas.events import SpaceSpec
-from schemas.topics import EventType
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas import telemetry as tm
+from rlmesh_stream.schemas.events import SpaceSpec
+from rlmesh_stream.schemas.topics import EventType
 
 SESSION = "sess-0190a5d2-7c1e-7b3a-9f00-0000000000aa"
 ROUTE = ev.RuntimeEnvContext(

@@ -17,10 +17,10 @@ from typing import Any
 from google.protobuf.message import Message
 from hypothesis import strategies as st
 
-from schemas import events as ev
-from schemas import telemetry as tm
-from schemas.events import SpaceSpec
-from schemas.topics import EventType
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas import telemetry as tm
+from rlmesh_stream.schemas.events import SpaceSpec
+from rlmesh_stream.schemas.topics import EventType
 
 I32 = st.integers(-(2**31), 2**31 - 1)
 I64 = st.integers(-(2**63), 2**63 - 1)

@@ -1,6 +1,6 @@
 """Hand-built DuckDB stores for the analysis tests.
 
-Tables are created from the consumers' table definitions (`consumers.tables`).
+Tables are created from the consumers' table definitions (`rlmesh_stream.consumers.tables`).
 Rows are written by the tests themselves, so every expected number
 in a test can be worked out by hand from the rows it inserted.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from consumers.tables import TABLES, VIEWS, Dialect, create_table_sql, create_view_sql
+from rlmesh_stream.consumers.tables import TABLES, VIEWS, Dialect, create_table_sql, create_view_sql
 
 T0 = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 

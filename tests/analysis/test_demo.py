@@ -8,9 +8,9 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
-from infra.demo import CHECKPOINTS, CONCURRENT_SESSIONS, ENV_ID, SIM_ENV_ID, demo
-from producer.manifest import Manifest
-from schemas.config import StreamConfig
+from rlmesh_stream.infra.demo import CHECKPOINTS, CONCURRENT_SESSIONS, ENV_ID, SIM_ENV_ID, demo
+from rlmesh_stream.producer.manifest import Manifest
+from rlmesh_stream.schemas.config import StreamConfig
 
 pytestmark = pytest.mark.stack
 

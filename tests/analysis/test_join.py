@@ -22,9 +22,16 @@ import pytest
 from analysis_stores import T0, at, episode, insert, make_store
 from click.testing import CliRunner
 
-from consumers.join import JoinError, JoinSpec, LogColumns, aggregate, connect, run_join
-from consumers.join_cli import join
-from consumers.reports import StoreError
+from rlmesh_stream.consumers.join import (
+    JoinError,
+    JoinSpec,
+    LogColumns,
+    aggregate,
+    connect,
+    run_join,
+)
+from rlmesh_stream.consumers.join_cli import join
+from rlmesh_stream.consumers.reports import StoreError
 
 LOG = [
     {"step": 100, "time": "2026-03-01T12:00:00Z", "checkpoint": "c100", "loss": 0.9},

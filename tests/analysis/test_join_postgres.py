@@ -17,9 +17,9 @@ from analysis_stores import at, episode
 from click.testing import CliRunner
 from test_join import LOG, joined, make_sink, timeline_episodes, write_log
 
-from consumers.join import JoinSpec, aggregate, connect, run_join
-from consumers.join_cli import join
-from consumers.sinks import open_sink
+from rlmesh_stream.consumers.join import JoinSpec, aggregate, connect, run_join
+from rlmesh_stream.consumers.join_cli import join
+from rlmesh_stream.consumers.sinks import open_sink
 
 pytestmark = pytest.mark.postgres
 

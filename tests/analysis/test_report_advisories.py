@@ -10,8 +10,8 @@ import pytest
 from analysis_stores import advisory, at, insert, make_store
 from click.testing import CliRunner
 
-from consumers.report_cli import GATE_EXIT_CODE, report
-from consumers.reports import advisory_report, open_store
+from rlmesh_stream.consumers.report_cli import GATE_EXIT_CODE, report
+from rlmesh_stream.consumers.reports import advisory_report, open_store
 
 OBS_CLIP = "observation clipped to Box bounds"
 OBS_FAKE = "missing observation key 'depth' filled with zeros"
@@ -177,7 +177,7 @@ def test_a_missing_store_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_the_default_store_is_rlmesh_duckdb_in_the_working_directory() -> None:
-    from consumers.sinks import DEFAULT_SINK
+    from rlmesh_stream.consumers.sinks import DEFAULT_SINK
 
     assert f"duckdb://{Path.cwd() / 'rlmesh.duckdb'}" == DEFAULT_SINK
 

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from analysis_stores import advisory, at, episode
 
-from consumers.reports import (
+from rlmesh_stream.consumers.reports import (
     advisory_report,
     delivery_report,
     episode_report,
@@ -19,7 +19,7 @@ from consumers.reports import (
     render,
     telemetry_report,
 )
-from consumers.sinks import open_sink
+from rlmesh_stream.consumers.sinks import open_sink
 
 pytestmark = pytest.mark.postgres
 

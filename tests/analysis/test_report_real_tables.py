@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from consumers.builders import make_builders
-from consumers.report_cli import GATE_EXIT_CODE, report
-from consumers.reports import advisory_report, delivery_report, open_store
-from consumers.runtime import ConsumerRuntime, RuntimeOptions
-from consumers.sinks import open_sink
-from schemas import headers as h
-from schemas.config import StreamConfig
-from schemas.events import (
+from rlmesh_stream.consumers.builders import make_builders
+from rlmesh_stream.consumers.report_cli import GATE_EXIT_CODE, report
+from rlmesh_stream.consumers.reports import advisory_report, delivery_report, open_store
+from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
+from rlmesh_stream.consumers.sinks import open_sink
+from rlmesh_stream.schemas import headers as h
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.events import (
     Advisory,
     AdvisorySeverity,
     Leg,
@@ -28,7 +28,7 @@ from schemas.events import (
     SessionEndedEvent,
     SessionStartedEvent,
 )
-from schemas.topics import EventType
+from rlmesh_stream.schemas.topics import EventType
 
 pytestmark = pytest.mark.stack
 
@@ -49,7 +49,7 @@ def _publish(config: StreamConfig, events: list) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from schemas.serde import EventSerializer
+    from rlmesh_stream.schemas.serde import EventSerializer
 
     serializer = EventSerializer(SchemaRegistryClient(config.registry_config()),
                                  topic_prefix=config.topic_prefix)
@@ -68,7 +68,7 @@ def _publish(config: StreamConfig, events: list) -> None:
 
 @pytest.fixture
 def sink(stream_config: StreamConfig, tmp_path: Path) -> str:
-    from infra.topics import ensure_topics
+    from rlmesh_stream.infra.topics import ensure_topics
 
     ensure_topics(stream_config, partitions=2, replication_factor=1)
     events: list = []

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from analysis_events import ROUTE, completed
 
-from consumers.tail import TailError, describe, format_line, run_tail
-from schemas.config import StreamConfig
-from schemas.events import ObservationEmittedEvent, SpaceSpec
-from schemas.topics import EventType
+from rlmesh_stream.consumers.tail import TailError, describe, format_line, run_tail
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.events import ObservationEmittedEvent, SpaceSpec
+from rlmesh_stream.schemas.topics import EventType
 
 
 def test_a_line_shows_payload_leaves_as_sizes_not_bytes() -> None:

@@ -11,10 +11,10 @@ import pytest
 from analysis_events import completed
 from click.testing import CliRunner
 
-from consumers.tail import run_tail, tail
-from schemas.config import StreamConfig
-from schemas.events import EpisodeCompletedEvent
-from schemas.topics import EventType
+from rlmesh_stream.consumers.tail import run_tail, tail
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.events import EpisodeCompletedEvent
+from rlmesh_stream.schemas.topics import EventType
 
 pytestmark = pytest.mark.stack
 
@@ -24,7 +24,7 @@ def publish(config: StreamConfig, events: list[EpisodeCompletedEvent]) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from schemas.serde import EventSerializer
+    from rlmesh_stream.schemas.serde import EventSerializer
 
     serializer = EventSerializer(SchemaRegistryClient(config.registry_config()),
                                  topic_prefix=config.topic_prefix)
@@ -37,7 +37,7 @@ def publish(config: StreamConfig, events: list[EpisodeCompletedEvent]) -> None:
 
 @pytest.fixture
 def topic(stream_config: StreamConfig) -> str:
-    from infra.topics import ensure_topics
+    from rlmesh_stream.infra.topics import ensure_topics
 
     name = EventType.EPISODE_COMPLETED.topic(stream_config.topic_prefix)
     ensure_topics(stream_config, partitions=2, replication_factor=1, topics=[name])

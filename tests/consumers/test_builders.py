@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumers.builders import (
+from rlmesh_stream.consumers.builders import (
     AdvisoriesBuilder,
     Builder,
     EpisodesBuilder,
@@ -22,11 +22,11 @@ from consumers.builders import (
     TelemetryBuilder,
     reduce,
 )
-from consumers.records import Record
-from consumers.sinks import SinkBatch, open_sink
-from schemas import events as ev
-from schemas.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
-from schemas.topics import EventType
+from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.sinks import SinkBatch, open_sink
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
+from rlmesh_stream.schemas.topics import EventType
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ROUTE = ev.RuntimeEnvContext(env_id="e", env_component_id="ec", model_component_id="m", lane=1)

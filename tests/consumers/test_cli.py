@@ -9,12 +9,14 @@ import sys
 import pytest
 from consumer_helpers import PlainKafkaHooks, create_topics, query
 
-from consumers.progress import Progress
-from schemas import events as ev
-from schemas.config import StreamConfig
-from schemas.topics import EventType
+from rlmesh_stream.consumers.progress import Progress
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import EventType
 
 ROUTE = ev.RuntimeEnvContext(env_id="e", env_component_id="ec", model_component_id="m")
+
+CLI = [sys.executable, "-m", "rlmesh_stream.infra.cli"]
 
 
 def test_progress_is_plain_lines_with_events_rate_and_lag_off_a_terminal() -> None:
@@ -29,7 +31,7 @@ def test_progress_is_plain_lines_with_events_rate_and_lag_off_a_terminal() -> No
 
 def _consume(config: StreamConfig, sink: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "infra.cli", "consume", "sessions", "--sink", sink,
+        [*CLI, "consume", "sessions", "--sink", sink,
          "--bootstrap", config.bootstrap, "--registry-url", config.registry_url,
          "--topic-prefix", config.topic_prefix, "--from-beginning", "--until-end"],
         capture_output=True, text=True, timeout=120)
@@ -97,7 +99,7 @@ def test_sigterm_stops_a_live_consumer_after_a_last_checkpoint(
     hooks.flush()
     group = f"sigterm-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "infra.cli", "consume", "sessions", "--sink", duckdb_url,
+        [*CLI, "consume", "sessions", "--sink", duckdb_url,
          "--bootstrap", stream_config.bootstrap, "--registry-url", stream_config.registry_url,
          "--topic-prefix", stream_config.topic_prefix, "--from-beginning", "--group", group,
          "--checkpoint-interval", "30"],  # no checkpoint before the signal

@@ -16,9 +16,9 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
 
-from producer.simulator import simulate_fleet
-from schemas.config import StreamConfig
-from schemas.topics import all_topics
+from rlmesh_stream.producer.simulator import simulate_fleet
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import all_topics
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
@@ -48,7 +48,7 @@ def _committed(config: StreamConfig, group: str) -> int:
 
 
 def _consume_command(config: StreamConfig, sink: str, group: str) -> list[str]:
-    return [sys.executable, "-m", "infra.cli", "consume", "all", "--sink", sink,
+    return [sys.executable, "-m", "rlmesh_stream.infra.cli", "consume", "all", "--sink", sink,
             "--bootstrap", config.bootstrap, "--registry-url", config.registry_url,
             "--topic-prefix", config.topic_prefix, "--group", group, "--instance-id", "crashy",
             "--from-beginning", "--until-end", "--max-batch", "2000",

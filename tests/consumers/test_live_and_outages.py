@@ -16,12 +16,12 @@ import duckdb
 import pytest
 from consumer_helpers import PlainKafkaHooks, create_topics
 
-from consumers.builders import make_builders
-from consumers.runtime import ConsumerRuntime, RuntimeOptions
-from consumers.sinks import open_sink
-from schemas import events as ev
-from schemas.config import StreamConfig
-from schemas.topics import EventType
+from rlmesh_stream.consumers.builders import make_builders
+from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
+from rlmesh_stream.consumers.sinks import open_sink
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import EventType
 
 pytestmark = pytest.mark.stack
 
@@ -137,7 +137,7 @@ def test_a_registry_outage_makes_the_consumer_wait_then_apply_everything(
     runtime = ConsumerRuntime(down, make_builders(["sessions"]), sink,
                               RuntimeOptions(group_id=uuid.uuid4().hex, from_beginning=True,
                                              until_end=True))
-    caplog.set_level(logging.WARNING, logger="consumers.runtime")
+    caplog.set_level(logging.WARNING, logger="rlmesh_stream.consumers.runtime")
     thread = runtime_thread(runtime)
     try:
         _wait_for(lambda: sum("registry unavailable" in r.getMessage()

@@ -13,13 +13,13 @@ import psycopg
 import pytest
 from consumer_helpers import create_topics, query, run_offline
 
-from producer.hooks import KafkaRuntimeHooks
-from producer.manifest import Manifest
-from producer.simulator import simulate_fleet
-from schemas import events as ev
-from schemas.config import StreamConfig
-from schemas.telemetry import Horizon
-from schemas.topics import EventType
+from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
+from rlmesh_stream.producer.manifest import Manifest
+from rlmesh_stream.producer.simulator import simulate_fleet
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.telemetry import Horizon
+from rlmesh_stream.schemas.topics import EventType
 
 pytestmark = pytest.mark.stack
 

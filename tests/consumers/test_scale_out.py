@@ -17,11 +17,11 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
 
-from consumers.builders import make_builders
-from consumers.runtime import CheckpointInfo, ConsumerRuntime, RuntimeOptions
-from consumers.sinks import open_sink
-from producer.simulator import simulate_fleet
-from schemas.config import StreamConfig
+from rlmesh_stream.consumers.builders import make_builders
+from rlmesh_stream.consumers.runtime import CheckpointInfo, ConsumerRuntime, RuntimeOptions
+from rlmesh_stream.consumers.sinks import open_sink
+from rlmesh_stream.producer.simulator import simulate_fleet
+from rlmesh_stream.schemas.config import StreamConfig
 
 pytestmark = [pytest.mark.stack, pytest.mark.postgres]
 
@@ -31,6 +31,8 @@ TABLES = {
     "telemetry_sessions": "*", "delivery_sequences": "*",
     "consumer_offsets": "builder, topic, partition_id, next_offset",
 }
+
+CLI = [sys.executable, "-m", "rlmesh_stream.infra.cli"]
 
 
 @pytest.fixture
@@ -60,7 +62,7 @@ def test_two_processes_in_one_group_split_partitions_and_match_one_process(
 ) -> None:
     create_topics(stream_config, partitions=PARTITIONS)
     group = f"scale-{uuid.uuid4().hex[:8]}"
-    command = [sys.executable, "-m", "infra.cli", "consume", "all", "--sink", second_database,
+    command = [*CLI, "consume", "all", "--sink", second_database,
                "--bootstrap", stream_config.bootstrap,
                "--registry-url", stream_config.registry_url,
                "--topic-prefix", stream_config.topic_prefix, "--group", group,
@@ -135,7 +137,7 @@ def test_until_end_stops_a_process_the_group_left_without_partitions(
         finally:
             sink.close()
 
-    caplog.set_level(logging.WARNING, logger="consumers.runtime")
+    caplog.set_level(logging.WARNING, logger="rlmesh_stream.consumers.runtime")
     owner = threading.Thread(target=run, args=("owner", hold_first_checkpoint), daemon=True)
     owner.start()
     _wait_for(lambda: "owner" in runtimes and bool(runtimes["owner"].assignment), 60,

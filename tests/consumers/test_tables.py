@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consumers.builders import DeliveryBuilder, Reduced, reduce
-from consumers.builders.telemetry import weighted
-from consumers.records import Record
-from consumers.sinks import OffsetConflict, OffsetUpdate, SinkBatch, open_sink
-from consumers.tables import (
+from rlmesh_stream.consumers.builders import DeliveryBuilder, Reduced, reduce
+from rlmesh_stream.consumers.builders.telemetry import weighted
+from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.sinks import OffsetConflict, OffsetUpdate, SinkBatch, open_sink
+from rlmesh_stream.consumers.tables import (
     ADVISORIES,
     SESSIONS,
     TABLES,
@@ -28,8 +28,8 @@ from consumers.tables import (
     create_table_sql,
     finish_row,
 )
-from schemas import headers as h
-from schemas.topics import EventType
+from rlmesh_stream.schemas import headers as h
+from rlmesh_stream.schemas.topics import EventType
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -146,7 +146,7 @@ def test_an_offset_update_from_a_stale_position_is_refused_with_its_rows(sink_ur
 
 def test_rank_merge_prefers_the_higher_status_whatever_comes_first() -> None:
     status = Column("status", "TEXT", Merge.RANK, ranks=("running", "ended", "failed"))
-    from consumers.tables import merge_value
+    from rlmesh_stream.consumers.tables import merge_value
 
     assert merge_value(status, "failed", "running") == "failed"
     assert merge_value(status, "running", "ended") == "ended"

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from fault_harness import FaultTable
 
-from infra.cluster import LocalCluster, cluster_home
-from infra.proc import free_port
+from rlmesh_stream.infra.cluster import LocalCluster, cluster_home
+from rlmesh_stream.infra.proc import free_port
 
 RESULTS = Path(__file__).parents[2] / "docs" / "fault-results.md"
 
@@ -47,7 +47,7 @@ def cluster_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Clust
     home = tmp_path_factory.mktemp("stack")
     first = _free_consecutive_ports(3)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLMESH_STREAM_")}
-    cli = [sys.executable, "-m", "infra.cli", "infra"]
+    cli = [sys.executable, "-m", "rlmesh_stream.infra.cli", "infra"]
     try:
         done = subprocess.run([*cli, "up", "--brokers", "3", "--home", str(home),
                                "--kafka-port", str(first), "--registry-port", str(free_port())],

@@ -30,19 +30,19 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from producer.delivery import Stats
-from producer.hooks import KafkaRuntimeHooks
-from producer.manifest import Manifest
-from producer.simulator import simulate_fleet
-from schemas.config import StreamConfig
-from schemas.topics import all_topics
+from rlmesh_stream.producer.delivery import Stats
+from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
+from rlmesh_stream.producer.manifest import Manifest
+from rlmesh_stream.producer.simulator import simulate_fleet
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import all_topics
 
 REPO = Path(__file__).parents[2]
 
 
 def scenario_config(bootstrap: str, registry_url: str) -> StreamConfig:
     """A fresh topic prefix with its event topics at replication factor 3 (min ISR 2)."""
-    from infra.topics import ensure_topics
+    from rlmesh_stream.infra.topics import ensure_topics
 
     config = StreamConfig(bootstrap=bootstrap, registry_url=registry_url,
                           topic_prefix=f"f{uuid.uuid4().hex[:8]}.rlmesh.runtime")
@@ -121,7 +121,7 @@ class ConsumerProcess:
                    RLMESH_STREAM_TOPIC_PREFIX=config.topic_prefix)
         with open(self.log_file, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "infra.cli", "consume", "all", "--sink", sink,
+                [sys.executable, "-m", "rlmesh_stream.infra.cli", "consume", "all", "--sink", sink,
                  "--group", group, "--from-beginning", "--quiet",
                  "--checkpoint-interval", "0.5"],
                 env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
@@ -187,7 +187,7 @@ def sink_lag(config: StreamConfig, sink: str) -> int | None:
     lost while the group coordinator is down is never repeated for a partition that
     receives nothing new.
     """
-    from consumers.tables import CONSUMER_OFFSETS
+    from rlmesh_stream.consumers.tables import CONSUMER_OFFSETS
 
     try:
         stored = {(str(t), int(p)): int(o) for t, p, o in query(

@@ -8,9 +8,9 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from conftest import ClusterUp
 
-from infra.cluster import LocalCluster
-from schemas.config import StreamConfig
-from schemas.topics import EventType
+from rlmesh_stream.infra.cluster import LocalCluster
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import EventType
 
 
 def test_infra_up_brokers_3_prints_where_the_cluster_is(
@@ -31,7 +31,7 @@ def test_event_topics_get_replication_factor_3_and_min_insync_replicas_2(
     cluster: LocalCluster,
 ) -> None:
     # ensure_topics picks min(3, live brokers) itself: no replication factor passed here.
-    from infra.topics import ensure_topics
+    from rlmesh_stream.infra.topics import ensure_topics
 
     config = StreamConfig(bootstrap=cluster.bootstrap, registry_url=cluster.registry_url,
                           topic_prefix=f"rf{uuid.uuid4().hex[:8]}.rlmesh.runtime")

@@ -19,8 +19,8 @@ from fault_harness import (
     wait_until,
 )
 
-from infra.cluster import LocalCluster
-from schemas.topics import EventType
+from rlmesh_stream.infra.cluster import LocalCluster
+from rlmesh_stream.schemas.topics import EventType
 
 pytestmark = pytest.mark.timeout(600)
 

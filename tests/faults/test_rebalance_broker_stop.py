@@ -25,7 +25,7 @@ from fault_harness import (
     wait_until,
 )
 
-from infra.cluster import LocalCluster
+from rlmesh_stream.infra.cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(600)
 

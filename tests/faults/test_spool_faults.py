@@ -30,8 +30,8 @@ from fault_harness import (
     wait_until,
 )
 
-from infra.cluster import LocalCluster
-from schemas.config import StreamConfig
+from rlmesh_stream.infra.cluster import LocalCluster
+from rlmesh_stream.schemas.config import StreamConfig
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -13,11 +13,11 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from fuzz_seeds import Collector, Seeds
 
-from producer.simulator import simulate_fleet
-from schemas.config import StreamConfig
-from schemas.serde import EventSerializer
-from schemas.topics import EventType
-from schemas.wire import Format
+from rlmesh_stream.producer.simulator import simulate_fleet
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.serde import EventSerializer
+from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.wire import Format
 
 
 @pytest.fixture(scope="module")

@@ -20,13 +20,13 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from fuzz_seeds import Seeds
 
-from consumers.builders import make_builders
-from consumers.runtime import ConsumerRuntime, RuntimeOptions
-from consumers.sinks import open_sink
-from infra.topics import ensure_topics
-from schemas import headers as h
-from schemas.config import StreamConfig
-from schemas.topics import EventType
+from rlmesh_stream.consumers.builders import make_builders
+from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
+from rlmesh_stream.consumers.sinks import open_sink
+from rlmesh_stream.infra.topics import ensure_topics
+from rlmesh_stream.schemas import headers as h
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import EventType
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -17,9 +17,9 @@ from fuzz_seeds import Seeds
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas.errors import DecodeError, UnknownSchemaIdError
-from schemas.serde import EventDecoder
-from schemas.topics import EVENT_TYPES
+from rlmesh_stream.schemas.errors import DecodeError, UnknownSchemaIdError
+from rlmesh_stream.schemas.serde import EventDecoder
+from rlmesh_stream.schemas.topics import EVENT_TYPES
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from infra import proc
-from infra.errors import StartupError
+from rlmesh_stream.infra import proc
+from rlmesh_stream.infra.errors import StartupError
 
 
 def test_stop_ends_a_process_that_leads_no_process_group() -> None:

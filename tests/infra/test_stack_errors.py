@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from infra.artifacts import Artifacts
-from infra.cli import main
-from infra.errors import ArtifactError, JavaError
-from infra.java import find_java, java_major_version
-from infra.proc import free_port
+from rlmesh_stream.infra.artifacts import Artifacts
+from rlmesh_stream.infra.cli import main
+from rlmesh_stream.infra.errors import ArtifactError, JavaError
+from rlmesh_stream.infra.java import find_java, java_major_version
+from rlmesh_stream.infra.proc import free_port
 
 
 def _up(home: Path, *extra: str, env: dict[str, str] | None = None) -> Result:

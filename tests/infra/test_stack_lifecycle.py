@@ -24,15 +24,17 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from infra.proc import free_port, is_alive
-from infra.stack import LocalStack
-from schemas.topics import confluent_serde_conf
+from rlmesh_stream.infra.proc import free_port, is_alive
+from rlmesh_stream.infra.stack import LocalStack
+from rlmesh_stream.schemas.topics import confluent_serde_conf
 
 pytestmark = pytest.mark.slow
 
+CLI = [sys.executable, "-m", "rlmesh_stream.infra.cli"]
+
 
 def cli(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "infra.cli", *args], capture_output=True,
+    return subprocess.run([*CLI, *args], capture_output=True,
                           text=True, timeout=timeout, check=False, env=dict(os.environ))
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from infra.cli import main
-from infra.topics import (
+from rlmesh_stream.infra.cli import main
+from rlmesh_stream.infra.topics import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_RETENTION_MS,
     ensure_topics,
     event_topics,
 )
-from schemas.config import StreamConfig
-from schemas.topics import all_topics
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import all_topics
 
 
 def test_event_topics_are_the_contracts_topics(topic_prefix: str) -> None:

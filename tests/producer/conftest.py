@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from producer_helpers import ThrowawayKafka
 
-from infra.topics import ensure_topics
-from producer.hooks import KafkaRuntimeHooks
-from schemas.config import StreamConfig
+from rlmesh_stream.infra.topics import ensure_topics
+from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
+from rlmesh_stream.schemas.config import StreamConfig
 
 
 @pytest.fixture

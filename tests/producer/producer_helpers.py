@@ -3,7 +3,7 @@
 The fault tests stop and restart Kafka, which must never happen to the shared
 dev stack, so they get their own single-node KRaft broker in a tmp dir on
 free ports. It is built from infra's `KafkaNode` (config, storage format,
-command line) and `infra.proc` (spawn/stop); only the start/stop sequencing
+command line) and `rlmesh_stream.infra.proc` (spawn/stop); only the start/stop sequencing
 lives here, since infra exposes no per-node start/stop API yet.
 """
 
@@ -22,13 +22,13 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from infra import proc
-from infra.artifacts import Artifacts
-from infra.java import find_java
-from infra.kafka import KafkaNode, kafka_ready, random_cluster_id
-from schemas import headers as h
-from schemas.serde import EventDecoder
-from schemas.topics import EventType, event_type_of_topic
+from rlmesh_stream.infra import proc
+from rlmesh_stream.infra.artifacts import Artifacts
+from rlmesh_stream.infra.java import find_java
+from rlmesh_stream.infra.kafka import KafkaNode, kafka_ready, random_cluster_id
+from rlmesh_stream.schemas import headers as h
+from rlmesh_stream.schemas.serde import EventDecoder
+from rlmesh_stream.schemas.topics import EventType, event_type_of_topic
 
 
 @dataclass

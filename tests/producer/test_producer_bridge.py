@@ -11,10 +11,10 @@ import rlmesh
 from producer_helpers import read_back
 from rlmesh.numpy import Model
 
-from producer.bridge import rlmesh_bridge
-from schemas import events as ev
-from schemas.telemetry import Horizon
-from schemas.topics import EventType
+from rlmesh_stream.producer.bridge import rlmesh_bridge
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.telemetry import Horizon
+from rlmesh_stream.schemas.topics import EventType
 
 pytestmark = pytest.mark.stack
 

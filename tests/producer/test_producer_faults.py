@@ -24,7 +24,7 @@ import pytest
 from producer_helpers import TcpGate, read_back
 from producer_samples import step
 
-from schemas.config import StreamConfig
+from rlmesh_stream.schemas.config import StreamConfig
 
 pytestmark = [pytest.mark.stack, pytest.mark.faults]
 
@@ -114,9 +114,9 @@ def test_broker_down_longer_than_the_delivery_timeout_with_the_spool_loses_nothi
 _CHILD = textwrap.dedent("""
     import json, sys, time, uuid
     sys.path.insert(0, {tests!r})
-    from producer.hooks import KafkaRuntimeHooks
+    from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
     from producer_samples import step
-    from schemas.config import StreamConfig
+    from rlmesh_stream.schemas.config import StreamConfig
     config = StreamConfig(bootstrap={bootstrap!r}, registry_url={registry!r},
                           topic_prefix={prefix!r})
     hooks = KafkaRuntimeHooks(config=config, overflow="spool", spool_dir={spool!r},
@@ -198,7 +198,7 @@ def test_a_registry_unreachable_at_start_holds_events_says_so_once_and_catches_u
     config = StreamConfig(bootstrap=stack.bootstrap,
                           registry_url=f"http://127.0.0.1:{gate.port}{registry.path}",
                           topic_prefix=topic_prefix)
-    caplog.set_level(logging.WARNING, logger="producer.hooks")
+    caplog.set_level(logging.WARNING, logger="rlmesh_stream.producer.hooks")
     hooks = make_hooks(config=config, startup_wait_s=0.5)
     session = str(uuid.uuid4())
     for i in range(300):
@@ -229,7 +229,7 @@ def test_a_broker_unreachable_at_start_the_hook_comes_up_says_so_once_and_catche
     make_hooks, throwaway_kafka, throwaway_config, caplog,
 ):
     throwaway_kafka.stop()
-    caplog.set_level(logging.WARNING, logger="producer.hooks")
+    caplog.set_level(logging.WARNING, logger="rlmesh_stream.producer.hooks")
     started = time.monotonic()
     hooks = make_hooks(config=throwaway_config)
     came_up = time.monotonic() - started

@@ -19,9 +19,9 @@ pytestmark = pytest.mark.stack
 _CHILD = textwrap.dedent("""
     import sys, time, uuid
     sys.path.insert(0, {tests!r})
-    from producer.hooks import KafkaRuntimeHooks
+    from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
     from producer_samples import step
-    from schemas.config import StreamConfig
+    from rlmesh_stream.schemas.config import StreamConfig
     config = StreamConfig(bootstrap={bootstrap!r}, registry_url={registry!r},
                           topic_prefix={prefix!r})
     # A long linger: without the exit flush these would still be waiting in memory.

@@ -10,10 +10,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from producer_helpers import read_back
 from producer_samples import CALLBACK, action, observation, one_of_each, step
 
-from producer.config import DeliveryFailure
-from schemas import events as ev
-from schemas import headers as h
-from schemas.topics import EventType
+from rlmesh_stream.producer.config import DeliveryFailure
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas import headers as h
+from rlmesh_stream.schemas.topics import EventType
 
 pytestmark = pytest.mark.stack
 

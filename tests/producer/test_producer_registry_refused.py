@@ -1,7 +1,7 @@
 """A schema registry that refuses the hook (401, 403) is reported as refusing, not unreachable.
 
 The shared registry is put behind the project's authenticating nginx proxy
-(`infra.security.RegistryProxy`: TLS, basic auth, a per-user allow-list), on
+(`rlmesh_stream.infra.security.RegistryProxy`: TLS, basic auth, a per-user allow-list), on
 a free port, for this module only: `producer` may register the event
 schemas under this module's prefix, `consumer` may only read.
 """
@@ -19,9 +19,9 @@ from urllib.parse import urlparse
 import pytest
 from producer_samples import step
 
-from infra import proc
-from infra.security import Credentials, RegistryProxy, make_pki, nginx_available
-from schemas.config import StreamConfig
+from rlmesh_stream.infra import proc
+from rlmesh_stream.infra.security import Credentials, RegistryProxy, make_pki, nginx_available
+from rlmesh_stream.schemas.config import StreamConfig
 
 pytestmark = pytest.mark.stack
 
@@ -62,11 +62,11 @@ def proxied(stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxied
 
 
 def _hook_log(caplog) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "producer.hooks"]
+    return [r for r in caplog.records if r.name == "rlmesh_stream.producer.hooks"]
 
 
 def _run_refused(make_hooks, config: StreamConfig, caplog) -> list[logging.LogRecord]:
-    caplog.set_level(logging.DEBUG, logger="producer.hooks")
+    caplog.set_level(logging.DEBUG, logger="rlmesh_stream.producer.hooks")
     hooks = make_hooks(config=config, startup_wait_s=0.5)
     hooks.step_completed(step(str(uuid.uuid4()), 0))
     time.sleep(4)  # several attempts (0.2, 0.5, 1, 2 s apart), all refused

@@ -16,7 +16,7 @@ import pytest
 from producer_helpers import TcpGate
 from producer_samples import step
 
-from schemas.config import StreamConfig
+from rlmesh_stream.schemas.config import StreamConfig
 
 pytestmark = pytest.mark.stack
 
@@ -44,7 +44,7 @@ def _emit_and_wait_for_failures(hooks, count: int) -> None:
 def test_a_timed_out_record_the_spool_cannot_write_is_logged_with_the_kafka_and_the_os_error(
     stack, topic_prefix, make_hooks, tmp_path, caplog,
 ):
-    caplog.set_level(logging.ERROR, logger="producer.delivery")
+    caplog.set_level(logging.ERROR, logger="rlmesh_stream.producer.delivery")
     hooks = make_hooks(config=_kafka_away(stack, topic_prefix), overflow="spool",
                        spool_dir=tmp_path, delivery_timeout_ms=1500, startup_wait_s=10)
     (tmp_path / hooks.producer_id / "000000000000.seg").symlink_to("/dev/full")  # disk full
@@ -61,7 +61,7 @@ def test_a_timed_out_record_the_spool_cannot_write_is_logged_with_the_kafka_and_
 def test_a_timed_out_record_the_full_spool_cannot_take_is_logged_with_the_kafka_error_and_why(
     stack, topic_prefix, make_hooks, tmp_path, caplog,
 ):
-    caplog.set_level(logging.ERROR, logger="producer.delivery")
+    caplog.set_level(logging.ERROR, logger="rlmesh_stream.producer.delivery")
     hooks = make_hooks(config=_kafka_away(stack, topic_prefix), overflow="spool",
                        spool_dir=tmp_path, spool_max_bytes=1, delivery_timeout_ms=1500,
                        startup_wait_s=10)

@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 from producer_helpers import read_back
 
-from producer.cli import simulate
-from producer.manifest import Manifest
-from producer.simulator import simulate_fleet
-from schemas import events as ev
-from schemas.telemetry import Horizon
+from rlmesh_stream.producer.cli import simulate
+from rlmesh_stream.producer.manifest import Manifest
+from rlmesh_stream.producer.simulator import simulate_fleet
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.telemetry import Horizon
 
 
 class EventLog:

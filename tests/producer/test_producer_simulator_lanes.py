@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from producer.manifest import Manifest
-from producer.simulator import simulate_fleet
+from rlmesh_stream.producer.manifest import Manifest
+from rlmesh_stream.producer.simulator import simulate_fleet
 
 
 class EventLog:

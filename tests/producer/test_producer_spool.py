@@ -10,9 +10,9 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from producer.records import Record, decode_records, encode_record
-from producer.spool import Spool
-from schemas.topics import EventType
+from rlmesh_stream.producer.records import Record, decode_records, encode_record
+from rlmesh_stream.producer.spool import Spool
+from rlmesh_stream.schemas.topics import EventType
 
 
 def _record(seq: int, payload: bytes = b"payload") -> Record:
@@ -112,7 +112,7 @@ def test_records_written_before_a_sigkill_survive_it(tmp_path):
         import os, signal, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_producer_spool import _record
-        from producer.spool import Spool
+        from rlmesh_stream.producer.spool import Spool
         spool = Spool(__import__("pathlib").Path({str(tmp_path)!r}), "victim")
         for seq in range(100):
             spool.put(_record(seq))

@@ -24,10 +24,10 @@ import pytest
 from producer_helpers import read_back
 from producer_samples import step
 
-from infra.topics import ensure_topics
-from producer.delivery import TOPIC_NOT_READY_ERRORS
-from schemas.config import StreamConfig
-from schemas.topics import EventType
+from rlmesh_stream.infra.topics import ensure_topics
+from rlmesh_stream.producer.delivery import TOPIC_NOT_READY_ERRORS
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import EventType
 
 pytestmark = pytest.mark.stack
 
@@ -71,7 +71,7 @@ def test_events_for_a_topic_still_being_created_are_held_and_land_once_it_exists
 def test_events_for_a_topic_that_never_appears_are_counted_failed_after_the_bound(
     make_hooks, stream_config: StreamConfig, caplog,
 ):
-    caplog.set_level(logging.ERROR, logger="producer.delivery")
+    caplog.set_level(logging.ERROR, logger="rlmesh_stream.producer.delivery")
     hooks = make_hooks(kafka_overrides=NO_AUTO_CREATE, topic_wait_s=3.0)
     session = str(uuid.uuid4())
     started = time.monotonic()
@@ -92,6 +92,6 @@ def test_events_for_a_topic_that_never_appears_are_counted_failed_after_the_boun
 
 
 def test_the_topic_errors_retried_are_not_also_permanent():
-    from producer.delivery import PERMANENT_ERRORS
+    from rlmesh_stream.producer.delivery import PERMANENT_ERRORS
 
     assert not TOPIC_NOT_READY_ERRORS & PERMANENT_ERRORS

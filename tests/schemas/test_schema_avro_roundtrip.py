@@ -8,10 +8,10 @@ import fastavro
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from schemas.avro import load_schema
-from schemas.serde import EventDecoder, EventEncoder, EventSerializer
-from schemas.testing.examples import example
-from schemas.topics import EVENT_TYPES, EventType
+from rlmesh_stream.schemas.avro import load_schema
+from rlmesh_stream.schemas.serde import EventDecoder, EventEncoder, EventSerializer
+from rlmesh_stream.schemas.testing.examples import example
+from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ import dataclasses
 
 import pytest
 
-from schemas.errors import ContractError
-from schemas.events import RuntimeEnvContext
-from schemas.serde import EventEncoder
-from schemas.testing.examples import example
-from schemas.topics import EventType
+from rlmesh_stream.schemas.errors import ContractError
+from rlmesh_stream.schemas.events import RuntimeEnvContext
+from rlmesh_stream.schemas.serde import EventEncoder
+from rlmesh_stream.schemas.testing.examples import example
+from rlmesh_stream.schemas.topics import EventType
 
 FORMATS = ["avro", "protobuf"]
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from schemas import catalog, generate
+from rlmesh_stream.schemas import catalog, generate
 
 
 def test_committed_protobuf_modules_match_a_fresh_protoc_run(tmp_path: Path):
@@ -14,23 +15,24 @@ def test_committed_protobuf_modules_match_a_fresh_protoc_run(tmp_path: Path):
                  for p in generate.PB_ROOT.rglob("*_pb2.py*")}
     stale = sorted(str(p) for p in fresh.keys() | committed.keys()
                    if fresh.get(p) != committed.get(p))
-    assert stale == [], "run `python -m schemas.generate`"
+    assert stale == [], "run `python -m rlmesh_stream.schemas.generate`"
 
 
 def test_generated_modules_import_our_package_not_the_rlmesh_sdk():
+    sdk_import = re.compile(r"^(from|import) rlmesh[. ]", re.MULTILINE)
     offending = [str(p) for p in generate.PB_ROOT.rglob("*_pb2.py*")
-                 if "from rlmesh" in p.read_text() or "import rlmesh" in p.read_text()]
+                 if sdk_import.search(p.read_text())]
     assert offending == []
 
 
 def test_topic_catalog_is_current():
     assert catalog.CATALOG_PATH.read_text(encoding="utf-8") == catalog.render(), (
-        "run `python -m schemas.catalog`")
+        "run `python -m rlmesh_stream.schemas.catalog`")
 
 
 def test_catalog_lists_every_avro_field_with_its_meaning():
-    from schemas.avro import load_schema
-    from schemas.topics import EVENT_TYPES
+    from rlmesh_stream.schemas.avro import load_schema
+    from rlmesh_stream.schemas.topics import EVENT_TYPES
 
     text = catalog.render()
     missing = [f"{et.value}.{f['name']}" for et in EVENT_TYPES

@@ -15,13 +15,13 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from hypothesis import HealthCheck, given, settings
 
-from schemas.avro import load_schema
-from schemas.errors import ContractError
-from schemas.serde import EventDecoder, EventEncoder, EventSerializer
-from schemas.testing.examples import example
-from schemas.testing.strategies import deep_meta_map, events, exact, space_specs
-from schemas.topics import EVENT_TYPES, EventType
-from schemas.validate import MAX_META_DEPTH
+from rlmesh_stream.schemas.avro import load_schema
+from rlmesh_stream.schemas.errors import ContractError
+from rlmesh_stream.schemas.serde import EventDecoder, EventEncoder, EventSerializer
+from rlmesh_stream.schemas.testing.examples import example
+from rlmesh_stream.schemas.testing.strategies import deep_meta_map, events, exact, space_specs
+from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
+from rlmesh_stream.schemas.validate import MAX_META_DEPTH
 
 PROPERTY = settings(max_examples=30, deadline=None, derandomize=False,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from schemas.avro_writer import pin_space_spec
-from schemas.serde import EventEncoder
-from schemas.testing.examples import box_space, example
-from schemas.topics import EventType
+from rlmesh_stream.schemas.avro_writer import pin_space_spec
+from rlmesh_stream.schemas.serde import EventEncoder
+from rlmesh_stream.schemas.testing.examples import box_space, example
+from rlmesh_stream.schemas.topics import EventType
 
 
 def _encode_with(spec) -> bytes:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from infra.artifacts import Artifacts
-from infra.java import find_java
-from infra.security import SecureStack, nginx_available
-from infra.stack import KAFKA_MIN_JAVA, REGISTRY_MIN_JAVA
-from infra.topics import ensure_topics
+from rlmesh_stream.infra.artifacts import Artifacts
+from rlmesh_stream.infra.java import find_java
+from rlmesh_stream.infra.security import SecureStack, nginx_available
+from rlmesh_stream.infra.stack import KAFKA_MIN_JAVA, REGISTRY_MIN_JAVA
+from rlmesh_stream.infra.topics import ensure_topics
 
 
 @pytest.fixture(scope="session")

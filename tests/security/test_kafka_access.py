@@ -16,17 +16,17 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from consumers.builders import make_builders
-from consumers.runtime import ConsumerRuntime, RuntimeOptions
-from consumers.sinks import open_sink
-from infra.security import SecureStack
-from producer.delivery import Stats
-from producer.hooks import KafkaRuntimeHooks
-from producer.manifest import Manifest
-from producer.simulator import simulate_fleet
-from schemas.access import AccessDeniedError
-from schemas.config import StreamConfig
-from schemas.topics import EventType
+from rlmesh_stream.consumers.builders import make_builders
+from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
+from rlmesh_stream.consumers.sinks import open_sink
+from rlmesh_stream.infra.security import SecureStack
+from rlmesh_stream.producer.delivery import Stats
+from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
+from rlmesh_stream.producer.manifest import Manifest
+from rlmesh_stream.producer.simulator import simulate_fleet
+from rlmesh_stream.schemas.access import AccessDeniedError
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import EventType
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -81,7 +81,7 @@ def test_a_wrong_kafka_password_is_refused_naming_the_principal(
 ) -> None:
     config = dataclasses.replace(secure_stack.config_for("producer"),
                                  sasl_password="not-the-password")
-    with caplog.at_level(logging.ERROR, logger="producer.hooks"):
+    with caplog.at_level(logging.ERROR, logger="rlmesh_stream.producer.hooks"):
         stats, _ = publish(config, sessions=1)
     assert stats.delivered == 0
     assert (f"Kafka at {config.bootstrap} rejected the credentials of User:producer "
@@ -93,7 +93,7 @@ def test_the_consumer_principal_may_not_write_the_event_topics(
 ) -> None:
     # Kafka as `consumer`, registry as `producer`: only Kafka's ACLs stand in the way.
     config = secure_stack.config_for("consumer", registry_user="producer")
-    with caplog.at_level(logging.ERROR, logger="producer.delivery"):
+    with caplog.at_level(logging.ERROR, logger="rlmesh_stream.producer.delivery"):
         stats, _ = publish(config, sessions=1)
     assert stats.delivered == 0
     assert set(stats.failed) == {"TOPIC_AUTHORIZATION_FAILED"}

@@ -14,9 +14,9 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from infra.registry import CCOMPAT_PATH
-from infra.security import SecureStack
-from schemas.config import StreamConfig
+from rlmesh_stream.infra.registry import CCOMPAT_PATH
+from rlmesh_stream.infra.security import SecureStack
+from rlmesh_stream.schemas.config import StreamConfig
 
 pytestmark = pytest.mark.timeout(120)
 

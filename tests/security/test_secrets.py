@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from infra.security import SecureStack
-from producer.hooks import KafkaRuntimeHooks
-from producer.simulator import simulate_fleet
-from schemas.config import StreamConfig
+from rlmesh_stream.infra.security import SecureStack
+from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
+from rlmesh_stream.producer.simulator import simulate_fleet
+from rlmesh_stream.schemas.config import StreamConfig
 
 pytestmark = pytest.mark.timeout(300)
 
-CLI = [sys.executable, "-m", "infra.cli"]
+CLI = [sys.executable, "-m", "rlmesh_stream.infra.cli"]
 COMMANDS = [["consume", "sessions"], ["simulate"], ["tail"], ["topics", "create"],
             ["schemas", "register"]]
 

@@ -22,8 +22,8 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from schemas._pb.rlmesh.runtime.v1 import common_pb2 as rlmesh_dot_runtime_dot_v1_dot_common__pb2
-from schemas._pb.rlmesh.spaces.v1 import spaces_pb2 as rlmesh_dot_spaces_dot_v1_dot_spaces__pb2
+from rlmesh_stream.schemas._pb.rlmesh.runtime.v1 import common_pb2 as rlmesh_dot_runtime_dot_v1_dot_common__pb2
+from rlmesh_stream.schemas._pb.rlmesh.spaces.v1 import spaces_pb2 as rlmesh_dot_spaces_dot_v1_dot_spaces__pb2
 
 
 DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'rlmesh/runtime/v1/action_received.proto\x12\x11rlmesh.runtime.v1\x1a\x1erlmesh/runtime/v1/common.proto\x1a\x1drlmesh/spaces/v1/spaces.proto\"\xec\x02\n\x13\x41\x63tionReceivedEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x33\n\x05route\x18\x02 \x01(\x0b\x32$.rlmesh.runtime.v1.RuntimeEnvContext\x12\x12\n\nepisode_id\x18\x03 \x01(\t\x12\x19\n\x11\x65pisode_record_id\x18\x04 \x01(\t\x12\x13\n\x0b\x65pisode_ids\x18\x05 \x03(\t\x12\x1a\n\x12\x65pisode_record_ids\x18\x06 \x03(\t\x12\x0c\n\x04step\x18\x07 \x01(\x03\x12\x11\n\tenv_index\x18\x08 \x01(\x05\x12\x31\n\x0c\x61\x63tion_space\x18\t \x01(\x0b\x32\x1b.rlmesh.spaces.v1.SpaceSpec\x12)\n\x06\x61\x63tion\x18\n \x01(\x0b\x32\x19.rlmesh.runtime.v1.Leaves\x12-\n\nraw_action\x18\x0b \x01(\x0b\x32\x19.rlmesh.runtime.v1.Leavesb\x06proto3')

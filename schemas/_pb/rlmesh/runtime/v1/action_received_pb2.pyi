@@ -1,6 +1,6 @@
 # mypy: ignore-errors
-from schemas._pb.rlmesh.runtime.v1 import common_pb2 as _common_pb2
-from schemas._pb.rlmesh.spaces.v1 import spaces_pb2 as _spaces_pb2
+from rlmesh_stream.schemas._pb.rlmesh.runtime.v1 import common_pb2 as _common_pb2
+from rlmesh_stream.schemas._pb.rlmesh.spaces.v1 import spaces_pb2 as _spaces_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

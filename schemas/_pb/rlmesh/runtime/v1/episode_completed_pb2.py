@@ -22,8 +22,8 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from schemas._pb.rlmesh.runtime.v1 import common_pb2 as rlmesh_dot_runtime_dot_v1_dot_common__pb2
-from schemas._pb.rlmesh.spaces.v1 import spaces_pb2 as rlmesh_dot_spaces_dot_v1_dot_spaces__pb2
+from rlmesh_stream.schemas._pb.rlmesh.runtime.v1 import common_pb2 as rlmesh_dot_runtime_dot_v1_dot_common__pb2
+from rlmesh_stream.schemas._pb.rlmesh.spaces.v1 import spaces_pb2 as rlmesh_dot_spaces_dot_v1_dot_spaces__pb2
 
 
 DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)rlmesh/runtime/v1/episode_completed.proto\x12\x11rlmesh.runtime.v1\x1a\x1erlmesh/runtime/v1/common.proto\x1a\x1drlmesh/spaces/v1/spaces.proto\"\x85\x04\n\x15\x45pisodeCompletedEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x33\n\x05route\x18\x02 \x01(\x0b\x32$.rlmesh.runtime.v1.RuntimeEnvContext\x12\x12\n\nepisode_id\x18\x03 \x01(\t\x12\x19\n\x11\x65pisode_record_id\x18\x04 \x01(\t\x12\x15\n\repisode_index\x18\x05 \x01(\x03\x12\x11\n\tenv_index\x18\x06 \x01(\x05\x12\x12\n\nstep_count\x18\x07 \x01(\x03\x12\x19\n\x11\x63umulative_reward\x18\x08 \x01(\x01\x12\x12\n\nterminated\x18\t \x01(\x08\x12\x11\n\ttruncated\x18\n \x01(\x08\x12\x13\n\x0b\x64uration_ms\x18\x0b \x01(\x03\x12-\n\nfinal_info\x18\x0c \x01(\x0b\x32\x19.rlmesh.spaces.v1.MetaMap\x12\x14\n\x07success\x18\r \x01(\x08H\x00\x88\x01\x01\x12\x11\n\x04seed\x18\x0e \x01(\x03H\x01\x88\x01\x01\x12\x18\n\x0btrial_index\x18\x0f \x01(\x04H\x02\x88\x01\x01\x12\x17\n\npredict_ms\x18\x10 \x01(\x01H\x03\x88\x01\x01\x12\x14\n\x07step_ms\x18\x11 \x01(\x01H\x04\x88\x01\x01\x42\n\n\x08_successB\x07\n\x05_seedB\x0e\n\x0c_trial_indexB\r\n\x0b_predict_msB\n\n\x08_step_msb\x06proto3')

@@ -22,7 +22,7 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from schemas._pb.rlmesh.runtime.v1 import common_pb2 as rlmesh_dot_runtime_dot_v1_dot_common__pb2
+from rlmesh_stream.schemas._pb.rlmesh.runtime.v1 import common_pb2 as rlmesh_dot_runtime_dot_v1_dot_common__pb2
 
 
 DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'rlmesh/runtime/v1/episode_started.proto\x12\x11rlmesh.runtime.v1\x1a\x1erlmesh/runtime/v1/common.proto\"\x9e\x02\n\x13\x45pisodeStartedEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x33\n\x05route\x18\x02 \x01(\x0b\x32$.rlmesh.runtime.v1.RuntimeEnvContext\x12\x12\n\nepisode_id\x18\x03 \x01(\t\x12\x19\n\x11\x65pisode_record_id\x18\x04 \x01(\t\x12\x15\n\repisode_index\x18\x05 \x01(\x03\x12\x11\n\tenv_index\x18\x06 \x01(\x05\x12\x1f\n\x17started_from_auto_reset\x18\x07 \x01(\x08\x12\x11\n\x04seed\x18\x08 \x01(\x03H\x00\x88\x01\x01\x12\x18\n\x0btrial_index\x18\t \x01(\x04H\x01\x88\x01\x01\x42\x07\n\x05_seedB\x0e\n\x0c_trial_indexb\x06proto3')

@@ -1,5 +1,5 @@
 # mypy: ignore-errors
-from schemas._pb.rlmesh.runtime.v1 import common_pb2 as _common_pb2
+from rlmesh_stream.schemas._pb.rlmesh.runtime.v1 import common_pb2 as _common_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Mapping as _Mapping

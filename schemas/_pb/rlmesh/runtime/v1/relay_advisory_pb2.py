@@ -22,7 +22,7 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from schemas._pb.rlmesh.runtime.v1 import common_pb2 as rlmesh_dot_runtime_dot_v1_dot_common__pb2
+from rlmesh_stream.schemas._pb.rlmesh.runtime.v1 import common_pb2 as rlmesh_dot_runtime_dot_v1_dot_common__pb2
 
 
 DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&rlmesh/runtime/v1/relay_advisory.proto\x12\x11rlmesh.runtime.v1\x1a\x1erlmesh/runtime/v1/common.proto\"\xb1\x01\n\x12RelayAdvisoryEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x33\n\x05route\x18\x02 \x01(\x0b\x32$.rlmesh.runtime.v1.RuntimeEnvContext\x12#\n\x03leg\x18\x03 \x01(\x0e\x32\x16.rlmesh.runtime.v1.Leg\x12-\n\x08\x61\x64visory\x18\x04 \x01(\x0b\x32\x1b.rlmesh.runtime.v1.Advisoryb\x06proto3')

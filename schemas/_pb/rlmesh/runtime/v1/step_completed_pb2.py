@@ -22,8 +22,8 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from schemas._pb.rlmesh.runtime.v1 import common_pb2 as rlmesh_dot_runtime_dot_v1_dot_common__pb2
-from schemas._pb.rlmesh.spaces.v1 import spaces_pb2 as rlmesh_dot_spaces_dot_v1_dot_spaces__pb2
+from rlmesh_stream.schemas._pb.rlmesh.runtime.v1 import common_pb2 as rlmesh_dot_runtime_dot_v1_dot_common__pb2
+from rlmesh_stream.schemas._pb.rlmesh.spaces.v1 import spaces_pb2 as rlmesh_dot_spaces_dot_v1_dot_spaces__pb2
 
 
 DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&rlmesh/runtime/v1/step_completed.proto\x12\x11rlmesh.runtime.v1\x1a\x1erlmesh/runtime/v1/common.proto\x1a\x1drlmesh/spaces/v1/spaces.proto\"\xcc\x02\n\x12StepCompletedEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x33\n\x05route\x18\x02 \x01(\x0b\x32$.rlmesh.runtime.v1.RuntimeEnvContext\x12\x12\n\nepisode_id\x18\x03 \x01(\t\x12\x19\n\x11\x65pisode_record_id\x18\x04 \x01(\t\x12\x0c\n\x04step\x18\x05 \x01(\x03\x12\x11\n\tenv_index\x18\x06 \x01(\x05\x12\x0f\n\x07rewards\x18\x07 \x03(\x01\x12(\n\x05infos\x18\x08 \x01(\x0b\x32\x19.rlmesh.spaces.v1.MetaMap\x12\x12\n\nterminated\x18\t \x03(\x08\x12\x11\n\ttruncated\x18\n \x03(\x08\x12\x16\n\x0e\x61utoreset_roll\x18\x0b \x03(\x08\x12\x12\n\npredict_ms\x18\x0c \x01(\x01\x12\x0f\n\x07step_ms\x18\r \x01(\x01\x62\x06proto3')
