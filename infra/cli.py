@@ -18,9 +18,9 @@ COMMANDS: dict[str, str] = {
     "schemas": "rlmesh_stream.schemas.cli:schemas",
     "simulate": "rlmesh_stream.producer.cli:simulate",
     "consume": "rlmesh_stream.consumers.cli:consume",
-    "report": "rlmesh_stream.consumers.report_cli:report",
-    "tail": "rlmesh_stream.consumers.tail:tail",
-    "join": "rlmesh_stream.consumers.join_cli:join",
+    "report": "rlmesh_stream.consumers.analysis.report_cli:report",
+    "tail": "rlmesh_stream.consumers.analysis.tail:tail",
+    "join": "rlmesh_stream.consumers.analysis.join_cli:join",
     "demo": "rlmesh_stream.infra.demo:demo",
 }
 

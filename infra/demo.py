@@ -233,7 +233,7 @@ def _consume(config: StreamConfig, sink_url: str, say: Callable[[str], None]) ->
 
 
 def _reports(sink_url: str, out: Path, say: Callable[[str], None]) -> None:
-    from rlmesh_stream.consumers.reports import (
+    from rlmesh_stream.consumers.analysis.reports import (
         advisory_report,
         delivery_report,
         episode_report,
@@ -253,10 +253,10 @@ def _reports(sink_url: str, out: Path, say: Callable[[str], None]) -> None:
 
 
 def _join(sink_url: str, log_path: Path, out: Path, say: Callable[[str], None]) -> None:
-    from rlmesh_stream.consumers.join import JoinSpec, aggregate, connect, run_join
-    from rlmesh_stream.consumers.join_cli import checkpoint_report
-    from rlmesh_stream.consumers.plots import plot_checkpoints
-    from rlmesh_stream.consumers.reports import render
+    from rlmesh_stream.consumers.analysis.join import JoinSpec, aggregate, connect, run_join
+    from rlmesh_stream.consumers.analysis.join_cli import checkpoint_report
+    from rlmesh_stream.consumers.analysis.plots import plot_checkpoints
+    from rlmesh_stream.consumers.analysis.reports import render
 
     spec = JoinSpec("key", log_path)
     con = connect(sink_url)

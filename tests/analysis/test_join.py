@@ -22,7 +22,7 @@ import pytest
 from analysis_stores import T0, at, episode, insert, make_store
 from click.testing import CliRunner
 
-from rlmesh_stream.consumers.join import (
+from rlmesh_stream.consumers.analysis.join import (
     JoinError,
     JoinSpec,
     LogColumns,
@@ -30,8 +30,8 @@ from rlmesh_stream.consumers.join import (
     connect,
     run_join,
 )
-from rlmesh_stream.consumers.join_cli import join
-from rlmesh_stream.consumers.reports import StoreError
+from rlmesh_stream.consumers.analysis.join_cli import join
+from rlmesh_stream.consumers.analysis.reports import StoreError
 
 LOG = [
     {"step": 100, "time": "2026-03-01T12:00:00Z", "checkpoint": "c100", "loss": 0.9},

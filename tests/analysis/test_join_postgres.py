@@ -17,8 +17,8 @@ from analysis_stores import at, episode
 from click.testing import CliRunner
 from test_join import LOG, joined, make_sink, timeline_episodes, write_log
 
-from rlmesh_stream.consumers.join import JoinSpec, aggregate, connect, run_join
-from rlmesh_stream.consumers.join_cli import join
+from rlmesh_stream.consumers.analysis.join import JoinSpec, aggregate, connect, run_join
+from rlmesh_stream.consumers.analysis.join_cli import join
 from rlmesh_stream.consumers.sinks import open_sink
 
 pytestmark = pytest.mark.postgres

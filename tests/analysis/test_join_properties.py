@@ -16,7 +16,7 @@ from analysis_stores import at, episode, insert, make_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlmesh_stream.consumers.join import JoinError, JoinSpec, connect, run_join
+from rlmesh_stream.consumers.analysis.join import JoinError, JoinSpec, connect, run_join
 
 _counter = itertools.count()
 

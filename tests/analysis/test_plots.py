@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlmesh_stream.consumers.plots import plot_checkpoints
+from rlmesh_stream.consumers.analysis.plots import plot_checkpoints
 
 ROWS = [
     {"checkpoint": "c1", "step": 100, "metric": 0.9, "success_rate": 0.25,

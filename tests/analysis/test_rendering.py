@@ -13,8 +13,8 @@ from analysis_chromium import Chromium, chromium_binary
 from analysis_stores import advisory, at, episode, insert, make_store
 from click.testing import CliRunner
 
-from rlmesh_stream.consumers.join_cli import join
-from rlmesh_stream.consumers.report_cli import report
+from rlmesh_stream.consumers.analysis.join_cli import join
+from rlmesh_stream.consumers.analysis.report_cli import report
 
 BINARY = chromium_binary()
 pytestmark = pytest.mark.skipif(

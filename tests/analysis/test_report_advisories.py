@@ -10,8 +10,8 @@ import pytest
 from analysis_stores import advisory, at, insert, make_store
 from click.testing import CliRunner
 
-from rlmesh_stream.consumers.report_cli import GATE_EXIT_CODE, report
-from rlmesh_stream.consumers.reports import advisory_report, open_store
+from rlmesh_stream.consumers.analysis.report_cli import GATE_EXIT_CODE, report
+from rlmesh_stream.consumers.analysis.reports import advisory_report, open_store
 
 OBS_CLIP = "observation clipped to Box bounds"
 OBS_FAKE = "missing observation key 'depth' filled with zeros"

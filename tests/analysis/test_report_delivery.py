@@ -9,7 +9,7 @@ import pytest
 from analysis_stores import insert, make_store
 from click.testing import CliRunner
 
-from rlmesh_stream.consumers.report_cli import report
+from rlmesh_stream.consumers.analysis.report_cli import report
 
 
 @pytest.fixture

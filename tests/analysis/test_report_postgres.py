@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from analysis_stores import advisory, at, episode
 
-from rlmesh_stream.consumers.reports import (
+from rlmesh_stream.consumers.analysis.reports import (
     advisory_report,
     delivery_report,
     episode_report,

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from rlmesh_stream.consumers.analysis.report_cli import GATE_EXIT_CODE, report
+from rlmesh_stream.consumers.analysis.reports import advisory_report, delivery_report, open_store
 from rlmesh_stream.consumers.builders import make_builders
-from rlmesh_stream.consumers.report_cli import GATE_EXIT_CODE, report
-from rlmesh_stream.consumers.reports import advisory_report, delivery_report, open_store
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import open_sink
 from rlmesh_stream.schemas import headers as h

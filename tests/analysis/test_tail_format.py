@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from analysis_events import ROUTE, completed
 
-from rlmesh_stream.consumers.tail import TailError, describe, format_line, run_tail
+from rlmesh_stream.consumers.analysis.tail import TailError, describe, format_line, run_tail
 from rlmesh_stream.schemas.config import StreamConfig
 from rlmesh_stream.schemas.events import ObservationEmittedEvent, SpaceSpec
 from rlmesh_stream.schemas.topics import EventType

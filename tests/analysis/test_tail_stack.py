@@ -11,7 +11,7 @@ import pytest
 from analysis_events import completed
 from click.testing import CliRunner
 
-from rlmesh_stream.consumers.tail import run_tail, tail
+from rlmesh_stream.consumers.analysis.tail import run_tail, tail
 from rlmesh_stream.schemas.config import StreamConfig
 from rlmesh_stream.schemas.events import EpisodeCompletedEvent
 from rlmesh_stream.schemas.topics import EventType

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from rlmesh_stream.consumers.reports import (
+from rlmesh_stream.consumers.analysis.reports import (
     FORMATS,
     Report,
     StoreError,
@@ -25,7 +25,7 @@ from rlmesh_stream.consumers.reports import (
     render,
     telemetry_report,
 )
-from rlmesh_stream.consumers.reports.store import Store
+from rlmesh_stream.consumers.analysis.reports.store import Store
 from rlmesh_stream.consumers.sinks import DEFAULT_SINK
 
 GATE_EXIT_CODE = 3

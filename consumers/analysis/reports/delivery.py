@@ -10,8 +10,8 @@ seen from sequence numbers alone, which the report says.
 
 from __future__ import annotations
 
-from rlmesh_stream.consumers.reports.model import Column, Report
-from rlmesh_stream.consumers.reports.store import Store, require_table
+from rlmesh_stream.consumers.analysis.reports.model import Column, Report
+from rlmesh_stream.consumers.analysis.reports.store import Store, require_table
 
 _SQL = """
 SELECT producer_id, records, distinct_sequences, min_seq, max_seq, gaps, duplicates

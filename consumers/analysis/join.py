@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import duckdb
 
-from rlmesh_stream.consumers.reports.store import StoreError, duckdb_path, is_postgres
+from rlmesh_stream.consumers.analysis.reports.store import StoreError, duckdb_path, is_postgres
 
 Mode = Literal["key", "asof"]
 EpisodeTime = Literal["started_at", "completed_at"]
@@ -107,7 +107,7 @@ def connect(sink: str, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
     DuckDB stores are attached directly (read-only unless a table is to be
     written). PostgreSQL stores go through DuckDB's `postgres` extension when it
     is installed (it is never fetched at run time); without it, the episodes are
-    copied out of PostgreSQL into the in-memory DuckDB (`rlmesh_stream.consumers.join_postgres`).
+    copied out of PostgreSQL into the in-memory DuckDB (`join_postgres`).
     """
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
@@ -117,7 +117,7 @@ def connect(sink: str, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
             con.execute("SET autoinstall_known_extensions = false")
             con.execute("LOAD postgres")
         except duckdb.Error:
-            from rlmesh_stream.consumers.join_postgres import attach_episodes
+            from rlmesh_stream.consumers.analysis.join_postgres import attach_episodes
 
             attach_episodes(con, sink)
             return con
@@ -527,7 +527,7 @@ def write_table(con: duckdb.DuckDBPyConnection, name: str, sink: str | None = No
     if name in ("episodes", "sessions", "advisories"):
         raise JoinError(f"refusing to overwrite the consumers' table {name!r}")
     if sink is not None and is_postgres(sink) and _store_is_a_copy(con):
-        from rlmesh_stream.consumers.join_postgres import write_back
+        from rlmesh_stream.consumers.analysis.join_postgres import write_back
 
         write_back(con, sink, name)
         return

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rlmesh_stream.consumers.reports.model import Column, Report
-from rlmesh_stream.consumers.reports.store import Store, require_table
+from rlmesh_stream.consumers.analysis.reports.model import Column, Report
+from rlmesh_stream.consumers.analysis.reports.store import Store, require_table
 
 _SQL = """
 SELECT env_id, model_component_id, op, component, metric, kind,

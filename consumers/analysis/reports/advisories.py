@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rlmesh_stream.consumers.reports.model import Column, Report
-from rlmesh_stream.consumers.reports.store import Store, require_table
+from rlmesh_stream.consumers.analysis.reports.model import Column, Report
+from rlmesh_stream.consumers.analysis.reports.store import Store, require_table
 
 SEVERITY_RANK = {"caution": 0, "info": 1}
 """Lower is worse. Unknown severities (a newer runtime) sort after these."""

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rlmesh_stream.consumers.reports.model import Report, format_value, json_value
+from rlmesh_stream.consumers.analysis.reports.model import Report, format_value, json_value
 
 Format = Literal["table", "markdown", "json", "html"]
 FORMATS: tuple[str, ...] = ("table", "markdown", "json", "html")

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from rlmesh_stream.consumers.join import (
+from rlmesh_stream.consumers.analysis.join import (
     LOG_FORMATS,
     TRAIN_PREFIX,
     JoinError,
@@ -20,7 +20,7 @@ from rlmesh_stream.consumers.join import (
     run_join,
     write_table,
 )
-from rlmesh_stream.consumers.reports import FORMATS, Column, Report, StoreError, render
+from rlmesh_stream.consumers.analysis.reports import FORMATS, Column, Report, StoreError, render
 from rlmesh_stream.consumers.sinks import DEFAULT_SINK
 
 
@@ -114,7 +114,9 @@ def join(sink: str, log_path: Path, log_format: str | None, mode: str, episode_k
     if export_path:
         click.echo(f"exported {result.matched} joined episodes to {export_path}", err=True)
     if plot_prefix:
-        from rlmesh_stream.consumers.plots import plot_checkpoints  # matplotlib only when plotting
+        from rlmesh_stream.consumers.analysis.plots import (
+            plot_checkpoints,  # matplotlib only when plotting
+        )
 
         paths = plot_checkpoints(rows, plot_prefix, metric_name=spec.columns.metric,
                                  title=f"Evaluation vs training ({log_path.name})")

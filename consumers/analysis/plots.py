@@ -38,7 +38,7 @@ def plot_checkpoints(rows: Sequence[dict[str, Any]], out_prefix: Path, *,
                      ) -> list[Path]:
     """Write `<out_prefix>.png` and `<out_prefix>.svg`; returns both paths.
 
-    `rows` are the per-checkpoint aggregates of `rlmesh_stream.consumers.join.aggregate`
+    `rows` are the per-checkpoint aggregates of `rlmesh_stream.consumers.analysis.join.aggregate`
     (checkpoint, step, metric, success_rate, mean_reward, std_reward), ordered
     by step. Rows without a step cannot be placed on the axis and are skipped.
     """

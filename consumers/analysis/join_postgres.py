@@ -19,8 +19,8 @@ from typing import Any
 import duckdb
 import psycopg
 
-from rlmesh_stream.consumers.join import q, sql_str
-from rlmesh_stream.consumers.reports.store import StoreError
+from rlmesh_stream.consumers.analysis.join import q, sql_str
+from rlmesh_stream.consumers.analysis.reports.store import StoreError
 from rlmesh_stream.schemas.access import redact_url
 
 _CHUNK = 1 << 20
