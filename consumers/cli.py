@@ -16,7 +16,7 @@ import click
 from rlmesh_stream.consumers.builders import BUILDER_NAMES, make_builders
 from rlmesh_stream.consumers.progress import Progress
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
-from rlmesh_stream.consumers.sinks import DEFAULT_SINK, open_sink
+from rlmesh_stream.consumers.sinks import SinkError, open_sink, sink_option
 from rlmesh_stream.schemas.access import AccessDeniedError
 from rlmesh_stream.schemas.cli_options import stream_options
 from rlmesh_stream.schemas.config import StreamConfig
@@ -33,8 +33,7 @@ def _builder_command(name: str) -> click.Command:
 
     @click.command(name, help=text)
     @stream_options
-    @click.option("--sink", default=DEFAULT_SINK, show_default=True, envvar="RLMESH_STREAM_SINK",
-                  help="duckdb:///path.duckdb or postgresql://user@host/db")
+    @sink_option()
     @click.option("--group", "group_id", default=None,
                   help="Consumer group id [default: rlmesh-stream.<builder>]")
     @click.option("--from-beginning", is_flag=True,
@@ -63,7 +62,10 @@ def _builder_command(name: str) -> click.Command:
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         builders = make_builders([name], steps=steps, window=timedelta(seconds=window_s))
-        store = open_sink(sink)
+        try:
+            store = open_sink(sink)
+        except SinkError as exc:  # a URL or store that cannot be used: one line, nothing read
+            raise click.ClickException(str(exc)) from None
         options = RuntimeOptions(
             group_id=group_id or f"rlmesh-stream.{name}", from_beginning=from_beginning,
             until_end=until_end, settle_time=settle_time,

@@ -571,6 +571,17 @@ TABLES: tuple[Table, ...] = (
 )
 VIEWS: tuple[View, ...] = (DELIVERY_PRODUCERS,)
 TABLES_BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}
+OWNED_NAMES: frozenset[str] = frozenset(
+    [*(t.name for t in TABLES), DELIVERY_BATCH.name, *(v.name for v in VIEWS),
+     "delivery_sequences_migrating"])
+"""Every relation the consumers create (tables, views, the staged batch, the migration's
+scratch table): names nothing else may write, in lower case."""
+
+
+def is_consumers_own(name: str) -> bool:
+    """Whether `name` is a consumers' relation in any letter case (DuckDB identifiers and
+    PostgreSQL's unquoted ones fold case), so no other writer may replace it."""
+    return name.lower() in OWNED_NAMES
 
 
 def create_view_sql(view: View) -> str:

@@ -29,7 +29,9 @@ from typing import Any, Literal
 
 import duckdb
 
-from rlmesh_stream.consumers.analysis.reports.store import StoreError, duckdb_path, is_postgres
+from rlmesh_stream.consumers.analysis.sql import q, sql_str
+from rlmesh_stream.consumers.sinks.url import SinkError, attach_duckdb, parse_sink_url
+from rlmesh_stream.consumers.tables import EPISODES, is_consumers_own
 
 Mode = Literal["key", "asof"]
 EpisodeTime = Literal["started_at", "completed_at"]
@@ -93,54 +95,48 @@ class JoinResult:
         return text
 
 
-def q(name: str) -> str:
-    """A quoted SQL identifier."""
-    return '"' + name.replace('"', '""') + '"'
-
-
 # --------------------------------------------------------------------------- connection
 
 
 def connect(sink: str, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with the store attached as `store`.
+    """An in-memory DuckDB with the store attached as `store` (SinkError if it cannot be).
 
     DuckDB stores are attached directly (read-only unless a table is to be
     written). PostgreSQL stores go through DuckDB's `postgres` extension when it
     is installed (it is never fetched at run time); without it, the episodes are
     copied out of PostgreSQL into the in-memory DuckDB (`join_postgres`).
     """
+    target = parse_sink_url(sink)
     con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    if is_postgres(sink):
-        try:
-            # Never fetch at run time: only an extension installed beforehand is used.
-            con.execute("SET autoinstall_known_extensions = false")
-            con.execute("LOAD postgres")
-        except duckdb.Error:
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        if target.path is not None:
+            attach_duckdb(con, target.path, "store", read_only=not writable)
+        elif _has_postgres_extension(con):
+            options = "TYPE postgres" + ("" if writable else ", READ_ONLY")
+            try:
+                con.execute(f"ATTACH '{sql_str(sink)}' AS store ({options})")
+            except duckdb.Error as exc:
+                reason = str(exc).splitlines()[0]
+                raise SinkError(f"cannot attach {target.shown}: {reason}") from exc
+        else:
             from rlmesh_stream.consumers.analysis.join_postgres import attach_episodes
 
             attach_episodes(con, sink)
-            return con
-        options = "TYPE postgres" + ("" if writable else ", READ_ONLY")
-        con.execute(f"ATTACH '{sql_str(sink)}' AS store ({options})")
-        return con
-    path = duckdb_path(sink)
-    if not path.exists():
-        raise StoreError(f"no DuckDB store at {path} (has `rlmesh-stream consume` run?)")
-    options = "" if writable else " (READ_ONLY)"
-    try:
-        con.execute(f"ATTACH '{sql_str(str(path))}' AS store{options}")
-    except duckdb.Error as exc:
-        raise StoreError(
-            f"cannot attach {path}: {exc}. DuckDB allows one writing process: stop the "
-            "consumer, or join without writing a table into the store."
-        ) from exc
+    except BaseException:
+        con.close()
+        raise
     return con
 
 
-def sql_str(text: str) -> str:
-    """`text` for inside a single-quoted SQL string literal."""
-    return text.replace("'", "''")
+def _has_postgres_extension(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether DuckDB's `postgres` extension is installed (never fetched at run time)."""
+    try:
+        con.execute("SET autoinstall_known_extensions = false")
+        con.execute("LOAD postgres")
+    except duckdb.Error:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------- training log
@@ -356,7 +352,7 @@ def _local_sql(con: duckdb.DuckDBPyConnection, spec: JoinSpec, naive: str, tz: s
 
 def run_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> JoinResult:
     """Build temp table `joined` (matched episodes + `train_*` columns) and explain the rest."""
-    episode_cols = _describe(con, "store.episodes") if _has_episodes(con) else {}
+    episode_cols = _describe(con, f"store.{EPISODES.name}") if _has_episodes(con) else {}
     if not episode_cols:
         raise JoinError("the store has no `episodes` table yet (has `rlmesh-stream consume` "
                         "run with the episodes builder?)")
@@ -368,7 +364,7 @@ def run_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> JoinResult:
             raise JoinError(f"episodes have no column {name!r}; "
                             f"they have: {', '.join(episode_cols)}")
     log_cols = load_training_log(con, spec)
-    total = _scalar(con, "SELECT COUNT(*) FROM store.episodes")
+    total = _scalar(con, f"SELECT COUNT(*) FROM store.{EPISODES.name}")
     if total == 0:
         raise JoinError("the store has no episodes to join")
     train_select = ", ".join(
@@ -387,7 +383,7 @@ def run_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> JoinResult:
 
 def _has_episodes(con: duckdb.DuckDBPyConnection) -> bool:
     return _scalar(con, "SELECT COUNT(*) FROM information_schema.tables "
-                        "WHERE table_catalog = 'store' AND table_name = 'episodes'") > 0
+                        "WHERE table_catalog = 'store' AND table_name = ?", [EPISODES.name]) > 0
 
 
 def _scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> Any:
@@ -406,17 +402,17 @@ def _key_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE joined AS
         SELECT e.*, {train_select}
-        FROM store.episodes e
+        FROM store.{EPISODES.name} e
         JOIN checkpoint_rows l ON CAST(e.{key} AS VARCHAR) = CAST(l.{ck} AS VARCHAR)""")
     matched = _scalar(con, "SELECT COUNT(*) FROM joined")
-    no_key = _scalar(con, f"SELECT COUNT(*) FROM store.episodes WHERE {key} IS NULL")
+    no_key = _scalar(con, f"SELECT COUNT(*) FROM store.{EPISODES.name} WHERE {key} IS NULL")
     result = JoinResult("key", total, matched, group_column=TRAIN_PREFIX + spec.columns.checkpoint)
     result.unmatched = {f"have no {spec.episode_key}": no_key,
                         f"have a {spec.episode_key} that is not in the log's "
                         f"{spec.columns.checkpoint!r} column": total - matched - no_key}
     if total - matched - no_key:
         missing = [r[0] for r in con.execute(f"""
-            SELECT DISTINCT CAST({key} AS VARCHAR) AS k FROM store.episodes
+            SELECT DISTINCT CAST({key} AS VARCHAR) AS k FROM store.{EPISODES.name}
             WHERE {key} IS NOT NULL AND CAST({key} AS VARCHAR) NOT IN
                 (SELECT CAST({ck} AS VARCHAR) FROM checkpoint_rows) ORDER BY k LIMIT 5
             """).fetchall()]
@@ -455,11 +451,11 @@ def _asof_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE joined AS
         SELECT e.*, {train_select}
-        FROM store.episodes e
+        FROM store.{EPISODES.name} e
         ASOF JOIN timeline l ON {on}e.{et} >= l._train_at""")
     matched = _scalar(con, "SELECT COUNT(*) FROM joined")
     first = _scalar(con, "SELECT MIN(_train_at) FROM timeline")
-    no_time = _scalar(con, f"SELECT COUNT(*) FROM store.episodes WHERE {et} IS NULL")
+    no_time = _scalar(con, f"SELECT COUNT(*) FROM store.{EPISODES.name} WHERE {et} IS NULL")
     group = (TRAIN_PREFIX + spec.columns.checkpoint
              if spec.columns.checkpoint in _describe(con, "training_log")
              else TRAIN_PREFIX + spec.columns.step)
@@ -471,7 +467,7 @@ def _asof_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str
     if spec.asof_match is not None:
         e_col, l_col = spec.asof_match
         unknown = _scalar(con, f"""
-            SELECT COUNT(*) FROM store.episodes e WHERE e.{et} IS NOT NULL AND
+            SELECT COUNT(*) FROM store.{EPISODES.name} e WHERE e.{et} IS NOT NULL AND
                 ({match_e} IS NULL OR {match_e} NOT IN (SELECT {match_l} FROM timeline l))""")
         result.unmatched[f"have a {e_col} that is not in the log's {l_col!r} column"] = unknown
         early -= unknown
@@ -524,9 +520,11 @@ def write_table(con: duckdb.DuckDBPyConnection, name: str, sink: str | None = No
     """Replace `store.<name>` with the joined rows (in PostgreSQL itself for a copied store)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise JoinError(f"table name {name!r} must be a plain SQL identifier")
-    if name in ("episodes", "sessions", "advisories"):
-        raise JoinError(f"refusing to overwrite the consumers' table {name!r}")
-    if sink is not None and is_postgres(sink) and _store_is_a_copy(con):
+    if is_consumers_own(name):
+        raise JoinError(f"refusing to overwrite {name!r}: it is one of the consumers' own "
+                        "tables or views (in any letter case); choose another --table name, "
+                        "e.g. episodes_training")
+    if sink is not None and parse_sink_url(sink).is_postgres and _store_is_a_copy(con):
         from rlmesh_stream.consumers.analysis.join_postgres import write_back
 
         write_back(con, sink, name)

@@ -20,14 +20,13 @@ from rlmesh_stream.consumers.analysis.join import (
     run_join,
     write_table,
 )
-from rlmesh_stream.consumers.analysis.reports import FORMATS, Column, Report, StoreError, render
-from rlmesh_stream.consumers.sinks import DEFAULT_SINK
+from rlmesh_stream.consumers.analysis.reports import FORMATS, Column, Report, render
+from rlmesh_stream.consumers.sinks import SinkError, sink_option
 
 
 @click.command()
-@click.option("--sink", envvar="RLMESH_STREAM_SINK", default=DEFAULT_SINK, show_default=True,
-              show_envvar=True, help="Store URL (DuckDB; PostgreSQL through DuckDB's "
-                                     "postgres extension when installed).")
+@sink_option("Store URL: duckdb:///path.duckdb, or postgresql://user@host/db (through "
+             "DuckDB's postgres extension when installed, else a copy of the episodes).")
 @click.option("--log", "log_path", required=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Training log: JSONL, CSV or Parquet.")
@@ -92,7 +91,7 @@ def join(sink: str, log_path: Path, log_format: str | None, mode: str, episode_k
     )
     try:
         con = connect(sink, writable=table is not None)
-    except StoreError as exc:
+    except SinkError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
         result = run_join(con, spec)

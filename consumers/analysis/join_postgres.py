@@ -19,9 +19,9 @@ from typing import Any
 import duckdb
 import psycopg
 
-from rlmesh_stream.consumers.analysis.join import q, sql_str
-from rlmesh_stream.consumers.analysis.reports.store import StoreError
-from rlmesh_stream.schemas.access import redact_url
+from rlmesh_stream.consumers.analysis.sql import q, sql_str
+from rlmesh_stream.consumers.sinks.url import connect_postgres
+from rlmesh_stream.consumers.tables import EPISODES
 
 _CHUNK = 1 << 20
 # PostgreSQL type (information_schema.columns.data_type) -> DuckDB type; others: VARCHAR.
@@ -45,37 +45,35 @@ _CSV = "FORMAT csv, HEADER false"
 
 
 def _pg_connect(url: str) -> psycopg.Connection[Any]:
-    try:
-        conn = psycopg.connect(url)
-    except psycopg.Error as exc:
-        raise StoreError(f"cannot connect to {redact_url(url)}: {exc}") from exc
+    conn = connect_postgres(url)  # unreachable: SinkError
     conn.execute("SET TIME ZONE 'UTC'")  # CSV instants in UTC, whatever the server's zone
     return conn
 
 
 def attach_episodes(con: duckdb.DuckDBPyConnection, url: str) -> None:
-    """Attach an in-memory `store` holding a snapshot of the PostgreSQL `episodes` table."""
+    """Attach an in-memory `store` holding a snapshot of the PostgreSQL episodes table."""
     con.execute("ATTACH ':memory:' AS store")
     with _pg_connect(url) as pg:
         columns = pg.execute(
             "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND table_name = 'episodes' "
-            "ORDER BY ordinal_position").fetchall()
+            "WHERE table_schema = current_schema() AND table_name = %s "
+            "ORDER BY ordinal_position", [EPISODES.name]).fetchall()
         if not columns:
             return  # run_join says the store has no episodes table
         types = {name: _TO_DUCKDB.get(kind, "VARCHAR") for name, kind in columns}
-        con.execute("CREATE TABLE store.episodes ("
+        con.execute(f"CREATE TABLE store.{EPISODES.name} ("
                     + ", ".join(f"{q(n)} {t}" for n, t in types.items()) + ")")
         with tempfile.TemporaryDirectory(prefix="rlmesh-join-") as tmp:
             path = Path(tmp) / "episodes.csv"
             select = ", ".join(q(n) for n in types)
             with open(path, "wb") as out, pg.cursor().copy(
-                    f"COPY (SELECT {select} FROM episodes) TO STDOUT ({_CSV})") as copy:
+                    f"COPY (SELECT {select} FROM {EPISODES.name}) TO STDOUT ({_CSV})") as copy:
                 for block in copy:
                     out.write(block)
             spec = ", ".join(f"'{sql_str(n)}': '{t}'" for n, t in types.items())
-            con.execute(f"INSERT INTO store.episodes SELECT * FROM read_csv(?, header = false, "
-                        f"auto_detect = false, quote = '\"', escape = '\"', "
+            con.execute(f"INSERT INTO store.{EPISODES.name} "
+                        f"SELECT * FROM read_csv(?, header = false, auto_detect = false, "
+                        f"quote = '\"', escape = '\"', "
                         f"allow_quoted_nulls = false, columns = {{{spec}}})", [str(path)])
 
 

@@ -16,7 +16,6 @@ import click
 from rlmesh_stream.consumers.analysis.reports import (
     FORMATS,
     Report,
-    StoreError,
     advisory_report,
     delivery_report,
     episode_report,
@@ -26,7 +25,7 @@ from rlmesh_stream.consumers.analysis.reports import (
     telemetry_report,
 )
 from rlmesh_stream.consumers.analysis.reports.store import Store
-from rlmesh_stream.consumers.sinks import DEFAULT_SINK
+from rlmesh_stream.consumers.sinks import SinkError, sink_option
 
 GATE_EXIT_CODE = 3
 """Exit status of `report advisories --fail-on` when the gate trips.
@@ -41,9 +40,7 @@ def _common(func: Callable[..., Any]) -> Callable[..., Any]:
                         help="Write the report to FILE instead of standard output.")(func)
     func = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                         show_default=True, help="Output format.")(func)
-    func = click.option("--sink", envvar="RLMESH_STREAM_SINK", default=DEFAULT_SINK,
-                        show_default=True, show_envvar=True,
-                        help="Store URL: duckdb:///path.duckdb or postgresql://...")(func)
+    func = sink_option()(func)
     return func
 
 
@@ -51,7 +48,7 @@ def _run(sink: str, build: Callable[[Store], Report]) -> Report:
     try:
         with open_store(sink) as store:
             return build(store)
-    except StoreError as exc:
+    except SinkError as exc:  # the URL, the store, or a missing table: one line
         raise click.ClickException(str(exc)) from exc
 
 

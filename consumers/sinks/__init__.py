@@ -1,32 +1,57 @@
-"""Sinks by URL: `duckdb:///path.duckdb` (the embedded default) or `postgresql://...`."""
+"""Sinks: where the consumers write their tables, opened from a `--sink` URL.
+
+`open_sink` is the writer's door; the URL rules and every refusal live in
+`sinks.url`, which the reports and the join open their stores through as well.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from rlmesh_stream.consumers.sinks.base import OffsetConflict, OffsetUpdate, Sink, SinkBatch
-
-DEFAULT_SINK = f"duckdb://{Path.cwd() / 'rlmesh.duckdb'}"
-"""The store every command uses unless told otherwise: `rlmesh.duckdb` in the working
-directory (spelled out absolute, since `duckdb:///x` names the absolute path `/x`)."""
+from rlmesh_stream.consumers.sinks.base import (
+    ForeignTableError,
+    OffsetConflict,
+    OffsetUpdate,
+    Sink,
+    SinkBatch,
+)
+from rlmesh_stream.consumers.sinks.url import (
+    DEFAULT_SINK,
+    SinkError,
+    SinkURL,
+    parse_sink_url,
+    sink_option,
+)
 
 
 def open_sink(url: str) -> Sink:
-    """Open (and migrate) the sink a `--sink` URL names."""
+    """Open (and migrate) the sink a `--sink` URL names; SinkError when it cannot be used."""
+    target = parse_sink_url(url)
     sink: Sink
-    if url.startswith("duckdb://"):
+    if target.path is not None:
         from rlmesh_stream.consumers.sinks.duckdb_sink import DuckDBSink
 
-        path = url[len("duckdb://"):]
-        sink = DuckDBSink(path or ":memory:")
-    elif url.startswith(("postgresql://", "postgres://")):
+        sink = DuckDBSink(target.path)
+    else:
         from rlmesh_stream.consumers.sinks.postgres_sink import PostgresSink
 
-        sink = PostgresSink(url)
-    else:
-        raise ValueError(f"unsupported sink URL {url!r}: use duckdb:///path or postgresql://")
-    sink.migrate()
+        sink = PostgresSink(target.url)
+    try:
+        sink.migrate()
+    except BaseException:
+        sink.close()
+        raise
     return sink
 
 
-__all__ = ["DEFAULT_SINK", "OffsetConflict", "OffsetUpdate", "Sink", "SinkBatch", "open_sink"]
+__all__ = [
+    "DEFAULT_SINK",
+    "ForeignTableError",
+    "OffsetConflict",
+    "OffsetUpdate",
+    "Sink",
+    "SinkBatch",
+    "SinkError",
+    "SinkURL",
+    "open_sink",
+    "parse_sink_url",
+    "sink_option",
+]

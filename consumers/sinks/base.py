@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from rlmesh_stream.consumers.sinks.url import SinkError
 from rlmesh_stream.consumers.tables import (
     CONSUMER_OFFSETS,
     DEAD_LETTERS,
@@ -36,6 +37,16 @@ from rlmesh_stream.consumers.tables import (
 
 TopicPartition = tuple[str, int]
 WRITER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+# Columns of an older shape of a table that its migration converts (not a foreign table).
+_LEGACY_COLUMNS: dict[str, frozenset[str]] = {
+    DELIVERY_SEQUENCES.name: frozenset({LEGACY_DELIVERY_COLUMN, "copies", "first_topic"}),
+}
+
+
+class ForeignTableError(SinkError):
+    """The store holds a table or view of a consumers' name that the consumers did not make."""
 
 
 class OffsetConflict(RuntimeError):
@@ -80,6 +91,7 @@ class Sink(abc.ABC):
         """Create missing tables and views, and add columns new to a definition."""
         with self._transaction():
             self._lock_for_migration()
+            self._refuse_foreign(tables, views)  # before anything is created or altered
             if DELIVERY_SEQUENCES in tables:
                 self._migrate_delivery_ranges()
             for table in tables:
@@ -90,6 +102,41 @@ class Sink(abc.ABC):
                         self._execute(add_column_sql(table, column, self.dialect))
             for view in views:
                 self._execute(create_view_sql(view))
+
+    def _refuse_foreign(self, tables: tuple[Table, ...], views: tuple[View, ...]) -> None:
+        """ForeignTableError for a relation of one of our names that is not ours.
+
+        A table is ours when every column it has is one of its definition's (or of the
+        older shape its migration converts) and it has the first key column: an older
+        version of ours lacks only columns added since. Anything else is the user's own
+        table, which a migration must neither alter nor write into.
+        """
+        for table in tables:
+            present = self._columns_of(table.name)
+            if not present:
+                continue
+            known = set(table.column_names) | _LEGACY_COLUMNS.get(table.name, frozenset())
+            strange = sorted(present - known)
+            if strange or table.primary_key[0] not in present:
+                what = (f"columns {', '.join(strange)}" if strange
+                        else f"no {table.primary_key[0]} column")
+                raise ForeignTableError(
+                    f"the store already has a table {table.name!r} that the consumers did "
+                    f"not create ({what}); it is left untouched: rename it, or use "
+                    "another --sink")
+        for view in views:
+            kind = self._relation_kind(view.name)
+            if kind is not None and kind.upper() != "VIEW":
+                raise ForeignTableError(
+                    f"the store already has a table {view.name!r} where the consumers keep "
+                    "a view; it is left untouched: rename it, or use another --sink")
+
+    def _relation_kind(self, name: str) -> str | None:
+        """information_schema's table_type of `name` in the current schema, if it exists."""
+        rows = self._execute_returning(
+            "SELECT table_type FROM information_schema.tables "
+            "WHERE table_schema = current_schema() AND table_name = %s", (name,))
+        return str(rows[0][0]) if rows else None
 
     def _migrate_delivery_ranges(self) -> None:
         """A `delivery_sequences` of one row per sequence becomes its contiguous ranges."""

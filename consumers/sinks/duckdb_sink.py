@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 
 from rlmesh_stream.consumers.sinks.base import Sink
+from rlmesh_stream.consumers.sinks.url import connect_duckdb
 from rlmesh_stream.consumers.tables import Dialect, Table, upsert_sql
 
 _ARROW: dict[str, pa.DataType] = {
@@ -36,9 +37,9 @@ def to_arrow(table: Table, rows: list[dict[str, Any]]) -> pa.Table:
 class DuckDBSink(Sink):
     dialect = Dialect.DUCKDB
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.con = duckdb.connect(path)
+        self.con = connect_duckdb(path)  # a file that cannot be a store: SinkError
         self._registered: list[str] = []
 
     def close(self) -> None:

@@ -14,9 +14,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
-
 from rlmesh_stream.consumers.sinks.base import Sink
+from rlmesh_stream.consumers.sinks.url import connect_postgres
 from rlmesh_stream.consumers.tables import Dialect, Table, column_defs, upsert_sql
 
 _MIGRATION_LOCK = 0x726C6D657368  # "rlmesh": pg_advisory_xact_lock key for migrations
@@ -27,7 +26,7 @@ class PostgresSink(Sink):
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
-        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.conn = connect_postgres(dsn, autocommit=True)  # unreachable: SinkError
         self._staged: set[str] = set()
 
     def close(self) -> None:

@@ -31,7 +31,7 @@ from rlmesh_stream.consumers.analysis.join import (
     run_join,
 )
 from rlmesh_stream.consumers.analysis.join_cli import join
-from rlmesh_stream.consumers.analysis.reports import StoreError
+from rlmesh_stream.consumers.sinks import SinkError
 
 LOG = [
     {"step": 100, "time": "2026-03-01T12:00:00Z", "checkpoint": "c100", "loss": 0.9},
@@ -392,7 +392,7 @@ def test_cli_refuses_to_overwrite_a_consumer_table(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_postgresql_store_is_named_in_the_error() -> None:
-    with pytest.raises(StoreError, match=r"cannot connect to postgresql://postgres@127\.0\.0\.1:1/none"):
+    with pytest.raises(SinkError, match=r"cannot connect to postgresql://postgres@127\.0\.0\.1:1/none"):
         connect("postgresql://postgres@127.0.0.1:1/none")
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from rlmesh_stream.consumers.analysis.reports.model import Column, Report
 from rlmesh_stream.consumers.analysis.reports.store import Store, require_table
+from rlmesh_stream.consumers.tables import ADVISORIES, SESSIONS
 
 SEVERITY_RANK = {"caution": 0, "info": 1}
 """Lower is worse. Unknown severities (a newer runtime) sort after these."""
@@ -21,7 +22,7 @@ _GROUPS_SQL = """
 WITH adv AS (
     SELECT lower(severity) AS severity, env_id, model_component_id, leg, message,
            session_id, "count" AS n, first_seen, last_seen
-    FROM advisories
+    FROM {advisories}
     WHERE {where}
 ),
 per_message AS (
@@ -87,12 +88,13 @@ def advisory_report(store: Store, *, envs: Sequence[str] = (),
     `envs` / `models` narrow the report (and so a `--fail-on` gate) to one eval's
     routes; empty means the whole fleet.
     """
-    require_table(store, "advisories", "`rlmesh-stream consume`")
+    require_table(store, ADVISORIES)
     where, params = _route_filter(envs, models)
-    groups = store.query(_GROUPS_SQL.format(where=where), params).dicts()
+    sql = _GROUPS_SQL.format(advisories=ADVISORIES.name, where=where)
+    groups = store.query(sql, params).dicts()
     counts = store.query(
         "SELECT lower(severity) AS severity, COUNT(DISTINCT session_id) AS sessions "
-        f"FROM advisories WHERE {where} GROUP BY lower(severity)", params
+        f"FROM {ADVISORIES.name} WHERE {where} GROUP BY lower(severity)", params
     ).dicts()
     sessions_by_severity = {r["severity"]: int(r["sessions"]) for r in counts}
     summary: dict[str, object] = {
@@ -101,8 +103,8 @@ def advisory_report(store: Store, *, envs: Sequence[str] = (),
         "info groups": sum(1 for g in groups if g["severity"] == "info"),
         "sessions with info": sessions_by_severity.get("info", 0),
     }
-    if store.has_table("sessions"):
-        total = store.query(f"SELECT COUNT(*) AS n FROM sessions WHERE {where}",
+    if store.has_table(SESSIONS.name):
+        total = store.query(f"SELECT COUNT(*) AS n FROM {SESSIONS.name} WHERE {where}",
                             params).rows[0][0]
         summary["sessions in store"] = int(total)
     return Report(

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from rlmesh_stream.consumers.analysis.reports.model import Column, Report
 from rlmesh_stream.consumers.analysis.reports.store import Store, require_table
+from rlmesh_stream.consumers.tables import DELIVERY_PRODUCERS
 
-_SQL = """
+_SQL = f"""
 SELECT producer_id, records, distinct_sequences, min_seq, max_seq, gaps, duplicates
-FROM delivery_producers
+FROM {DELIVERY_PRODUCERS.name}
 ORDER BY (gaps > 0 OR duplicates > 0) DESC, gaps DESC, duplicates DESC, producer_id
 """
 
@@ -32,7 +33,7 @@ COLUMNS = [
 
 def delivery_report(store: Store) -> Report:
     """One row per producer id, producers with gaps or duplicates first."""
-    require_table(store, "delivery_producers", "`rlmesh-stream consume`")
+    require_table(store, DELIVERY_PRODUCERS)
     rows = store.query(_SQL).dicts()
     summary: dict[str, object] = {
         "producers": len(rows),

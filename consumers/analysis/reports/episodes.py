@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from rlmesh_stream.consumers.analysis.reports.model import Column, Report
 from rlmesh_stream.consumers.analysis.reports.store import Store, require_table
+from rlmesh_stream.consumers.tables import EPISODES
 
-_SQL = """
+_SQL = f"""
 SELECT env_id, model_component_id,
        COUNT(*) AS episodes,
        COUNT(*) FILTER (WHERE status = 'completed') AS completed,
@@ -24,7 +25,7 @@ SELECT env_id, model_component_id,
        STDDEV_SAMP(cumulative_reward) FILTER (WHERE status = 'completed') AS std_reward,
        AVG(step_count) FILTER (WHERE status = 'completed') AS mean_steps,
        AVG(step_ms) FILTER (WHERE status = 'completed') AS mean_step_ms
-FROM episodes
+FROM {EPISODES.name}
 GROUP BY env_id, model_component_id
 ORDER BY env_id, model_component_id
 """
@@ -46,7 +47,7 @@ COLUMNS = [
 
 def episode_report(store: Store) -> Report:
     """One row per (env, model) with episode counts and outcome statistics."""
-    require_table(store, "episodes", "`rlmesh-stream consume`")
+    require_table(store, EPISODES)
     rows = store.query(_SQL).dicts()
     notes = []
     if any(r["completed"] and not r["success_reported"] for r in rows):

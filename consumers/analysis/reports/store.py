@@ -5,8 +5,9 @@ reports only need to run a few read-only queries and get rows back, on either
 backend. This module is that one narrow seam, so the report code stays
 backend-agnostic: it writes portable SQL and never touches a driver.
 
-URLs: `duckdb:///abs/path.duckdb`, `duckdb://relative.duckdb`, a bare path
-(taken as DuckDB), or `postgresql://user@host/db`.
+URLs follow the consumers' rules (`consumers.sinks.url`, which also opens the
+files and connections): `duckdb:///abs/path.duckdb`, `duckdb://relative.duckdb`
+or `postgresql://user@host/db`.
 """
 
 from __future__ import annotations
@@ -16,12 +17,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlparse
 
-from rlmesh_stream.schemas.access import redact_url
+from rlmesh_stream.consumers.sinks.url import (
+    SinkError,
+    connect_duckdb,
+    connect_postgres,
+    parse_sink_url,
+)
+from rlmesh_stream.consumers.tables import Table, View
 
 
-class StoreError(Exception):
+class StoreError(SinkError):
     """The store cannot be opened or lacks what a report needs; the message says which."""
 
 
@@ -44,37 +50,11 @@ class Store(Protocol):
     def has_table(self, name: str) -> bool: ...
 
 
-def duckdb_path(url: str) -> Path:
-    """The file a DuckDB URL names (`duckdb:///abs`, `duckdb://rel`, or a bare path)."""
-    if url.startswith("duckdb://"):
-        rest = url[len("duckdb://"):]
-        if not rest:
-            raise StoreError(f"{url!r}: a DuckDB URL needs a file path")
-        return Path(rest)
-    if "://" in url:
-        raise StoreError(f"{url!r} is not a DuckDB URL")
-    return Path(url)
-
-
-def is_postgres(url: str) -> bool:
-    return urlparse(url).scheme in ("postgresql", "postgres")
-
-
 class DuckDBStore:
     """A DuckDB file opened read-only, so a report never takes the writer's lock."""
 
     def __init__(self, path: Path) -> None:
-        import duckdb
-
-        if not path.exists():
-            raise StoreError(f"no DuckDB store at {path} (has `rlmesh-stream consume` run?)")
-        try:
-            self._con = duckdb.connect(str(path), read_only=True)
-        except duckdb.IOException as exc:
-            raise StoreError(
-                f"cannot open {path} read-only: {exc}. DuckDB allows one writing process; "
-                "stop the consumer or point the report at a copy of the file."
-            ) from exc
+        self._con = connect_duckdb(path, read_only=True)  # SinkError names what is wrong
         # Reports show instants in UTC, whatever the machine's zone.
         self._con.execute("SET TimeZone = 'UTC'")
 
@@ -97,12 +77,7 @@ class PostgresStore:
     """A PostgreSQL database, queried in a read-only transaction."""
 
     def __init__(self, url: str) -> None:
-        import psycopg
-
-        try:
-            self._con = psycopg.connect(url, autocommit=True)
-        except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to {redact_url(url)}: {exc}") from exc
+        self._con = connect_postgres(url, autocommit=True)  # SinkError names what is wrong
         self._con.execute("SET TIME ZONE 'UTC'")
         self._con.execute("SET default_transaction_read_only = on")
 
@@ -124,15 +99,18 @@ class PostgresStore:
 @contextmanager
 def open_store(url: str) -> Iterator[DuckDBStore | PostgresStore]:
     """Open the store a sink URL names, read-only, and close it afterwards."""
+    target = parse_sink_url(url)
     store: DuckDBStore | PostgresStore
-    store = PostgresStore(url) if is_postgres(url) else DuckDBStore(duckdb_path(url))
+    store = DuckDBStore(target.path) if target.path is not None else PostgresStore(url)
     try:
         yield store
     finally:
         store.close()
 
 
-def require_table(store: Store, name: str, producer: str) -> None:
-    """Fail with a clear message when a report's source table is missing."""
-    if not store.has_table(name):
-        raise StoreError(f"the store has no `{name}` table yet: it is built by {producer}")
+def require_table(store: Store, relation: Table | View,
+                  producer: str = "`rlmesh-stream consume`") -> None:
+    """Fail with a clear message when a report's source table (or view) is missing."""
+    if not store.has_table(relation.name):
+        raise StoreError(f"the store has no `{relation.name}` table yet: it is built by "
+                         f"{producer}")

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 
 from rlmesh_stream.consumers.analysis.reports.model import Column, Report
 from rlmesh_stream.consumers.analysis.reports.store import Store, require_table
+from rlmesh_stream.consumers.tables import TELEMETRY_SESSIONS
 
-_SQL = """
+_SQL = f"""
 SELECT env_id, model_component_id, op, component, metric, kind,
        COUNT(DISTINCT session_id) AS sessions,
        SUM("count") AS samples,
@@ -23,8 +24,8 @@ SELECT env_id, model_component_id, op, component, metric, kind,
        SUM("count" * p50) / NULLIF(SUM("count"), 0) AS p50_est,
        SUM("count" * p95) / NULLIF(SUM("count"), 0) AS p95_est,
        MAX(p99) AS p99_max
-FROM telemetry_sessions
-WHERE {where}
+FROM {TELEMETRY_SESSIONS.name}
+WHERE {{where}}
 GROUP BY env_id, model_component_id, op, component, metric, kind
 ORDER BY env_id, model_component_id, op, component, metric
 """
@@ -53,7 +54,7 @@ def telemetry_report(store: Store, *, ops: Sequence[str] = (),
 
     `ops` / `metrics` keep only those operations and metric names (empty: all).
     """
-    require_table(store, "telemetry_sessions", "`rlmesh-stream consume`")
+    require_table(store, TELEMETRY_SESSIONS)
     clauses, params = ["TRUE"], []
     for column, values in (("op", ops), ("metric", metrics)):
         if values:
@@ -70,7 +71,8 @@ def telemetry_report(store: Store, *, ops: Sequence[str] = (),
         rows=rows,
         summary={"rows": len(rows),
                  "sessions": int(store.query(
-                     f"SELECT COUNT(DISTINCT session_id) FROM telemetry_sessions WHERE {where}",
+                     f"SELECT COUNT(DISTINCT session_id) FROM {TELEMETRY_SESSIONS.name} "
+                     f"WHERE {where}",
                      params).rows[0][0])},
         notes=["Mean is exact; p50/p95 are count-weighted estimates across sessions; "
                "p99 (max) is the largest session p99, an upper bound."],
