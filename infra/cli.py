@@ -1,7 +1,19 @@
-"""The `rlmesh-stream` command: one root group that gathers each package's commands.
+"""The `rlmesh-stream` command: every command, and the module it comes from, in one table.
 
-Subcommands are imported lazily, so `rlmesh-stream --help` stays fast and a
-command only pays for the libraries it uses (DuckDB, rlmesh, ...).
+`COMMANDS` is the CLI's table of contents: a command (or group) name and the
+`module:attribute` of its click object. Adding a command is one line here.
+Commands are imported only when used, so `rlmesh-stream --help` stays fast and a
+command pays only for the libraries it needs.
+
+Options shared by several commands live in one module each:
+`rlmesh_stream.schemas.cli_options` (how to reach Kafka and the schema registry,
+`stream_options`) and `rlmesh_stream.consumers.sinks.url` (the `--sink` store,
+`sink_option`).
+
+A command whose optional dependency is not installed (DuckDB for `consume`,
+matplotlib for `join --plot`, ...) fails with one line naming the extra to
+install; `EXTRAS` maps each optional third-party module to its extra (the extras
+themselves are in pyproject.toml).
 """
 
 from __future__ import annotations
@@ -11,25 +23,56 @@ from typing import Any
 
 import click
 
-# command name -> "module:attribute" of its click command or group
+# command -> "module:attribute" of its click command or group, in the order data flows
 COMMANDS: dict[str, str] = {
+    # the stack (infra/)
     "infra": "rlmesh_stream.infra.stack_cli:infra",
     "topics": "rlmesh_stream.infra.topics_cli:topics",
+    # the contract (schemas/)
     "schemas": "rlmesh_stream.schemas.cli:schemas",
+    # publishing (producer/)
     "simulate": "rlmesh_stream.producer.cli:simulate",
+    # ingestion (consumers/)
     "consume": "rlmesh_stream.consumers.cli:consume",
+    # analysis (consumers/analysis/)
     "report": "rlmesh_stream.consumers.analysis.report_cli:report",
     "tail": "rlmesh_stream.consumers.analysis.tail:tail",
     "join": "rlmesh_stream.consumers.analysis.join_cli:join",
+    # everything at once (infra/)
     "demo": "rlmesh_stream.infra.demo:demo",
 }
 
+# optional third-party module (top-level name) -> the extra that installs it
+EXTRAS: dict[str, str] = {
+    "duckdb": "consumers",
+    "pyarrow": "consumers",
+    "psycopg": "consumers",
+    "rich": "consumers",
+    "rlmesh": "rlmesh",
+    "gymnasium": "rlmesh",
+    "numpy": "rlmesh",
+    "matplotlib": "analysis",
+    "cryptography": "stack",
+    "testcontainers": "docker",
+}
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The extra that would install the module `exc` could not find, if it is one of ours."""
+    return EXTRAS.get((exc.name or "").split(".")[0])
+
+
+def missing_extra_message(command: str, exc: ModuleNotFoundError) -> str:
+    extra = missing_extra(exc)
+    return (f"`{command}` needs the {extra!r} extra ({exc.name} is not installed): "
+            f"pip install 'rlmesh-stream[{extra}]'")
+
 
 class LazyGroup(click.Group):
-    """A group whose subcommands are imported on first use."""
+    """The root group: subcommands imported on first use, missing extras named."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
+        return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = COMMANDS.get(cmd_name)
@@ -39,19 +82,32 @@ class LazyGroup(click.Group):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name != module_name:
+            if missing_extra(exc) is None:
                 raise
-            return _unavailable(cmd_name, target)
+            return _needs_extra(cmd_name, exc)
         command: Any = getattr(module, attr)
         return command
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as exc:  # imported lazily by the command itself
+            if missing_extra(exc) is None:
+                raise
+            name = ctx.invoked_subcommand or ctx.info_name or "rlmesh-stream"
+            raise click.ClickException(missing_extra_message(name, exc)) from None
 
-def _unavailable(name: str, target: str) -> click.Command:
-    @click.command(name, help=f"(not built yet: {target})")
-    def missing() -> None:
-        raise click.ClickException(f"'{name}' is not available in this build ({target}).")
 
-    return missing
+def _needs_extra(name: str, exc: ModuleNotFoundError) -> click.Command:
+    """Stands in for a command whose module needs an extra that is not installed."""
+    message = missing_extra_message(name, exc)
+
+    @click.command(name, help=message, context_settings={"ignore_unknown_options": True})
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def needs_extra(args: tuple[str, ...]) -> None:
+        raise click.ClickException(message)
+
+    return needs_extra
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
