@@ -17,7 +17,7 @@ from typing import Any
 
 from rlmesh_stream.schemas import bindings as bd
 from rlmesh_stream.schemas.avro import load_schema, named_types
-from rlmesh_stream.schemas.avro_reader import _space_spec
+from rlmesh_stream.schemas.avro_protos import space_spec_from_avro
 from rlmesh_stream.schemas.topics import EventType
 
 ZD = [(x >> 1) ^ -(x & 1) for x in range(128)]
@@ -140,7 +140,7 @@ class _SpaceSpecReader:
 
     def __call__(self, b: bytes, p: int) -> tuple[Any, int]:
         data, end = self._generic.read(self._node, b, p)
-        return _space_spec(data), end
+        return space_spec_from_avro(data), end
 
 
 # ---------------------------------------------------------------- MetaMap

@@ -15,13 +15,11 @@ from collections.abc import Callable
 from typing import Any
 
 import fastavro
-from google.protobuf import descriptor
-from google.protobuf.message import Message
 
 from rlmesh_stream.schemas import bindings as bd
 from rlmesh_stream.schemas.avro import load_schema
+from rlmesh_stream.schemas.avro_protos import space_spec_from_avro
 from rlmesh_stream.schemas.errors import CorruptPayloadError
-from rlmesh_stream.schemas.events import SpaceSpec
 from rlmesh_stream.schemas.topics import EventType
 
 Converter = Callable[[Any], Any]
@@ -44,69 +42,8 @@ def _meta_map(v: dict[str, Any]) -> dict[str, Any]:
     return {k: _meta_value(x) for k, x in v["entries"].items()}
 
 
-def _proto_from_avro(cls: type[Message], data: dict[str, Any]) -> Message:
-    """Build a protobuf message from its Avro mirror (same field names, oneofs as unions)."""
-    msg = cls()
-    desc = msg.DESCRIPTOR
-    oneof_names = {o.name for o in desc.oneofs}
-    for key, value in data.items():
-        if key in oneof_names:
-            if value is None:
-                continue
-            _set_oneof(msg, desc.oneofs_by_name[key], value)
-            continue
-        fd = desc.fields_by_name[key]
-        _set_field(msg, fd, value)
-    return msg
-
-
-def _set_oneof(msg: Message, oneof: descriptor.OneofDescriptor, value: Any) -> None:
-    if type(value) is tuple:
-        name, body = value
-        for fd in oneof.fields:
-            if fd.message_type is not None and fd.message_type.full_name == name:
-                sub = getattr(msg, fd.name)
-                sub.CopyFrom(_proto_from_avro(_msg_class(fd), body))
-                sub.SetInParent()  # an empty member is still the member that is set
-                return
-        raise CorruptPayloadError(f"no member of oneof {oneof.full_name} has type {name}")
-    for fd in oneof.fields:  # a scalar branch (BoxSpec.unbounded)
-        if fd.message_type is None:
-            setattr(msg, fd.name, value)
-            return
-    raise CorruptPayloadError(f"no scalar member in oneof {oneof.full_name}")
-
-
-def _msg_class(fd: descriptor.FieldDescriptor) -> type[Message]:
-    from google.protobuf import message_factory
-
-    return message_factory.GetMessageClass(fd.message_type)
-
-
-def _set_field(msg: Message, fd: descriptor.FieldDescriptor, value: Any) -> None:
-    repeated = fd.is_repeated
-    if fd.message_type is not None:
-        cls = _msg_class(fd)
-        if repeated:
-            getattr(msg, fd.name).extend(_proto_from_avro(cls, v) for v in value)
-        elif value is not None:
-            sub = getattr(msg, fd.name)
-            sub.CopyFrom(_proto_from_avro(cls, value))
-            sub.SetInParent()
-    elif fd.enum_type is not None:
-        setattr(msg, fd.name, fd.enum_type.values_by_name[value].number)
-    elif repeated:
-        getattr(msg, fd.name).extend(value)
-    else:
-        setattr(msg, fd.name, value)
-
-
 def _canonical(parsed: Any) -> str:
     return str(fastavro.schema.to_parsing_canonical_form(parsed))
-
-
-def _space_spec(v: dict[str, Any]) -> Message:
-    return _proto_from_avro(SpaceSpec, v)
 
 
 class _Builder:
@@ -159,7 +96,7 @@ class _Builder:
         if full == bd.META_MAP:
             return _meta_map
         if full == bd.SPACE_SPEC:
-            return _space_spec
+            return space_spec_from_avro
         if full in self.records:
             return self.records[full]
         cls = bd.RECORD_CLASSES[full]

@@ -157,14 +157,14 @@ def test_a_huge_array_count_is_corrupt_without_allocating_it():
     import struct
 
     from rlmesh_stream.schemas.avro_reader import AvroReader
-    from rlmesh_stream.schemas.avro_writer import _varlong
+    from rlmesh_stream.schemas.avro_writer import ZZ  # Avro zigzag longs
     from rlmesh_stream.schemas.bench import step_event
     from rlmesh_stream.schemas.serde import EventEncoder
 
     good = EventEncoder().encode(step_event(1))  # rewards = [1.0]
     one_double = b"\x02" + struct.pack("<d", 1.0)  # count 1, then the reward
     assert good.count(one_double) == 1
-    forged = good.replace(one_double, _varlong(2**40) + struct.pack("<d", 1.0))
+    forged = good.replace(one_double, ZZ[2**40] + struct.pack("<d", 1.0))
     with pytest.raises(CorruptPayloadError, match="truncated"):
         AvroReader(EventType.STEP_COMPLETED)(forged)
 
