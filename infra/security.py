@@ -20,6 +20,9 @@ What it builds, all on loopback under one home directory:
   `nginx_rules`). Users not in the map, and writes by `consumer`, get a JSON
   error in the Confluent format naming the user, the method and the path.
 
+The certificates and users are made in `infra.pki`, the registry's proxy lives in
+`infra.registry_proxy`; this module builds the Kafka node, the ACLs and the stack.
+
 Secrets: passwords are random, held in `Credentials` (excluded from repr),
 written only to 0600 files (server.properties, the registry's
 config/application.properties, the htpasswd file holds hashes) and passed to
@@ -28,13 +31,8 @@ config/application.properties, the htpasswd file holds hashes) and passed to
 
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
-import os
-import secrets
-import shutil
 import subprocess
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,101 +41,17 @@ from rlmesh_stream.infra import proc
 from rlmesh_stream.infra.errors import StartupError
 from rlmesh_stream.infra.java import Java
 from rlmesh_stream.infra.kafka import KafkaNode
-from rlmesh_stream.infra.registry import CCOMPAT_PATH, RegistryServer
+from rlmesh_stream.infra.pki import USERS, Credentials, Pki, generate_users, make_pki, write_private
+from rlmesh_stream.infra.registry import RegistryServer
+from rlmesh_stream.infra.registry_proxy import RegistryProxy, nginx_available
 from rlmesh_stream.schemas.config import StreamConfig
 from rlmesh_stream.schemas.topics import all_topics
 
 SCRAM = "SCRAM-SHA-512"
-USERS = ("admin", "producer", "consumer", "registry")
 GROUP_PREFIX = "rlmesh-stream"
 
 
-# -- certificates -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Pki:
-    """PEM files of a test CA and one server certificate for 127.0.0.1/localhost."""
-
-    ca_cert: Path
-    server_cert: Path  # server certificate chain (server, then CA)
-    server_key: Path  # unencrypted PKCS#8, mode 0600
-    server_keystore: Path  # key + chain in one file, for Kafka's PEM keystore
-
-
-def make_pki(directory: Path, host: str = "127.0.0.1") -> Pki:
-    """A fresh CA and server certificate; valid for a day, which outlives any test run."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    directory.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "rlmesh-stream test CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - dt.timedelta(minutes=5))
-          .not_valid_after(now + dt.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False,
-                                       False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
-            .issuer_name(ca_name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([
-                x509.IPAddress(ipaddress.ip_address(host)), x509.DNSName("localhost")]),
-                critical=False)
-            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    pem = serialization.Encoding.PEM
-    ca_pem = ca.public_bytes(pem)
-    chain = cert.public_bytes(pem) + ca_pem
-    key_pem = key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-    pki = Pki(directory / "ca.pem", directory / "server.pem", directory / "server.key",
-              directory / "server-keystore.pem")
-    pki.ca_cert.write_bytes(ca_pem)
-    pki.server_cert.write_bytes(chain)
-    _write_private(pki.server_key, key_pem)
-    _write_private(pki.server_keystore, key_pem + chain)
-    return pki
-
-
-def _write_private(path: Path, data: bytes | str) -> None:
-    """Create `path` readable by its owner only, before any secret is in it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data.encode() if isinstance(data, str) else data)
-
-
 # -- users ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """One user's name and password; the password never shows in repr or str."""
-
-    username: str
-    password: str = field(repr=False)
-
-    @classmethod
-    def generate(cls, username: str) -> Credentials:
-        return cls(username, secrets.token_urlsafe(24))
-
-    def __str__(self) -> str:
-        return f"User:{self.username}"
-
-
-def generate_users(names: Iterable[str] = USERS) -> dict[str, Credentials]:
-    return {n: Credentials.generate(n) for n in names}
 
 
 def _jaas(module: str, creds: Credentials, extra: str = "") -> str:
@@ -291,135 +205,6 @@ def grant(admin_conf: dict[str, Any], bindings: list[Any], timeout: float = 30.0
         future.result(timeout)
 
 
-# -- the registry behind nginx ----------------------------------------------------------------
-
-def nginx_rules(topic_prefix: str) -> list[tuple[str, str, str]]:
-    """(user, methods, path regex under the ccompat API) of the requests the proxy lets through.
-
-    Decoding needs reads of schemas by id and of subjects' versions; registering
-    needs, for `producer` only, POST under the event subjects (and the shared
-    `rlmesh/...proto` reference subjects protobuf schemas import) and PUT of
-    those subjects' compatibility. Nobody may DELETE, or change global config,
-    through the proxy.
-    """
-    prefix = topic_prefix.replace(".", "\\.")
-    event_subject = f"{prefix}\\.[a-z_]+-value"
-    reads = "/(subjects|schemas|config|mode)(/.*)?"
-    return [
-        ("producer", "GET", reads),
-        ("producer", "POST", f"/subjects/({event_subject}|rlmesh/[a-z0-9_/]+\\.proto)(/.*)?"),
-        ("producer", "PUT", f"/config/{event_subject}"),
-        ("consumer", "GET", reads),
-    ]
-
-
-@dataclass(frozen=True)
-class RegistryProxy:
-    """nginx in front of the registry: TLS, basic auth, a per-user allow-list of requests."""
-
-    home: Path
-    port: int
-    upstream_port: int
-    pki: Pki
-    users: dict[str, Credentials] = field(repr=False)
-    topic_prefix: str = "rlmesh.runtime"
-    host: str = "127.0.0.1"
-
-    @property
-    def url(self) -> str:
-        return f"https://{self.host}:{self.port}{CCOMPAT_PATH}"
-
-    @property
-    def log_file(self) -> Path:
-        return self.home / "error.log"
-
-    def write_config(self) -> Path:
-        self.home.mkdir(parents=True, exist_ok=True)
-        htpasswd = self.home / "htpasswd"
-        _write_private(htpasswd, "".join(
-            f"{c.username}:{_sha512_crypt(c.password)}\n" for c in self.users.values()))
-        # Run as root, nginx would switch its workers to `nobody`, who cannot read a
-        # 0600 htpasswd in a private temp dir; they keep the invoking user instead.
-        user = "user root;" if os.geteuid() == 0 else ""
-        rules = "\n".join(
-            f'        "~^{user} ({methods}) {CCOMPAT_PATH}{path}$" 1;'
-            for user, methods, path in nginx_rules(self.topic_prefix))
-        # nginx unescapes \" inside a double-quoted string: the body is JSON in the
-        # Confluent error format, so clients show `message` as the error.
-        deny = ('\\"error_code\\":40301,\\"message\\":\\"registry user \'$remote_user\' '
-                'may not $request_method $uri\\"')
-        unauth = ('\\"error_code\\":40101,\\"message\\":\\"registry authentication '
-                  'failed for user \'$remote_user\'\\"')
-        conf = f"""
-{user}
-worker_processes 1;
-pid {self.home}/nginx.pid;
-error_log {self.log_file} warn;
-events {{ worker_connections 256; }}
-http {{
-    access_log {self.home}/access.log;
-    client_body_temp_path {self.home}/tmp-body;
-    proxy_temp_path {self.home}/tmp-proxy;
-    fastcgi_temp_path {self.home}/tmp-fastcgi;
-    uwsgi_temp_path {self.home}/tmp-uwsgi;
-    scgi_temp_path {self.home}/tmp-scgi;
-    map "$remote_user $request_method $uri" $allowed {{
-        default 0;
-{rules}
-    }}
-    server {{
-        listen {self.host}:{self.port} ssl;
-        ssl_certificate {self.pki.server_cert};
-        ssl_certificate_key {self.pki.server_key};
-        client_max_body_size 16m;
-        auth_basic "rlmesh-stream schema registry";
-        auth_basic_user_file {htpasswd};
-        error_page 401 = @unauthorised;
-        location @unauthorised {{
-            default_type application/json;
-            add_header WWW-Authenticate 'Basic realm="rlmesh-stream schema registry"' always;
-            return 401 "{{{unauth}}}";
-        }}
-        location {CCOMPAT_PATH}/ {{
-            default_type application/json;
-            # The rewrite phase runs before auth_basic: ask for credentials first.
-            if ($remote_user = "") {{
-                return 401;
-            }}
-            if ($allowed = 0) {{
-                return 403 "{{{deny}}}";
-            }}
-            proxy_pass http://{self.host}:{self.upstream_port};
-            proxy_set_header Authorization "";
-        }}
-        location / {{
-            default_type application/json;
-            return 403 "{{{deny}}}";
-        }}
-    }}
-}}
-"""
-        path = self.home / "nginx.conf"
-        path.write_text(conf)
-        return path
-
-    def command(self) -> list[str]:
-        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-        return [nginx, "-p", str(self.home), "-c", str(self.home / "nginx.conf"),
-                "-e", str(self.log_file), "-g", "daemon off;"]
-
-
-def _sha512_crypt(password: str) -> str:
-    """A `$6$` hash nginx's auth_basic accepts; the password goes to openssl on stdin."""
-    done = subprocess.run(["openssl", "passwd", "-6", "-stdin"], input=password,
-                          capture_output=True, text=True, check=True)
-    return done.stdout.strip()
-
-
-def nginx_available() -> bool:
-    return shutil.which("nginx") is not None or Path("/usr/sbin/nginx").exists()
-
-
 @dataclass(frozen=True)
 class SecuredRegistryServer(RegistryServer):
     """Apicurio reaching its journal over SCRAM; settings in config/application.properties.
@@ -439,7 +224,7 @@ class SecuredRegistryServer(RegistryServer):
                       f"apicurio.kafkasql.{client}.sasl.mechanism={SCRAM}",
                       f"apicurio.kafkasql.{client}.sasl.jaas.config={jaas}"]
         (self.home / "config").mkdir(parents=True, exist_ok=True)
-        _write_private(self.home / "config" / "application.properties", "\n".join(lines) + "\n")
+        write_private(self.home / "config" / "application.properties", "\n".join(lines) + "\n")
 
 
 # -- the whole secured stack ------------------------------------------------------------------
@@ -543,5 +328,6 @@ class SecureStack:
                 proc.stop(pid, timeout=20)
 
 
-__all__ = ["Credentials", "Pki", "RegistryProxy", "SecureKafkaNode", "SecureStack",
-           "admin_config", "generate_users", "grant", "make_pki", "pipeline_acls"]
+__all__ = ["USERS", "Credentials", "Pki", "RegistryProxy", "SecureKafkaNode", "SecureStack",
+           "admin_config", "generate_users", "grant", "make_pki", "nginx_available",
+           "pipeline_acls"]
