@@ -12,6 +12,12 @@ see the group's progress.
 Records that cannot be decoded go to the dead-letter topic and the
 `dead_letters` table; a registry that is down makes the runtime rewind to the
 last checkpoint and retry with back-off, never skip.
+
+Size (over 500 lines, on purpose): `ConsumerRuntime` is one state machine (assignment,
+buffered batches, offsets stored in the sink, the rewind after a registry outage,
+--until-end's stop rule) whose steps all read and change the same state under the
+same lock; the helpers that need none of it (watermarks, transient errors, headers) are
+functions at the bottom. Splitting the class would pass that state between objects.
 """
 
 from __future__ import annotations

@@ -14,6 +14,12 @@ in PostgreSQL.
 Nullable keys: a whole-env session has no lane (`lane` NULL), but key columns
 cannot be NULL, so keyed tables carry `lane_key = COALESCE(lane, -1)` in the
 primary key next to the nullable `lane`.
+
+Size (over 500 lines, on purpose): this is the one place a table is defined, so about
+half of it is the definitions themselves (columns, merge rules, docs of ten tables and a
+view, the delivery ranges' merge SQL); the other half is the small renderer that turns
+them into DDL and upserts per dialect. Splitting the definitions from their renderer
+would put the two halves of every merge rule (Python and SQL) in different files.
 """
 
 from __future__ import annotations

@@ -114,7 +114,9 @@ class AvroReader:
     """Reads payloads of one writer schema into one event type's dataclasses."""
 
     def __init__(self, event_type: EventType, writer_schema: dict[str, Any] | None = None,
-                 named_schemas: dict[str, Any] | None = None) -> None:
+                 named_schemas: dict[str, Any] | None = None, *, generated: bool = True) -> None:
+        """`generated=False` always reads through fastavro, even when the generated reader
+        (`avro_fastread`) could be used: the baseline it is benchmarked against."""
         reader = load_schema(event_type)
         self.event_type = event_type
         self._reader = fastavro.parse_schema(reader)
@@ -125,7 +127,7 @@ class AvroReader:
         else:
             self._writer = fastavro.parse_schema(writer_schema, named_schemas=named_schemas)
             self._resolve = self._reader
-        if _canonical(self._writer) == _canonical(self._reader):
+        if generated and _canonical(self._writer) == _canonical(self._reader):
             from rlmesh_stream.schemas.avro_fastread import compile_reader
 
             self._fast = compile_reader(event_type)[0]

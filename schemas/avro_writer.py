@@ -17,6 +17,11 @@ Errors: the generated code only detects that *something* is wrong (an out of
 range integer, a misaligned vector, an unencodable string, an unsupported
 MetaMap value); `rlmesh_stream.schemas.validate` then walks the event slowly to name the
 field and value in a `ContractError`.
+
+Size (over 500 lines, on purpose): the code generator (`_Gen`) and the primitives its
+generated code calls (the long table, the double packers, string and MetaMap and
+SpaceSpec encoders) are one unit: the generated source names these primitives, so they
+change together; `avro_writer_source` prints what is generated.
 """
 
 from __future__ import annotations

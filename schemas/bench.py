@@ -51,9 +51,11 @@ def run(lanes: int = 8, number: int = 20000) -> dict[str, float]:
     record = fastavro.schemaless_reader(io.BytesIO(payload), parsed, None)
     proto_payload = proto.encode(event)
     reader = AvroReader(EventType.STEP_COMPLETED)
+    resolving = AvroReader(EventType.STEP_COMPLETED, generated=False)
     env = {
         "avro": avro, "proto": proto, "event": event, "parsed": parsed, "record": record,
         "io": io, "fastavro": fastavro, "payload": payload, "reader": reader,
+        "resolving": resolving,
         "proto_payload": proto_payload, "proto_dec": proto_decoder(EventType.STEP_COMPLETED),
     }
     return {
@@ -62,6 +64,8 @@ def run(lanes: int = 8, number: int = 20000) -> dict[str, float]:
             "b = io.BytesIO(); fastavro.schemaless_writer(b, parsed, record); b.getvalue()",
             env, number),
         "avro decode (ours, to dataclasses)": _best("reader(payload)", env, number),
+        "avro decode (fastavro + conversion to dataclasses, no generated reader)": _best(
+            "resolving(payload)", env, number),
         "avro decode (fastavro.schemaless_reader, to dicts)": _best(
             "fastavro.schemaless_reader(io.BytesIO(payload), parsed, None)", env, number),
         "protobuf encode (ours)": _best("proto.encode(event)", env, number // 4),

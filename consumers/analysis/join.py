@@ -18,6 +18,11 @@ work is the database's joins, never a Python loop over rows. Timestamps are
 normalised to instants first; a timestamp without a UTC offset is ambiguous
 and refused unless the caller names the log's time zone, and with a zone named,
 local times that a DST change makes ambiguous or nonexistent are refused too.
+
+Size (over 500 lines, on purpose): every step (attach the store, read the log, turn
+its times into instants, join, aggregate, write) is SQL over one DuckDB connection and
+the temp tables the steps before it made (`training_log`, `joined`); the time rules
+are most of the length, and their refusals are the join's user-facing errors.
 """
 
 from __future__ import annotations
