@@ -148,7 +148,8 @@ def test_consume_refuses_a_foreign_episodes_table_and_leaves_it_untouched(folder
     con = duckdb.connect(str(path), read_only=True)
     columns = [r[0] for r in con.execute("DESCRIBE episodes").fetchall()]
     rows = con.execute("SELECT * FROM episodes").fetchall()
-    tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables")}
+    tables = {r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.tables").fetchall()}
     con.close()
     assert columns == ["id", "note"]
     assert rows == [(1, "my own data")]
