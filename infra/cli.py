@@ -12,7 +12,8 @@ Options shared by several commands live in one module each:
 
 A command whose optional dependency is not installed (DuckDB for `consume`,
 matplotlib for `join --plot`, ...) fails with one line naming the extra to
-install; `EXTRAS` maps each optional third-party module to its extra (the extras
+install; `EXTRAS` maps each optional third-party module to its extra, and
+`COMMAND_EXTRAS` names the extra of a command that needs several (the extras
 themselves are in pyproject.toml).
 """
 
@@ -56,6 +57,10 @@ EXTRAS: dict[str, str] = {
     "testcontainers": "docker",
 }
 
+# command -> the extra that installs everything it needs, where that is more than the
+# extra of the one module found missing (join and the demo need `analysis` as a whole)
+COMMAND_EXTRAS: dict[str, str] = {"join": "analysis", "demo": "analysis"}
+
 
 def missing_extra(exc: ModuleNotFoundError) -> str | None:
     """The extra that would install the module `exc` could not find, if it is one of ours."""
@@ -63,7 +68,7 @@ def missing_extra(exc: ModuleNotFoundError) -> str | None:
 
 
 def missing_extra_message(command: str, exc: ModuleNotFoundError) -> str:
-    extra = missing_extra(exc)
+    extra = COMMAND_EXTRAS.get(command) or missing_extra(exc)
     return (f"`{command}` needs the {extra!r} extra ({exc.name} is not installed): "
             f"pip install 'rlmesh-stream[{extra}]'")
 

@@ -72,6 +72,8 @@ def join(sink: str, log_path: Path, log_format: str | None, mode: str, episode_k
          table: str | None, export_path: Path | None, plot_prefix: Path | None,
          fmt: str) -> None:
     """Join the episode table with a training log and summarise per checkpoint."""
+    if plot_prefix:  # before any work: without matplotlib, say so now (infra/cli.py)
+        from rlmesh_stream.consumers.analysis.plots import plot_checkpoints
     match: tuple[str, str] | None = None
     if asof_match is not None:
         episode_col, sep, log_col = asof_match.partition("=")
@@ -113,10 +115,6 @@ def join(sink: str, log_path: Path, log_format: str | None, mode: str, episode_k
     if export_path:
         click.echo(f"exported {result.matched} joined episodes to {export_path}", err=True)
     if plot_prefix:
-        from rlmesh_stream.consumers.analysis.plots import (
-            plot_checkpoints,  # matplotlib only when plotting
-        )
-
         paths = plot_checkpoints(rows, plot_prefix, metric_name=spec.columns.metric,
                                  title=f"Evaluation vs training ({log_path.name})")
         click.echo("wrote plot " + ", ".join(str(p) for p in paths), err=True)

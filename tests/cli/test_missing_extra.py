@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rlmesh_stream.infra.cli import EXTRAS
+from rlmesh_stream.infra.cli import COMMAND_EXTRAS, EXTRAS
 
 
 def run_without(module: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -29,11 +29,12 @@ def run_without(module: str, args: list[str], cwd: Path) -> subprocess.Completed
     ("duckdb", ["consume", "all", "--sink", "duckdb://store.duckdb"]),
     ("psycopg", ["report", "episodes", "--sink", "postgresql://nobody@127.0.0.1:1/x"]),
     ("duckdb", ["join", "--log", "train.jsonl"]),
+    ("matplotlib", ["join", "--log", "train.jsonl", "--plot", "curve"]),
 ])
 def test_a_missing_library_names_its_extra(module: str, args: list[str], tmp_path: Path) -> None:
     (tmp_path / "train.jsonl").write_text('{"step": 1}\n')
     done = run_without(module, args, tmp_path)
-    extra = EXTRAS[module]
+    extra = COMMAND_EXTRAS.get(args[0], EXTRAS[module])
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         f"Error: `{args[0]}` needs the {extra!r} extra ({module} is not installed): "
@@ -50,6 +51,6 @@ def test_every_extra_named_is_one_pyproject_defines() -> None:
 
     pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
-    assert set(EXTRAS.values()) <= set(extras)
+    assert set(EXTRAS.values()) | set(COMMAND_EXTRAS.values()) <= set(extras)
     for module, extra in EXTRAS.items():
         assert any(dep.startswith(module) for dep in extras[extra]), (module, extra)
