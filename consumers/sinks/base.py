@@ -85,6 +85,9 @@ class SinkBatch:
 
 class Sink(abc.ABC):
     dialect: Dialect
+    # how information_schema's table_name matches one of our names: DuckDB resolves
+    # identifiers case-insensitively (a user's "Episodes" IS episodes), PostgreSQL does not
+    name_match_sql = "table_name = %s"
 
     def migrate(self, tables: tuple[Table, ...] = TABLES,
                 views: tuple[View, ...] = VIEWS) -> None:
@@ -135,7 +138,7 @@ class Sink(abc.ABC):
         """information_schema's table_type of `name` in the current schema, if it exists."""
         rows = self._execute_returning(
             "SELECT table_type FROM information_schema.tables "
-            "WHERE table_schema = current_schema() AND table_name = %s", (name,))
+            f"WHERE table_schema = current_schema() AND {self.name_match_sql}", (name,))
         return str(rows[0][0]) if rows else None
 
     def _migrate_delivery_ranges(self) -> None:

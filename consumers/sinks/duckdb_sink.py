@@ -36,6 +36,7 @@ def to_arrow(table: Table, rows: list[dict[str, Any]]) -> pa.Table:
 
 class DuckDBSink(Sink):
     dialect = Dialect.DUCKDB
+    name_match_sql = "lower(table_name) = lower(%s)"
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -77,8 +78,8 @@ class DuckDBSink(Sink):
 
     def _columns_of(self, table: str) -> set[str]:
         rows = self.con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = ?",
-            (table,)).fetchall()
+            "SELECT column_name FROM information_schema.columns "
+            f"WHERE {self.name_match_sql.replace('%s', '?')}", (table,)).fetchall()
         return {r[0] for r in rows}
 
     def _stage(self, rows: dict[Table, list[dict[str, Any]]]) -> dict[Table, str]:

@@ -156,6 +156,17 @@ def test_consume_refuses_a_foreign_episodes_table_and_leaves_it_untouched(folder
     assert tables == {"episodes"}  # and nothing of ours was created next to it
 
 
+def test_consume_refuses_a_foreign_table_whose_name_differs_only_in_case(folder: Path) -> None:
+    path = folder / "cased.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute('CREATE TABLE "Episodes" (id INTEGER)')  # DuckDB: the same name as episodes
+    con.close()
+    assert_one_error_line(run(COMMANDS["consume"](f"duckdb://{path}", folder)), "'episodes'")
+    con = duckdb.connect(str(path), read_only=True)
+    assert [r[0] for r in con.execute('DESCRIBE "Episodes"').fetchall()] == ["id"]
+    con.close()
+
+
 def test_consume_refuses_a_table_where_the_consumers_keep_a_view(folder: Path) -> None:
     path = folder / "view.duckdb"
     con = duckdb.connect(str(path))
