@@ -30,11 +30,9 @@ test: venv
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 bench: venv
-	@found=0; for script in benchmarks/bench_*.py; do \
-		[ -e "$$script" ] || continue; found=1; \
+	@for script in benchmarks/bench_*.py; do \
 		echo "== $$script"; $(PY) "$$script" || exit $$?; \
-	done; \
-	[ $$found = 1 ] || echo "no benchmarks/bench_*.py yet"
+	done
 
 # mypy reads the namespace from a link tree (see [tool.mypy] in pyproject.toml).
 lint: venv
