@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "tail": "rlmesh_stream.consumers.analysis.tail:tail",
     "join": "rlmesh_stream.consumers.analysis.join_cli:join",
     "demo": "rlmesh_stream.infra.demo:demo",
+    "export": "rlmesh_stream.consumers.datasets.cli:export",
 }
 
 

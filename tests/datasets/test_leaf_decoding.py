@@ -8,10 +8,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces as gs
+from gymnasium.vector.utils import concatenate, create_empty_array
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from gymnasium.vector.utils import concatenate, create_empty_array
 
 from rlmesh_stream.producer.leaves import LeafCodec, space_spec
 from rlmesh_stream.schemas.errors import ContractError
@@ -61,9 +60,7 @@ def _assert_same(decoded: Any, value: Any) -> None:
         assert isinstance(decoded, tuple) and len(decoded) == len(value)
         for d, v in zip(decoded, value, strict=True):
             _assert_same(d, v)
-    elif isinstance(value, str):
-        assert decoded == value
-    elif isinstance(value, list):  # a batch of Text lanes
+    elif isinstance(value, (str, list)):
         assert decoded == value
     else:
         expected = np.asarray(value)

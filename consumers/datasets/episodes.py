@@ -1,0 +1,305 @@
+"""Joining a session's events, in any arrival order, into whole episodes.
+
+Per (`session_id`, `episode_record_id`) the joiner collects `episode_started`,
+`episode_completed`, each step's `action_received` and `step_completed`, and
+the observations: the reset one (index 0) and the one after step t (index
+t + 1). An episode is released once it is completed with all T steps, T
+actions and T+1 observations, and its session has ended (relay advisories are
+delivered before the end, so the caution tag is known). What cannot be
+released whole is decided at `finish()` (the end of an offline run): an
+episode without its terminal observation is released flagged (never padded),
+one with a missing step is skipped, one its session never completed is
+abandoned. Every skip is counted by reason for the certificate.
+
+Only single-lane events are joined (the SDK bridge publishes every lane of a
+vector env as its own lane); a group-step event carrying several lanes is
+counted as skipped (`multi_lane`), not guessed at.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.errors import ContractError
+from rlmesh_stream.schemas.leaves import LeafDecoder
+
+Key = tuple[str, str]  # (session_id, episode_record_id)
+
+
+@dataclass
+class StepRow:
+    reward: float
+    terminated: bool
+    truncated: bool
+    infos: dict[str, Any] | None
+
+
+@dataclass
+class PendingEpisode:
+    """What has been read of one episode so far (pickled with the dataset's manifest)."""
+
+    session_id: str
+    record_id: str
+    route: dict[str, Any] | None = None
+    started: dict[str, Any] | None = None
+    completed: dict[str, Any] | None = None
+    observations: dict[int, list[bytes]] = field(default_factory=dict)
+    actions: dict[int, list[bytes]] = field(default_factory=dict)
+    steps: dict[int, StepRow] = field(default_factory=dict)
+    obs_spec: bytes | None = None
+    act_spec: bytes | None = None
+    problem: str | None = None  # a reason this episode can never be released
+
+    def note_spec(self, which: str, spec: ev.SpaceSpec) -> None:
+        raw = spec.SerializeToString(deterministic=True)
+        old = getattr(self, which)
+        if old is None:
+            setattr(self, which, raw)
+        elif old != raw and self.problem is None:
+            self.problem = "space_changed"
+
+
+@dataclass
+class SessionState:
+    ended: bool = False
+    failed: bool = False
+    caution: bool = False
+
+
+@dataclass
+class Episode:
+    """A released episode, decoded: T+1 observations (T if `terminal_observation` is False)."""
+
+    session_id: str
+    record_id: str
+    route: dict[str, Any]
+    started: dict[str, Any]
+    completed: dict[str, Any] | None
+    observations: list[Any]
+    actions: list[Any]
+    steps: list[StepRow]
+    obs_spec: ev.SpaceSpec
+    act_spec: ev.SpaceSpec
+    terminal_observation: bool
+    abandoned: bool
+    caution: bool
+
+    @property
+    def length(self) -> int:
+        return len(self.steps)
+
+
+def _route(route: ev.RuntimeEnvContext) -> dict[str, Any]:
+    return {"env_id": route.env_id, "env_component_id": route.env_component_id,
+            "model_component_id": route.model_component_id, "lane": route.lane}
+
+
+@dataclass
+class Filters:
+    env_ids: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    include_abandoned: bool = False
+    exclude_caution: bool = False
+
+    def wants(self, route: dict[str, Any]) -> bool:
+        return ((not self.env_ids or route["env_id"] in self.env_ids)
+                and (not self.models or route["model_component_id"] in self.models))
+
+
+class Joiner:
+    """Events in, whole episodes out; its state is plain data, so it can be pickled."""
+
+    def __init__(self, filters: Filters) -> None:
+        self.filters = filters
+        self.pending: dict[Key, PendingEpisode] = {}
+        self.sessions: dict[str, SessionState] = {}
+        self.skipped: Counter[str] = Counter()
+        self.skip_examples: dict[str, str] = {}
+
+    # -- state, for the manifest ---------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        return {"pending": self.pending, "sessions": self.sessions, "skipped": self.skipped,
+                "skip_examples": self.skip_examples}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.pending = state["pending"]
+        self.sessions = state["sessions"]
+        self.skipped = state["skipped"]
+        self.skip_examples = state["skip_examples"]
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def add(self, event: Any) -> None:
+        if isinstance(event, ev.ObservationEmittedEvent):
+            self._observation(event)
+        elif isinstance(event, ev.ActionReceivedEvent):
+            self._action(event)
+        elif isinstance(event, ev.StepCompletedEvent):
+            self._step(event)
+        elif isinstance(event, ev.EpisodeStartedEvent):
+            ep = self._episode(event.session_id, event.episode_record_id, event.route)
+            ep.started = {"episode_id": event.episode_id, "episode_index": event.episode_index,
+                          "env_index": event.env_index, "seed": event.seed,
+                          "trial_index": event.trial_index,
+                          "started_from_auto_reset": event.started_from_auto_reset}
+        elif isinstance(event, ev.EpisodeCompletedEvent):
+            ep = self._episode(event.session_id, event.episode_record_id, event.route)
+            ep.completed = {"episode_id": event.episode_id, "step_count": event.step_count,
+                            "cumulative_reward": event.cumulative_reward,
+                            "terminated": event.terminated, "truncated": event.truncated,
+                            "success": event.success, "seed": event.seed,
+                            "episode_index": event.episode_index, "env_index": event.env_index,
+                            "trial_index": event.trial_index, "duration_ms": event.duration_ms}
+        elif isinstance(event, ev.SessionEndedEvent):
+            self._session(event.session_id).ended = True
+        elif isinstance(event, ev.SessionFailedEvent):
+            session = self._session(event.session_id)
+            session.ended = session.failed = True
+        elif isinstance(event, ev.RelayAdvisoryEvent):
+            if event.advisory.severity is ev.AdvisorySeverity.CAUTION:
+                self._session(event.session_id).caution = True
+
+    def _session(self, session_id: str) -> SessionState:
+        state = self.sessions.get(session_id)
+        if state is None:
+            state = self.sessions[session_id] = SessionState()
+        return state
+
+    def _episode(self, session_id: str, record_id: str,
+                 route: ev.RuntimeEnvContext) -> PendingEpisode:
+        key = (session_id, record_id)
+        ep = self.pending.get(key)
+        if ep is None:
+            ep = self.pending[key] = PendingEpisode(session_id, record_id)
+            self._session(session_id)
+        if ep.route is None:
+            ep.route = _route(route)
+        return ep
+
+    def _single_lane(self, lanes: int) -> bool:
+        if lanes == 1:
+            return True
+        self.skipped["multi_lane_events"] += 1
+        return False
+
+    def _observation(self, e: ev.ObservationEmittedEvent) -> None:
+        if not self._single_lane(max(e.num_envs, len(e.episode_record_ids))) or (
+                not e.episode_record_id):
+            return
+        ep = self._episode(e.session_id, e.episode_record_id, e.route)
+        ep.note_spec("obs_spec", e.observation_space)
+        index = 0 if e.is_reset else e.step + 1
+        if e.observation is None:
+            ep.problem = ep.problem or "observation_leaves_omitted"
+            return
+        ep.observations[index] = list(e.observation)
+
+    def _action(self, e: ev.ActionReceivedEvent) -> None:
+        if not self._single_lane(len(e.episode_record_ids) or 1) or not e.episode_record_id:
+            return
+        ep = self._episode(e.session_id, e.episode_record_id, e.route)
+        ep.note_spec("act_spec", e.action_space)
+        if e.action is None:
+            ep.problem = ep.problem or "action_leaves_omitted"
+            return
+        ep.actions[e.step] = list(e.action)
+
+    def _step(self, e: ev.StepCompletedEvent) -> None:
+        if not self._single_lane(len(e.rewards)) or not e.episode_record_id:
+            return
+        ep = self._episode(e.session_id, e.episode_record_id, e.route)
+        if e.autoreset_roll and e.autoreset_roll[0]:
+            return  # a NEXT_STEP roll is not a step of any episode
+        ep.steps[e.step] = StepRow(float(e.rewards[0]), bool(e.terminated[0]),
+                                   bool(e.truncated[0]), e.infos)
+
+    # -- releasing -----------------------------------------------------------------------------
+
+    def release(self, *, final: bool = False) -> list[Episode]:
+        """Episodes that are whole now; with `final`, also decide on everything else."""
+        out: list[Episode] = []
+        for key in sorted(self.pending):
+            ep = self.pending[key]
+            session = self.sessions.get(ep.session_id) or SessionState()
+            verdict = self._verdict(ep, session, final)
+            if verdict is None:
+                continue
+            del self.pending[key]
+            if verdict.startswith("skip:"):
+                self._skip(verdict[5:], ep)
+                continue
+            built = self._build(ep, session, abandoned=verdict == "abandoned")
+            if built is not None:
+                out.append(built)
+        return out
+
+    def _verdict(self, ep: PendingEpisode, session: SessionState, final: bool) -> str | None:
+        """None: keep waiting; 'release'/'abandoned'; or 'skip:<reason>'."""
+        if ep.route is not None and not self.filters.wants(ep.route):
+            return "skip:filtered"
+        if ep.problem is not None:
+            return f"skip:{ep.problem}" if (session.ended or final) else None
+        if not session.ended and not final:
+            return None
+        if ep.completed is None:
+            if not session.ended:
+                return None  # still running when the history ends: decided by a later run
+            if not session.failed:
+                return "skip:incomplete"
+            return "abandoned" if self.filters.include_abandoned else "skip:abandoned"
+        steps = int(ep.completed["step_count"])
+        whole = (ep.started is not None and all(t in ep.steps for t in range(steps))
+                 and all(t in ep.actions for t in range(steps))
+                 and all(t in ep.observations for t in range(steps)) and len(ep.steps) == steps)
+        if whole and steps in ep.observations:
+            return "release"
+        if whole and final:
+            return "release"  # released without its terminal observation, flagged
+        return "skip:incomplete" if final else None
+
+    def _skip(self, reason: str, ep: PendingEpisode) -> None:
+        self.skipped[reason] += 1
+        self.skip_examples.setdefault(reason, f"{ep.session_id}/{ep.record_id}")
+
+    def _build(self, ep: PendingEpisode, session: SessionState, *,
+               abandoned: bool) -> Episode | None:
+        if session.caution and self.filters.exclude_caution:
+            self._skip("caution", ep)
+            return None
+        if ep.obs_spec is None or ep.act_spec is None or ep.route is None or (
+                ep.started is None and not abandoned):
+            self._skip("incomplete", ep)
+            return None
+        steps = (int(ep.completed["step_count"]) if ep.completed is not None
+                 else _contiguous(ep.steps, ep.actions, ep.observations))
+        obs_spec, act_spec = ev.SpaceSpec(), ev.SpaceSpec()
+        obs_spec.ParseFromString(ep.obs_spec)
+        act_spec.ParseFromString(ep.act_spec)
+        terminal = steps in ep.observations
+        try:
+            obs_decoder, act_decoder = LeafDecoder(obs_spec), LeafDecoder(act_spec)
+            observations = [obs_decoder.decode(ep.observations[t])
+                            for t in range(steps + 1 if terminal else steps)]
+            actions = [act_decoder.decode(ep.actions[t]) for t in range(steps)]
+        except ContractError as exc:
+            self._skip("bad_leaves", ep)
+            self.skip_examples.setdefault("bad_leaves_error", str(exc))
+            return None
+        return Episode(
+            session_id=ep.session_id, record_id=ep.record_id, route=ep.route,
+            started=ep.started or {}, completed=ep.completed, observations=observations,
+            actions=actions, steps=[ep.steps[t] for t in range(steps)], obs_spec=obs_spec,
+            act_spec=act_spec, terminal_observation=terminal, abandoned=abandoned,
+            caution=session.caution)
+
+
+def _contiguous(*parts: dict[int, Any]) -> int:
+    """How many steps from 0 every part holds (an abandoned episode's whole prefix)."""
+    t = 0
+    while all(t in p for p in parts):
+        t += 1
+    return t
