@@ -128,3 +128,42 @@ def test_episodes_run_without_the_wrapper_are_marked_not_padded(make_hooks, expo
     assert sink.store.committed.certificate["episodes_without_terminal_observation"] == 1
     assert minari_sink.store.committed.certificate["episodes_skipped"] == {
         "no_terminal_observation": 1}
+
+
+def test_a_three_lane_vector_env_exports_each_lane_episode_whole(make_hooks, export, tmp_path):
+    hooks = make_hooks()
+    bridge = rlmesh_bridge(hooks, env_id="CartPole-v1", model_component_id="numpy-policy")
+    seen: dict[int, list[np.ndarray]] = {}
+
+    class Recorder(gym.vector.VectorWrapper):
+        """Records every lane's observations as the env returned them."""
+
+        def reset(self, **kwargs):
+            obs, info = self.env.reset(**kwargs)
+            for lane in range(3):
+                seen.setdefault(lane, []).append(obs[lane].copy())
+            return obs, info
+
+        def step(self, actions):
+            out = self.env.step(actions)
+            for lane in range(3):
+                seen[lane].append(out[0][lane].copy())
+            return out
+
+    venv = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 3)
+    result = rlmesh.run(Model(lambda o: (np.asarray(o)[:, 2] > 0).astype(np.int64)),
+                        bridge.wrap(Recorder(venv)), episodes=5, hooks=bridge)
+    hooks.flush(15)
+
+    export(tmp_path / "ds", "minari", "rlmesh/vector-v0")
+    dataset = _load_minari(tmp_path / "ds", "rlmesh/vector-v0")
+
+    episodes = list(dataset.iterate_episodes())
+    metas = list(dataset.storage.get_episode_metadata(range(dataset.total_episodes)))
+    assert sorted(len(e.rewards) for e in episodes) == sorted(x.steps for x in result.episodes)
+    for episode, meta in zip(episodes, metas, strict=True):
+        stream = np.stack(seen[meta["env_index"]])
+        # the lane's recorded observations contain the episode's T+1 as one contiguous run
+        t1 = len(episode.rewards) + 1
+        windows = [stream[i:i + t1].tobytes() for i in range(len(stream) - t1 + 1)]
+        assert episode.observations.tobytes() in windows
