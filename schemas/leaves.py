@@ -212,10 +212,11 @@ def gym_space(spec: SpaceSpec) -> Any:
         return gs.Tuple([gym_space(s) for s in spec.tuple.spaces])
     (leaf,) = leaves_of(spec)
     if kind == "text":
-        charset = spec.text.charset or None
+        if spec.text.charset:
+            return gs.Text(max_length=int(spec.text.max_length),
+                           min_length=int(spec.text.min_length), charset=spec.text.charset)
         return gs.Text(max_length=int(spec.text.max_length),
-                       min_length=int(spec.text.min_length),
-                       **({"charset": charset} if charset else {}))
+                       min_length=int(spec.text.min_length))
     if kind == "discrete":
         return gs.Discrete(int(spec.discrete.n), start=int(spec.discrete.start),
                            dtype=leaf.dtype.newbyteorder("="))

@@ -159,9 +159,9 @@ class Joiner:
         elif isinstance(event, ev.SessionFailedEvent):
             session = self._session(event.session_id)
             session.ended = session.failed = True
-        elif isinstance(event, ev.RelayAdvisoryEvent):
-            if event.advisory.severity is ev.AdvisorySeverity.CAUTION:
-                self._session(event.session_id).caution = True
+        elif (isinstance(event, ev.RelayAdvisoryEvent)
+              and event.advisory.severity is ev.AdvisorySeverity.CAUTION):
+            self._session(event.session_id).caution = True
 
     def _session(self, session_id: str) -> SessionState:
         state = self.sessions.get(session_id)

@@ -202,7 +202,8 @@ class MinariWriter:
         if self.storage is None:
             return {}
         obs_space, act_space = self.storage.observation_space, self.storage.action_space
-        buffers, extra = [], []
+        buffers: list[EpisodeBuffer] = []
+        extra: list[dict[str, Any]] = []
         start = self.storage.total_episodes
         for e in episodes:
             if not e.terminal_observation:
@@ -226,10 +227,10 @@ class MinariWriter:
         """Why an episode cannot go into this dataset (None: it can)."""
         if not e.terminal_observation:
             return "no_terminal_observation"
-        if self.storage is not None:
-            if gym_space(e.obs_spec) != self.storage.observation_space or (
-                    gym_space(e.act_spec) != self.storage.action_space):
-                return "space_mismatch"
+        if self.storage is not None and (
+                gym_space(e.obs_spec) != self.storage.observation_space
+                or gym_space(e.act_spec) != self.storage.action_space):
+            return "space_mismatch"
         return None
 
 
