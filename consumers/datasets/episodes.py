@@ -11,9 +11,11 @@ episode without its terminal observation is released flagged (never padded),
 one with a missing step is skipped, one its session never completed is
 abandoned. Every skip is counted by reason for the certificate.
 
-Only single-lane events are joined (the SDK bridge publishes every lane of a
-vector env as its own lane); a group-step event carrying several lanes is
-counted as skipped (`multi_lane`), not guessed at.
+Single-lane events (the SDK bridge publishes every lane of a vector env as
+its own lane) place themselves: an observation's `step` is the step that
+produced it (the reset one has `is_reset`). Events carrying several lanes are
+a vector-env session's group steps, split into lanes by groups.py once the
+session has ended.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlmesh_stream.consumers.datasets.groups import GroupSession, LaneValues, assemble
 from rlmesh_stream.schemas import events as ev
 from rlmesh_stream.schemas.errors import ContractError
 from rlmesh_stream.schemas.leaves import LeafDecoder
@@ -67,6 +70,8 @@ class SessionState:
     ended: bool = False
     failed: bool = False
     caution: bool = False
+    groups: GroupSession | None = None  # a vector-env session's group-step events
+    totals: tuple[int, int] | None = None  # session_ended's (total_steps, total_episodes)
 
 
 @dataclass
@@ -155,7 +160,9 @@ class Joiner:
                             "episode_index": event.episode_index, "env_index": event.env_index,
                             "trial_index": event.trial_index, "duration_ms": event.duration_ms}
         elif isinstance(event, ev.SessionEndedEvent):
-            self._session(event.session_id).ended = True
+            session = self._session(event.session_id)
+            session.ended = True
+            session.totals = (event.total_steps, event.total_episodes)
         elif isinstance(event, ev.SessionFailedEvent):
             session = self._session(event.session_id)
             session.ended = session.failed = True
@@ -180,15 +187,22 @@ class Joiner:
             ep.route = _route(route)
         return ep
 
-    def _single_lane(self, lanes: int) -> bool:
-        if lanes == 1:
-            return True
-        self.skipped["multi_lane_events"] += 1
-        return False
+    def _groups(self, session_id: str, lanes: int, records: list[str],
+                route: ev.RuntimeEnvContext) -> GroupSession:
+        session = self._session(session_id)
+        if session.groups is None:
+            session.groups = GroupSession(lanes)
+        for record in records:
+            if record:
+                self._episode(session_id, record, route)
+        return session.groups
 
     def _observation(self, e: ev.ObservationEmittedEvent) -> None:
-        if not self._single_lane(max(e.num_envs, len(e.episode_record_ids))) or (
-                not e.episode_record_id):
+        if max(e.num_envs, len(e.episode_record_ids)) > 1:
+            self._groups(e.session_id, e.num_envs, e.episode_record_ids, e.route
+                         ).add_observation(e)
+            return
+        if not e.episode_record_id:
             return
         ep = self._episode(e.session_id, e.episode_record_id, e.route)
         ep.note_spec("obs_spec", e.observation_space)
@@ -199,7 +213,11 @@ class Joiner:
         ep.observations[index] = list(e.observation)
 
     def _action(self, e: ev.ActionReceivedEvent) -> None:
-        if not self._single_lane(len(e.episode_record_ids) or 1) or not e.episode_record_id:
+        if len(e.episode_record_ids) > 1:
+            self._groups(e.session_id, len(e.episode_record_ids), e.episode_record_ids,
+                         e.route).add_action(e)
+            return
+        if not e.episode_record_id:
             return
         ep = self._episode(e.session_id, e.episode_record_id, e.route)
         ep.note_spec("act_spec", e.action_space)
@@ -209,7 +227,10 @@ class Joiner:
         ep.actions[e.step] = list(e.action)
 
     def _step(self, e: ev.StepCompletedEvent) -> None:
-        if not self._single_lane(len(e.rewards)) or not e.episode_record_id:
+        if len(e.rewards) > 1:
+            self._groups(e.session_id, len(e.rewards), [], e.route).add_step(e)
+            return
+        if not e.episode_record_id:
             return
         ep = self._episode(e.session_id, e.episode_record_id, e.route)
         if e.autoreset_roll and e.autoreset_roll[0]:
@@ -222,9 +243,15 @@ class Joiner:
     def release(self, *, final: bool = False) -> list[Episode]:
         """Episodes that are whole now; with `final`, also decide on everything else."""
         out: list[Episode] = []
+        for session_id, session in sorted(self.sessions.items()):
+            if session.groups is not None and (final or _all_read(session, self.pending,
+                                                                   session_id)):
+                out.extend(self._release_groups(session_id, session, final))
         for key in sorted(self.pending):
             ep = self.pending[key]
             session = self.sessions.get(ep.session_id) or SessionState()
+            if session.groups is not None:
+                continue  # a vector-env session: released as a whole, above
             verdict = self._verdict(ep, session, final)
             if verdict is None:
                 continue
@@ -261,6 +288,96 @@ class Joiner:
             return "release"  # released without its terminal observation, flagged
         return "skip:incomplete" if final else None
 
+    def _release_groups(self, session_id: str, session: SessionState,
+                        final: bool) -> list[Episode]:
+        """Every episode of an ended vector-env session (or of any at the end of a run)."""
+        groups = session.groups
+        assert groups is not None
+        mine = {k[1]: ep for k, ep in self.pending.items() if k[0] == session_id}
+        if not session.ended and any(ep.completed is None for ep in mine.values()):
+            return []  # still running at the end of the history: a later run decides
+        lane_order: dict[int, list[str]] = {}
+        for record, ep in sorted(mine.items(), key=lambda kv: (
+                (kv[1].started or {}).get("episode_index") or 0, kv[0])):
+            if ep.started is not None:
+                lane_order.setdefault(int(ep.started["env_index"]), []).append(record)
+        found = assemble(groups, lane_order)
+        values = LaneValues(groups)
+        out = []
+        for record, ep in sorted(mine.items()):
+            del self.pending[(session_id, record)]
+            verdict = self._group_verdict(ep, session, found.problem)
+            if verdict is not None:
+                self._skip(verdict, ep)
+                continue
+            lane_ep = found.episodes.get(record)
+            built = self._build_lane(ep, session, lane_ep, found.bad_groups, values)
+            if built is not None:
+                out.append(built)
+        session.groups = None
+        return out
+
+    def _group_verdict(self, ep: PendingEpisode, session: SessionState,
+                       problem: str | None) -> str | None:
+        if ep.route is not None and not self.filters.wants(ep.route):
+            return "filtered"
+        if problem is not None:
+            return problem
+        if ep.completed is None:
+            if session.failed:
+                return None if self.filters.include_abandoned else "abandoned"
+            return "incomplete"
+        if session.caution and self.filters.exclude_caution:
+            return "caution"
+        return None
+
+    def _build_lane(self, ep: PendingEpisode, session: SessionState, lane_ep: Any,
+                    bad: set[int], values: LaneValues) -> Episode | None:
+        groups = session.groups
+        assert groups is not None
+        if lane_ep is None or ep.route is None or ep.started is None:
+            self._skip("incomplete", ep)
+            return None
+        abandoned = ep.completed is None
+        steps = len(lane_ep.groups) if abandoned else int(ep.completed["step_count"])
+        if len(lane_ep.groups) != steps or any(k in bad for k in lane_ep.groups):
+            self._skip("incomplete", ep)
+            return None
+        if steps == 0:
+            self._skip("empty", ep)
+            return None
+        if lane_ep.reset is None:
+            self._skip("no_reset_observation", ep)
+            return None
+        specs = {groups.actions[k].spec for k in lane_ep.groups}
+        obs_specs = {groups.observations[k].spec for k in lane_ep.groups}
+        first_obs = groups.reset if lane_ep.reset[0] < 0 else groups.observations[lane_ep.reset[0]]
+        assert first_obs is not None
+        obs_specs.add(first_obs.spec)
+        if len(specs) > 1 or len(obs_specs) > 1:
+            self._skip("space_changed", ep)
+            return None
+        lane = lane_ep.lane
+        try:
+            observations = [values.observation(lane_ep.reset[0], lane)]
+            observations += [values.observation(k, lane) for k in lane_ep.groups]
+            actions = [values.action(k, lane) for k in lane_ep.groups]
+        except ContractError as exc:
+            self._skip("bad_leaves", ep)
+            self.skip_examples.setdefault("bad_leaves_error", str(exc))
+            return None
+        rows = [StepRow(groups.steps[k].rewards[lane], groups.steps[k].terminated[lane],
+                        groups.steps[k].truncated[lane], None) for k in lane_ep.groups]
+        obs_spec, act_spec = ev.SpaceSpec(), ev.SpaceSpec()
+        obs_spec.ParseFromString(obs_specs.pop())
+        if specs:
+            act_spec.ParseFromString(specs.pop())
+        return Episode(
+            session_id=ep.session_id, record_id=ep.record_id, route=ep.route,
+            started=ep.started, completed=ep.completed, observations=observations,
+            actions=actions, steps=rows, obs_spec=obs_spec, act_spec=act_spec,
+            terminal_observation=True, abandoned=abandoned, caution=session.caution)
+
     def _skip(self, reason: str, ep: PendingEpisode) -> None:
         self.skipped[reason] += 1
         self.skip_examples.setdefault(reason, f"{ep.session_id}/{ep.record_id}")
@@ -295,6 +412,27 @@ class Joiner:
             actions=actions, steps=[ep.steps[t] for t in range(steps)], obs_spec=obs_spec,
             act_spec=act_spec, terminal_observation=terminal, abandoned=abandoned,
             caution=session.caution)
+
+
+def _all_read(session: SessionState, pending: dict[Key, PendingEpisode], session_id: str) -> bool:
+    """An ended vector-env session whose events have all been read (its end event can be
+    read before them): its totals match the groups and the episodes read."""
+    groups = session.groups
+    if groups is None or session.totals is None:
+        return False  # running, or failed (no totals): decided at the end of a run
+    total_steps, total_episodes = session.totals
+    if not len(groups.actions) == len(groups.steps) == len(groups.observations):
+        return False
+    real = 0
+    for k, step in groups.steps.items():
+        action = groups.actions.get(k)
+        if action is None:
+            return False
+        real += sum(1 for lane, roll in enumerate(step.rolls)
+                    if not roll and lane < len(action.records) and action.records[lane])
+    completed = sum(1 for (sid, _), ep in pending.items()
+                    if sid == session_id and ep.completed is not None)
+    return real == total_steps and completed == total_episodes
 
 
 def _contiguous(*parts: dict[int, Any]) -> int:
