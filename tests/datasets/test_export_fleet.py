@@ -70,7 +70,7 @@ def _exportable(fleet: Fleet, *, abandoned: bool) -> dict[tuple[str, str], Episo
     autoreset = {s.session_id: s.autoreset for s in fleet.manifest.sessions}
     out = {}
     for e in fleet.manifest.episodes:
-        if e.status == "aborted" and not abandoned or e.steps == 0:
+        if (e.status == "aborted" and not abandoned) or e.steps == 0:
             continue
         if autoreset[e.session_id] == "next_step" or e.episode_index <= LANES:
             out[(e.session_id, e.episode_record_id)] = e
