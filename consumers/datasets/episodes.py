@@ -339,7 +339,7 @@ class Joiner:
             self._skip("incomplete", ep)
             return None
         abandoned = ep.completed is None
-        steps = len(lane_ep.groups) if abandoned else int(ep.completed["step_count"])
+        steps = len(lane_ep.groups) if ep.completed is None else int(ep.completed["step_count"])
         if len(lane_ep.groups) != steps or any(k in bad for k in lane_ep.groups):
             self._skip("incomplete", ep)
             return None
