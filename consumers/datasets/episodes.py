@@ -30,6 +30,8 @@ from rlmesh_stream.schemas.errors import ContractError
 from rlmesh_stream.schemas.leaves import LeafDecoder
 
 Key = tuple[str, str]  # (session_id, episode_record_id)
+Unit = tuple[str, ...]  # ("e", session, record): an episode; ("s", session): a vector session
+TP = tuple[str, int]
 
 
 @dataclass
@@ -123,22 +125,54 @@ class Joiner:
         self.sessions: dict[str, SessionState] = {}
         self.skipped: Counter[str] = Counter()
         self.skip_examples: dict[str, str] = {}
+        # where each unit still pending was first read, per partition: the resume point
+        self._first: dict[Unit, dict[TP, int]] = {}
+        # after a restart: records below `frontier` were read before; of those only the
+        # units still pending at that commit (`kept`) are read again
+        self.frontier: dict[TP, int] = {}
+        self.kept: set[Unit] = set()
 
     # -- state, for the manifest ---------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        return {"pending": self.pending, "sessions": self.sessions, "skipped": self.skipped,
+        """What a restart needs besides re-reading from `resume_offsets` (small: no payloads)."""
+        sessions = {sid: SessionState(s.ended, s.failed, s.caution, None, s.totals)
+                    for sid, s in self.sessions.items()}
+        return {"sessions": sessions, "kept": set(self._first), "skipped": self.skipped,
                 "skip_examples": self.skip_examples}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        self.pending = state["pending"]
+    def restore(self, state: dict[str, Any], frontier: dict[TP, int]) -> None:
         self.sessions = state["sessions"]
+        self.kept = state["kept"]
         self.skipped = state["skipped"]
         self.skip_examples = state["skip_examples"]
+        self.frontier = frontier
+
+    def resume_offsets(self, read: dict[TP, int]) -> dict[TP, int]:
+        """Per partition, where a restart must read again from: the first record of any unit
+        still pending, else everything read (`read`: the next offset read per partition)."""
+        out = dict(read)
+        for first in self._first.values():
+            for tp, offset in first.items():
+                if offset < out.get(tp, offset + 1):
+                    out[tp] = offset
+        return out
 
     # -- reading -------------------------------------------------------------------------------
 
-    def add(self, event: Any) -> None:
+    def add(self, event: Any, where: tuple[str, int, int] | None = None) -> None:
+        """One decoded event; `where` (topic, partition, offset) tracks the resume point."""
+        unit = _unit_of(event)
+        if where is not None and unit is not None:
+            tp = (where[0], where[1])
+            if where[2] < self.frontier.get(tp, -1) and unit not in self.kept:
+                return  # read and released before the last restart
+            first = self._first.setdefault(unit, {})
+            if tp not in first:
+                first[tp] = where[2]
+        self._add(event)
+
+    def _add(self, event: Any) -> None:
         if isinstance(event, ev.ObservationEmittedEvent):
             self._observation(event)
         elif isinstance(event, ev.ActionReceivedEvent):
@@ -256,6 +290,7 @@ class Joiner:
             if verdict is None:
                 continue
             del self.pending[key]
+            self._first.pop(("e", *key), None)
             if verdict.startswith("skip:"):
                 self._skip(verdict[5:], ep)
                 continue
@@ -306,6 +341,7 @@ class Joiner:
         out = []
         for record, ep in sorted(mine.items()):
             del self.pending[(session_id, record)]
+            self._first.pop(("e", session_id, record), None)
             verdict = self._group_verdict(ep, session, found.problem)
             if verdict is not None:
                 self._skip(verdict, ep)
@@ -315,6 +351,7 @@ class Joiner:
             if built is not None:
                 out.append(built)
         session.groups = None
+        self._first.pop(("s", session_id), None)
         return out
 
     def _group_verdict(self, ep: PendingEpisode, session: SessionState,
@@ -412,6 +449,21 @@ class Joiner:
             actions=actions, steps=[ep.steps[t] for t in range(steps)], obs_spec=obs_spec,
             act_spec=act_spec, terminal_observation=terminal, abandoned=abandoned,
             caution=session.caution)
+
+
+def _unit_of(event: Any) -> Unit | None:
+    """The pending unit an event belongs to (None: session-level, kept in the state)."""
+    if isinstance(event, (ev.EpisodeStartedEvent, ev.EpisodeCompletedEvent)):
+        return ("e", event.session_id, event.episode_record_id)
+    if isinstance(event, ev.StepCompletedEvent):
+        if len(event.rewards) > 1:
+            return ("s", event.session_id)
+        return ("e", event.session_id, event.episode_record_id)
+    if isinstance(event, (ev.ObservationEmittedEvent, ev.ActionReceivedEvent)):
+        if len(event.episode_record_ids) > 1:
+            return ("s", event.session_id)
+        return ("e", event.session_id, event.episode_record_id)
+    return None
 
 
 def _all_read(session: SessionState, pending: dict[Key, PendingEpisode], session_id: str) -> bool:

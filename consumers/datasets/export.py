@@ -53,7 +53,7 @@ class TrajectoryBuilder(Builder):
 
     def rows(self, record: Record) -> Iterator[PartialRow]:
         if record.event is not None:
-            self.sink.joiner.add(record.event)
+            self.sink.joiner.add(record.event, (record.topic, record.partition, record.offset))
         return iter(())
 
 
@@ -90,8 +90,9 @@ class DatasetSink:
     Only `load_offsets` and `apply` are called by the runtime; a dataset has no SQL.
     """
 
-    def __init__(self, options: ExportOptions) -> None:
+    def __init__(self, options: ExportOptions, prefix: str) -> None:
         self.options = options
+        self.prefix = prefix
         self.final = False
         self.released: list[Episode] = []
         self._load()
@@ -106,7 +107,8 @@ class DatasetSink:
         self.joiner = Joiner(options.filters)
         self.certificate = self.store.certificate
         if self.store.pending_state is not None:
-            self.joiner.restore(self.store.pending_state)
+            self.joiner.restore(self.store.pending_state,
+                                self.store.offsets(CertificateBuilder.name))
 
     def load_offsets(self, builder: str) -> dict[tuple[str, int], int]:
         return self.store.offsets(builder)
@@ -119,13 +121,7 @@ class DatasetSink:
             raise
 
     def _commit(self, batch: SinkBatch) -> None:
-        for u in batch.offsets:  # fencing, as the SQL sinks do
-            stored = self.store.offsets(u.builder).get((u.topic, u.partition))
-            if stored != u.expected:
-                from rlmesh_stream.consumers.sinks import OffsetConflict
-
-                raise OffsetConflict(f"{u.builder} {u.topic}[{u.partition}]: stored offset "
-                                     f"{stored}, expected {u.expected}")
+        # One exporter per directory (the manifest's lock): no fencing between writers.
         episodes = self.joiner.release(final=self.final)
         keep = []
         for e in episodes:
@@ -143,10 +139,15 @@ class DatasetSink:
         generation = self.store.committed.generation + 1
         writer_state = self.writer.write(keep, generation) if keep else (
             self.store.committed.writer)
-        offsets: dict[str, dict[tuple[str, int], int]] = {}
+        read = self.store.offsets(CertificateBuilder.name)
         for u in batch.offsets:
-            offsets.setdefault(u.builder, {})[(u.topic, u.partition)] = u.next_offset
-        self.store.commit(offsets=offsets, writer=writer_state, joiner_state=self.joiner.state(),
+            if u.builder == CertificateBuilder.name:
+                read[(u.topic, u.partition)] = u.next_offset
+        trajectory_topics = {et.topic(self.prefix) for et in TRAJECTORY_EVENTS}
+        resume = self.joiner.resume_offsets(
+            {tp: o for tp, o in read.items() if tp[0] in trajectory_topics})
+        self.store.commit(offsets={CertificateBuilder.name: read, TrajectoryBuilder.name: resume},
+                          writer=writer_state, joiner_state=self.joiner.state(),
                           certificate=self.certificate.summary(self.joiner.skipped))
         self.released.extend(keep)
 
@@ -165,7 +166,7 @@ class DatasetSink:
 
 def run_export(config: StreamConfig, options: ExportOptions, runtime_options: RuntimeOptions,
                *, progress: Progress | None = None) -> tuple[DatasetSink, ConsumerRuntime]:
-    sink = DatasetSink(options)
+    sink = DatasetSink(options, config.topic_prefix)
     builders: list[Builder] = [TrajectoryBuilder(sink), CertificateBuilder(sink)]
     runtime = ConsumerRuntime(config, builders, cast(Sink, sink), runtime_options,
                               progress=progress)

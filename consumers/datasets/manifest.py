@@ -3,7 +3,8 @@
 Layout under the dataset directory:
 
     .rlmesh-export/manifest.json     the committed state (replaced atomically)
-    .rlmesh-export/pending-<gen>.pkl the joiner's half-read episodes at generation <gen>
+    .rlmesh-export/pending-<gen>.pkl the joiner's small state at generation <gen> (sessions'
+                                     flags, which episodes are still pending, counts)
     .rlmesh-export/lock              held (flock) by the one process exporting here
 
 A commit writes the batch's data files (named by generation), the pending
@@ -175,11 +176,8 @@ class ManifestStore:
                         protocol=pickle.HIGHEST_PROTOCOL)
             f.flush()
             os.fsync(f.fileno())
-        merged = {b: dict(o) for b, o in self.committed.offsets.items()}
-        for builder, updates in offsets.items():
-            mine = merged.setdefault(builder, {})
-            for (topic, part), nxt in updates.items():
-                mine[f"{topic}|{part}"] = nxt
+        merged = {builder: {f"{topic}|{part}": nxt for (topic, part), nxt in sorted(o.items())}
+                  for builder, o in offsets.items()}
         new = Committed(generation=gen, format=self.committed.format,
                         dataset_id=self.committed.dataset_id, offsets=merged, writer=writer,
                         certificate=certificate)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rlmesh_stream.consumers.datasets.episodes import Episode
@@ -133,7 +134,7 @@ def _steps_table(episodes: list[Episode]) -> pa.Table:
         data["action"] = _arrow(acts)
         next_col = _arrow(nxt)
         mask = pa.array([not p for p in has_next])
-        data["next_observation"] = pa.compute.if_else(mask, pa.nulls(len(nxt), next_col.type),
+        data["next_observation"] = pc.if_else(mask, pa.nulls(len(nxt), next_col.type),
                                                       next_col)
     table = pa.table(data)
     spec = episodes[0]
