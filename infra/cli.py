@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "join": "rlmesh_stream.consumers.analysis.join_cli:join",
     # everything at once (infra/)
     "demo": "rlmesh_stream.infra.demo:demo",
+    "export": "rlmesh_stream.consumers.datasets.cli:export",
 }
 
 # optional third-party module (top-level name) -> the extra that installs it

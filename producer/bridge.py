@@ -11,8 +11,13 @@ raised).
 
 What the SDK's smaller hook surface cannot give, the bridge says so rather
 than invents: `RunHooks.on_step` carries the pre-step observation only, so
-each post-step observation is published when the next step reveals it, and an
-episode's terminal observation (never shown to hooks) is not published.
+each post-step observation is published when the next step reveals it. An
+episode's terminal observation is never shown to hooks: run the env wrapped
+by `bridge.wrap(env)` (a Gymnasium wrapper that sees what each `step`
+returns) and the bridge publishes it (an `observation_emitted` after the last
+step, before `episode_completed`), so the episode is published whole (T+1
+observations). Without the wrapper it is not published, and consumers mark
+such episodes as lacking it.
 Episodes are attributed to lane slots in start order (a vector env's
 `StepEvent` carries no lane), one group step per `StepEvent`.
 """
@@ -148,6 +153,17 @@ class RlmeshBridge(rlmesh.RunHooks):
         self._lock = threading.Lock()
         self._state: _RunState | None = None
         self.session_ids: list[str] = []
+        # lane slot -> the terminal observation a wrapped env's `step` returned
+        self._terminal: dict[int, Any] = {}
+
+    def wrap(self, env: Any) -> Any:
+        """`env` (a Gymnasium `Env` or `VectorEnv`) wrapped so that each episode's terminal
+        observation is published: `rlmesh.run(model, bridge.wrap(env), hooks=bridge)`."""
+        import gymnasium as gym
+
+        if isinstance(env, gym.vector.VectorEnv):
+            return _TerminalVectorWrapper(env, self._terminal)
+        return _TerminalWrapper(env, self._terminal)
 
     @property
     def session_id(self) -> str | None:
@@ -242,6 +258,9 @@ class RlmeshBridge(rlmesh.RunHooks):
             state.free_slots.append(ep.slot)
             state.free_slots.sort()
         state.total_episodes += 1
+        terminal = self._terminal.pop(ep.slot, None)
+        if terminal is not None and result.steps > 0:
+            self._publish_terminal(state, ep, terminal, int(result.steps))
         self.hooks.episode_completed(ev.EpisodeCompletedEvent(
             session_id=state.session_id, route=self.route, episode_id=ep.episode_id,
             episode_record_id=ep.record_id, episode_index=result.index + 1, env_index=ep.slot,
@@ -281,6 +300,20 @@ class RlmeshBridge(rlmesh.RunHooks):
 
     # -- helpers ------------------------------------------------------------------------------
 
+    def _publish_terminal(self, state: _RunState, ep: _Episode, observation: Any,
+                          steps: int) -> None:
+        """The observation after the episode's last step (index T), from the wrapped env."""
+        codec = state.obs_codec
+        if codec is None:
+            codec = state.obs_codec = LeafCodec(infer_space(observation))
+        leaves = codec.encode(observation)
+        self.hooks.observation_emitted(_ObservationEmitted(
+            session_id=state.session_id, route=self.route, episode_id=ep.episode_id,
+            episode_record_id=ep.record_id, episode_ids=[ep.episode_id],
+            episode_record_ids=[ep.record_id], step=steps - 1, env_index=ep.slot,
+            is_reset=False, num_envs=1, observation_space=codec.spec, observation=leaves,
+            raw_observation=leaves, infos=None))
+
     def _require_state(self) -> _RunState:
         if self._state is None:  # a hook called outside a run: start one implicitly
             self.on_run_start(None)
@@ -302,6 +335,55 @@ class RlmeshBridge(rlmesh.RunHooks):
             state.obs_codec = LeafCodec(obs_space)
         if act_space is not None and state.act_codec is None:
             state.act_codec = LeafCodec(act_space)
+
+
+def _terminal_wrapper_base() -> Any:
+    import gymnasium as gym
+
+    return gym.Wrapper
+
+
+class _TerminalWrapper(_terminal_wrapper_base()):  # type: ignore[misc]
+    """Keeps the observation a `step` returned when the episode ended (lane slot 0)."""
+
+    def __init__(self, env: Any, stash: dict[int, Any]) -> None:
+        super().__init__(env)
+        self._stash = stash
+
+    def step(self, action: Any) -> Any:
+        result = self.env.step(action)
+        if result[2] or result[3]:
+            self._stash[0] = result[0]
+        return result
+
+
+def _vector_wrapper_base() -> Any:
+    import gymnasium as gym
+
+    return gym.vector.VectorWrapper
+
+
+class _TerminalVectorWrapper(_vector_wrapper_base()):  # type: ignore[misc]
+    """Keeps each lane's observation from the `step` that ended its episode (slot = lane)."""
+
+    def __init__(self, env: Any, stash: dict[int, Any]) -> None:
+        super().__init__(env)
+        self._stash = stash
+
+    def step(self, actions: Any) -> Any:
+        result = self.env.step(actions)
+        observations, _, terminated, truncated, _ = result
+        for lane in np.flatnonzero(np.logical_or(terminated, truncated)):
+            self._stash[int(lane)] = _lane(observations, int(lane))
+        return result
+
+
+def _lane(batched: Any, lane: int) -> Any:
+    if isinstance(batched, dict):
+        return {k: _lane(v, lane) for k, v in batched.items()}
+    if isinstance(batched, tuple):
+        return tuple(_lane(v, lane) for v in batched)
+    return batched[lane]
 
 
 def _gym_space(spec: Any) -> Any:

@@ -1,0 +1,193 @@
+"""`export trajectories` on the consumers' runtime: the dataset is the sink.
+
+The runtime (`consumers.runtime.ConsumerRuntime`) reads, decodes, dead-letters
+and checkpoints as for every table builder. Two builders ride on it:
+`TrajectoryBuilder` feeds the decoded step, action, observation, episode and
+session events to the joiner; `CertificateBuilder` reads every event topic's
+headers for the delivery check (producer id + sequence). Their `rows` write no
+table rows: `DatasetSink.apply`, called once per checkpoint with the batch's
+offsets, releases the whole episodes, has the writer append them and commits
+the manifest (offsets, joiner state, certificate) atomically. On restart the
+runtime seeks to the manifest's offsets and the joiner resumes from its
+pickled state, so every record is applied exactly once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, cast
+
+from rlmesh_stream.consumers.builders.base import Builder, PartialRow
+from rlmesh_stream.consumers.datasets.episodes import Episode, Filters, Joiner
+from rlmesh_stream.consumers.datasets.manifest import (
+    DatasetError,
+    ManifestStore,
+    header_sequence,
+)
+from rlmesh_stream.consumers.datasets.writers import MinariWriter, ParquetWriter
+from rlmesh_stream.consumers.progress import Progress
+from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
+from rlmesh_stream.consumers.sinks import Sink, SinkBatch
+from rlmesh_stream.consumers.tables import Table
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import EventType
+
+TRAJECTORY_EVENTS = frozenset({
+    EventType.OBSERVATION_EMITTED, EventType.ACTION_RECEIVED, EventType.STEP_COMPLETED,
+    EventType.EPISODE_STARTED, EventType.EPISODE_COMPLETED, EventType.SESSION_ENDED,
+    EventType.SESSION_FAILED, EventType.RELAY_ADVISORY,
+})
+
+
+class TrajectoryBuilder(Builder):
+    name = "trajectories"
+    event_types: ClassVar[frozenset[EventType]] = TRAJECTORY_EVENTS
+    tables: ClassVar[tuple[Table, ...]] = ()
+
+    def __init__(self, sink: DatasetSink) -> None:
+        self.sink = sink
+
+    def rows(self, record: Record) -> Iterator[PartialRow]:
+        if record.event is not None:
+            self.sink.joiner.add(record.event, (record.topic, record.partition, record.offset))
+        return iter(())
+
+
+class CertificateBuilder(Builder):
+    name = "certificate"
+    event_types: ClassVar[frozenset[EventType]] = frozenset(EventType)
+    tables: ClassVar[tuple[Table, ...]] = ()
+    needs_decode = False
+
+    def __init__(self, sink: DatasetSink) -> None:
+        self.sink = sink
+
+    def rows(self, record: Record) -> Iterator[PartialRow]:
+        certificate = self.sink.certificate
+        certificate.covered(record.topic, record.partition, record.offset)
+        seen = header_sequence(record.headers)
+        if seen is not None:
+            dead = record.event is None and record.event_type in TRAJECTORY_EVENTS
+            certificate.saw(seen[0], seen[1], dead)
+        return iter(())
+
+
+@dataclass
+class ExportOptions:
+    out: Path
+    fmt: str  # minari | parquet
+    dataset_id: str
+    filters: Filters
+
+
+class DatasetSink:
+    """What the runtime calls a sink: offsets from the manifest, one commit per checkpoint.
+
+    Only `load_offsets` and `apply` are called by the runtime; a dataset has no SQL.
+    """
+
+    def __init__(self, options: ExportOptions, prefix: str) -> None:
+        self.options = options
+        self.prefix = prefix
+        self.final = False
+        self.released: list[Episode] = []
+        self._load()
+
+    def _load(self) -> None:
+        options = self.options
+        self.store = ManifestStore(options.out, fmt=options.fmt, dataset_id=options.dataset_id)
+        self.writer: MinariWriter | ParquetWriter = (
+            MinariWriter(options.out, options.dataset_id) if options.fmt == "minari"
+            else ParquetWriter(options.out))
+        self.writer.recover(self.store.committed.writer, self.store.committed.generation)
+        self.joiner = Joiner(options.filters)
+        self.certificate = self.store.certificate
+        if self.store.pending_state is not None:
+            self.joiner.restore(self.store.pending_state,
+                                self.store.offsets(CertificateBuilder.name))
+
+    def load_offsets(self, builder: str) -> dict[tuple[str, int], int]:
+        return self.store.offsets(builder)
+
+    def apply(self, batch: SinkBatch) -> None:
+        try:
+            self._commit(batch)
+        except Exception:
+            self._reload()  # the joiner saw this batch: go back to the committed state
+            raise
+
+    def _commit(self, batch: SinkBatch) -> None:
+        # One exporter per directory (the manifest's lock): no fencing between writers.
+        episodes = self.joiner.release(final=self.final)
+        keep = []
+        for e in episodes:
+            why = self.writer.accepts(e) if isinstance(self.writer, MinariWriter) else None
+            if why is not None:
+                self.joiner.skipped[why] += 1
+                self.joiner.skip_examples.setdefault(why, f"{e.session_id}/{e.record_id}")
+                continue
+            keep.append(e)
+            self.certificate.exported += 1
+            self.certificate.exported_steps += e.length
+            self.certificate.tagged_caution += e.caution
+            self.certificate.without_terminal_observation += not e.terminal_observation
+            self.certificate.abandoned_exported += e.abandoned
+        generation = self.store.committed.generation + 1
+        writer_state = self.writer.write(keep, generation) if keep else (
+            self.store.committed.writer)
+        read = self.store.offsets(CertificateBuilder.name)
+        for u in batch.offsets:
+            if u.builder == CertificateBuilder.name:
+                read[(u.topic, u.partition)] = u.next_offset
+        trajectory_topics = {et.topic(self.prefix) for et in TRAJECTORY_EVENTS}
+        resume = self.joiner.resume_offsets(
+            {tp: o for tp, o in read.items() if tp[0] in trajectory_topics})
+        self.store.commit(offsets={CertificateBuilder.name: read, TrajectoryBuilder.name: resume},
+                          writer=writer_state, joiner_state=self.joiner.state(),
+                          certificate=self.certificate.summary(self.joiner.skipped))
+        self.released.extend(keep)
+
+    def finish(self) -> None:
+        """The end of an offline run: decide on every episode still pending, and commit."""
+        self.final = True
+        self._commit(SinkBatch())
+
+    def _reload(self) -> None:
+        self.store.close()
+        self._load()
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def run_export(config: StreamConfig, options: ExportOptions, runtime_options: RuntimeOptions,
+               *, progress: Progress | None = None) -> tuple[DatasetSink, ConsumerRuntime]:
+    sink = DatasetSink(options, config.topic_prefix)
+    builders: list[Builder] = [TrajectoryBuilder(sink), CertificateBuilder(sink)]
+    runtime = ConsumerRuntime(config, builders, cast(Sink, sink), runtime_options,
+                              progress=progress)
+    try:
+        runtime.run()
+        if runtime_options.until_end:
+            sink.finish()
+    finally:
+        sink.close()
+    return sink, runtime
+
+
+_DATASET_ID = re.compile(r"^(?:[A-Za-z0-9_.-]+/)+[A-Za-z0-9_.-]+-v\d+$")
+
+
+def check_dataset_id(dataset_id: str) -> str:
+    """NAMESPACE/NAME-vN (Minari's syntax), or a clear DatasetError."""
+    if not _DATASET_ID.match(dataset_id):
+        raise DatasetError(f"dataset id {dataset_id!r} is not NAMESPACE/NAME-vN "
+                           "(for example rlmesh/cartpole-v0)")
+    return dataset_id
+
+
+__all__ = ["DatasetError", "DatasetSink", "ExportOptions", "run_export"]

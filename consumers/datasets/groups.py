@@ -1,0 +1,181 @@
+"""Vector-env sessions: group-step events split into each lane's episodes.
+
+A session of N > 1 lanes publishes, per group step, one `action_received`,
+one `step_completed` and one `observation_emitted` carrying every lane (spec
+sections 2 and 3), after one reset observation. Their scalar `step` is the
+primary lane's, so it cannot place other lanes' steps; what does is order:
+a session's events of one type sit in one partition, in publishing order, so
+the k-th action, the k-th step and the k-th non-reset observation of a session
+are its group step k. The primary lane's (record, step) must agree between
+the k-th action and step: if not (a record lost), the session's episodes are
+skipped as `misaligned` rather than assembled wrongly.
+
+Per lane, a group step is a step of the episode named in the action's
+`episode_record_ids[lane]`, unless `autoreset_roll[lane]`: under NEXT_STEP a
+roll's observation is the reset observation of the lane's next episode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.errors import ContractError
+from rlmesh_stream.schemas.leaves import LeafDecoder
+
+
+@dataclass
+class GroupAction:
+    primary: tuple[str, int]
+    records: list[str]
+    leaves: list[bytes] | None
+    spec: bytes
+
+
+@dataclass
+class GroupStep:
+    primary: tuple[str, int]
+    rewards: list[float]
+    terminated: list[bool]
+    truncated: list[bool]
+    rolls: list[bool]
+
+
+@dataclass
+class GroupObservation:
+    records: list[str]
+    leaves: list[bytes] | None
+    spec: bytes
+
+
+@dataclass
+class GroupSession:
+    """Every group event of one vector-env session, by group step (kept until it ends)."""
+
+    lanes: int
+    reset: GroupObservation | None = None
+    actions: dict[int, GroupAction] = field(default_factory=dict)
+    steps: dict[int, GroupStep] = field(default_factory=dict)
+    observations: dict[int, GroupObservation] = field(default_factory=dict)
+
+    def add_observation(self, e: ev.ObservationEmittedEvent) -> None:
+        obs = GroupObservation(list(e.episode_record_ids), _leaves(e.observation),
+                               e.observation_space.SerializeToString(deterministic=True))
+        if e.is_reset and self.reset is None:
+            self.reset = obs
+        else:
+            self.observations[len(self.observations)] = obs
+
+    def add_action(self, e: ev.ActionReceivedEvent) -> None:
+        self.actions[len(self.actions)] = GroupAction(
+            (e.episode_record_id, e.step), list(e.episode_record_ids), _leaves(e.action),
+            e.action_space.SerializeToString(deterministic=True))
+
+    def add_step(self, e: ev.StepCompletedEvent) -> None:
+        self.steps[len(self.steps)] = GroupStep(
+            (e.episode_record_id, e.step), [float(r) for r in e.rewards], list(e.terminated),
+            list(e.truncated), list(e.autoreset_roll))
+
+
+def _leaves(value: list[bytes] | None) -> list[bytes] | None:
+    return None if value is None else list(value)
+
+
+@dataclass
+class LaneEpisode:
+    """One lane's episode as found in the groups: its reset observation and its groups."""
+
+    lane: int
+    reset: tuple[int, int] | None = None  # (group or -1 for the session reset, lane)
+    groups: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Assembly:
+    """What the groups say about each episode record of the session."""
+
+    episodes: dict[str, LaneEpisode]
+    problem: str | None  # a reason every episode of the session is skipped
+    bad_groups: set[int]
+    values: Any  # (kind, group) -> per-lane decoded values
+
+
+def assemble(session: GroupSession, lane_order: dict[int, list[str]]) -> Assembly:
+    """Walk the groups lane by lane; `lane_order`: each lane's record ids in start order."""
+    total = max(len(session.actions), len(session.steps))
+    bad = {k for k in range(total) if k not in session.actions or k not in session.steps
+           or k not in session.observations}
+    for k in range(total):
+        if k in session.actions and k in session.steps and (
+                session.actions[k].primary != session.steps[k].primary):
+            return Assembly({}, "misaligned", bad, None)
+    episodes: dict[str, LaneEpisode] = {}
+
+    def episode(record: str, lane: int) -> LaneEpisode:
+        ep = episodes.get(record)
+        if ep is None:
+            ep = episodes[record] = LaneEpisode(lane)
+        return ep
+
+    if session.reset is not None:
+        for lane, record in enumerate(session.reset.records):
+            if record:
+                episode(record, lane).reset = (-1, lane)
+    for k in range(total):
+        action, step = session.actions.get(k), session.steps.get(k)
+        if action is None or step is None:
+            continue
+        for lane, record in enumerate(action.records):
+            if not record or lane >= len(step.rolls):
+                continue
+            if step.rolls[lane]:
+                following = _next_on_lane(lane_order.get(lane, []), record)
+                if following is not None:
+                    episode(following, lane).reset = (k, lane)
+                continue
+            episode(record, lane).groups.append(k)
+    return Assembly(episodes, None, bad, None)
+
+
+def _next_on_lane(order: list[str], record: str) -> str | None:
+    try:
+        at = order.index(record)
+    except ValueError:
+        return None
+    return order[at + 1] if at + 1 < len(order) else None
+
+
+class LaneValues:
+    """Decodes a group's slab once and hands out lanes (ContractError for bad bytes)."""
+
+    def __init__(self, session: GroupSession) -> None:
+        self.session = session
+        self._cache: dict[tuple[str, int], list[Any]] = {}
+        self._decoders: dict[bytes, LeafDecoder] = {}
+
+    def _decoder(self, spec: bytes) -> LeafDecoder:
+        decoder = self._decoders.get(spec)
+        if decoder is None:
+            parsed = ev.SpaceSpec()
+            parsed.ParseFromString(spec)
+            decoder = self._decoders[spec] = LeafDecoder(parsed)
+        return decoder
+
+    def observation(self, group: int, lane: int) -> Any:
+        obs = self.session.reset if group < 0 else self.session.observations[group]
+        assert obs is not None
+        return self._lane(("obs", group), obs.leaves, obs.spec, len(obs.records), lane)
+
+    def action(self, group: int, lane: int) -> Any:
+        act = self.session.actions[group]
+        return self._lane(("act", group), act.leaves, act.spec, len(act.records), lane)
+
+    def _lane(self, key: tuple[str, int], leaves: list[bytes] | None, spec: bytes, n: int,
+              lane: int) -> Any:
+        values = self._cache.get(key)
+        if values is None:
+            if leaves is None:
+                raise ContractError("leaves", key[0], None, "leaves were omitted by the producer")
+            values = self._cache[key] = self._decoder(spec).decode_lanes(leaves, n)
+        return values[lane]

@@ -1,0 +1,206 @@
+"""The dataset's own manifest: offsets, joiner state and certificate, committed atomically.
+
+Layout under the dataset directory:
+
+    .rlmesh-export/manifest.json     the committed state (replaced atomically)
+    .rlmesh-export/pending-<gen>.pkl the joiner's small state at generation <gen> (sessions'
+                                     flags, which episodes are still pending, counts)
+    .rlmesh-export/lock              held (flock) by the one process exporting here
+
+A commit writes the batch's data files (named by generation), the pending
+state, then `manifest.json` by write-to-temp + fsync + rename. Whatever a
+crash leaves behind that the manifest does not name (data files of a newer
+generation, stale pending files) is removed when the directory is opened
+again, so a SIGKILL at any instant is as if the batch never ran.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlmesh_stream.schemas import headers as h
+
+STATE_DIR = ".rlmesh-export"
+VERSION = 1
+
+
+class DatasetError(Exception):
+    """A dataset directory that cannot be exported into (one clear line for the user)."""
+
+
+@dataclass
+class Certificate:
+    """Completeness over the exported range: the delivery check, offsets and counts."""
+
+    producers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    offsets: dict[str, list[int]] = field(default_factory=dict)  # "topic[p]" -> [first, next]
+    exported: int = 0
+    exported_steps: int = 0
+    tagged_caution: int = 0
+    without_terminal_observation: int = 0
+    abandoned_exported: int = 0
+
+    def saw(self, producer: str, seq: int, dead_letter: bool) -> None:
+        p = self.producers.setdefault(producer, {"ranges": [], "duplicates": 0,
+                                                 "dead_letters": 0})
+        if dead_letter:
+            p["dead_letters"] += 1
+        ranges: list[list[int]] = p["ranges"]
+        # Usually the sequence extends the last range: O(1); otherwise insert in order.
+        if ranges and ranges[-1][1] + 1 == seq:
+            ranges[-1][1] = seq
+            return
+        for r in ranges:
+            if r[0] <= seq <= r[1]:
+                p["duplicates"] += 1
+                return
+        ranges.append([seq, seq])
+        ranges.sort()
+        merged: list[list[int]] = []
+        for r in ranges:
+            if merged and merged[-1][1] + 1 >= r[0]:
+                merged[-1][1] = max(merged[-1][1], r[1])
+            else:
+                merged.append(r)
+        p["ranges"] = merged
+
+    def covered(self, topic: str, partition: int, offset: int) -> None:
+        key = f"{topic}[{partition}]"
+        span = self.offsets.get(key)
+        if span is None:
+            self.offsets[key] = [offset, offset + 1]
+        else:
+            span[0] = min(span[0], offset)
+            span[1] = max(span[1], offset + 1)
+
+    def summary(self, skipped: dict[str, int]) -> dict[str, Any]:
+        producers = {}
+        for pid, p in sorted(self.producers.items()):
+            ranges = p["ranges"]
+            seen = sum(b - a + 1 for a, b in ranges)
+            top = ranges[-1][1] if ranges else -1
+            producers[pid] = {"sequences_seen": seen, "first_seq": ranges[0][0] if ranges else None,
+                              "last_seq": top, "gaps": top + 1 - seen,
+                              "duplicates": p["duplicates"], "dead_letters": p["dead_letters"]}
+        return {
+            "producers": producers,
+            "gaps": sum(p["gaps"] for p in producers.values()),
+            "duplicates": sum(p["duplicates"] for p in producers.values()),
+            "dead_letters": sum(p["dead_letters"] for p in producers.values()),
+            "kafka_offsets": dict(sorted(self.offsets.items())),
+            "episodes_exported": self.exported, "steps_exported": self.exported_steps,
+            "episodes_tagged_caution": self.tagged_caution,
+            "episodes_without_terminal_observation": self.without_terminal_observation,
+            "episodes_abandoned_exported": self.abandoned_exported,
+            "episodes_skipped": dict(sorted(skipped.items())),
+        }
+
+
+def header_sequence(headers: dict[str, bytes]) -> tuple[str, int] | None:
+    producer, seq = headers.get(h.PRODUCER_ID), headers.get(h.SEQUENCE)
+    if producer is None or seq is None:
+        return None
+    try:
+        return producer.decode("utf-8", "replace"), int(seq)
+    except ValueError:
+        return None
+
+
+@dataclass
+class Committed:
+    """What `manifest.json` holds."""
+
+    generation: int = 0
+    format: str = ""
+    dataset_id: str = ""
+    offsets: dict[str, dict[str, int]] = field(default_factory=dict)  # builder -> "t|p" -> next
+    writer: dict[str, Any] = field(default_factory=dict)  # the writer's own committed state
+    certificate: dict[str, Any] = field(default_factory=dict)
+
+
+class ManifestStore:
+    """One dataset directory's committed state; opening it cleans up after a crash."""
+
+    def __init__(self, root: Path, *, fmt: str, dataset_id: str) -> None:
+        self.root = root
+        self.state_dir = root / STATE_DIR
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = open(self.state_dir / "lock", "a+")  # noqa: SIM115 - held while open
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DatasetError(f"{root} is being exported into by another process") from None
+        self.committed = Committed(format=fmt, dataset_id=dataset_id)
+        self.pending_state: dict[str, Any] | None = None
+        self.certificate = Certificate()
+        path = self.state_dir / "manifest.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            self.committed = Committed(**{k: data[k] for k in Committed.__dataclass_fields__})
+            if self.committed.format != fmt:
+                raise DatasetError(f"{root} holds a {self.committed.format} dataset, "
+                                   f"not {fmt}")
+            if self.committed.dataset_id != dataset_id:
+                raise DatasetError(f"{root} holds dataset {self.committed.dataset_id}, "
+                                   f"not {dataset_id}")
+            pending = self.state_dir / f"pending-{self.committed.generation}.pkl"
+            if pending.exists():
+                with open(pending, "rb") as f:
+                    self.pending_state = pickle.load(f)
+        for stale in self.state_dir.glob("pending-*.pkl"):
+            if stale.name != f"pending-{self.committed.generation}.pkl":
+                stale.unlink()
+        if self.pending_state is not None:
+            self.certificate = self.pending_state["certificate"]
+
+    def offsets(self, builder: str) -> dict[tuple[str, int], int]:
+        out = {}
+        for key, nxt in self.committed.offsets.get(builder, {}).items():
+            topic, part = key.rsplit("|", 1)
+            out[(topic, int(part))] = int(nxt)
+        return out
+
+    def commit(self, *, offsets: dict[str, dict[tuple[str, int], int]], writer: dict[str, Any],
+               joiner_state: dict[str, Any], certificate: dict[str, Any]) -> None:
+        """Make generation+1 the committed one (data files of it must already be written)."""
+        gen = self.committed.generation + 1
+        pending = self.state_dir / f"pending-{gen}.pkl"
+        with open(pending, "wb") as f:
+            pickle.dump({**joiner_state, "certificate": self.certificate}, f,
+                        protocol=pickle.HIGHEST_PROTOCOL)
+            f.flush()
+            os.fsync(f.fileno())
+        merged = {builder: {f"{topic}|{part}": nxt for (topic, part), nxt in sorted(o.items())}
+                  for builder, o in offsets.items()}
+        new = Committed(generation=gen, format=self.committed.format,
+                        dataset_id=self.committed.dataset_id, offsets=merged, writer=writer,
+                        certificate=certificate)
+        write_atomically(self.state_dir / "manifest.json",
+                         json.dumps(new.__dict__, indent=1, sort_keys=True))
+        old = self.state_dir / f"pending-{self.committed.generation}.pkl"
+        self.committed = new
+        if old.exists():
+            old.unlink()
+
+    def close(self) -> None:
+        self._lock.close()
+
+
+def write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,99 @@
+"""Bad input never crashes the export nor gives a wrong array: a skipped, counted episode."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from rlmesh_stream.consumers.datasets.episodes import Filters, Joiner
+from rlmesh_stream.producer.leaves import LeafCodec
+from rlmesh_stream.schemas import events as ev
+
+ROUTE = ev.RuntimeEnvContext(env_id="e", env_component_id="e", model_component_id="m")
+OBS = LeafCodec(gym.spaces.Box(-1, 1, (2,), np.float32))
+ACT = LeafCodec(gym.spaces.Discrete(2))
+
+
+def _episode(steps: int, *, sid: str = "s1") -> list[object]:
+    """The events of one single-lane episode of `steps` steps, terminal observation included."""
+    ids = dict(session_id=sid, route=ROUTE, episode_id="e1", episode_record_id="ep-000001")
+    out: list[object] = [ev.EpisodeStartedEvent(**ids, episode_index=1, env_index=0,
+                                                started_from_auto_reset=False, seed=3)]
+    lanes = dict(episode_ids=["e1"], episode_record_ids=["ep-000001"], env_index=0)
+    for t in range(steps + 1):
+        leaves = OBS.encode(np.full(2, t, np.float32))
+        out.append(ev.ObservationEmittedEvent(
+            **ids, **lanes, step=0 if t == 0 else t - 1, is_reset=t == 0, num_envs=1,
+            observation_space=OBS.spec, observation=leaves, raw_observation=leaves))
+    for t in range(steps):
+        out.append(ev.ActionReceivedEvent(**ids, **lanes, step=t, action_space=ACT.spec,
+                                          action=ACT.encode(1), raw_action=ACT.encode(1)))
+        out.append(ev.StepCompletedEvent(
+            **ids, step=t, env_index=0, rewards=[1.0], terminated=[t == steps - 1],
+            truncated=[False], autoreset_roll=[False], predict_ms=0.1, step_ms=0.1))
+    out.append(ev.EpisodeCompletedEvent(
+        **ids, episode_index=1, env_index=0, step_count=steps, cumulative_reward=float(steps),
+        terminated=True, truncated=False, duration_ms=1, seed=3))
+    out.append(ev.SessionEndedEvent(session_id=sid, route=ROUTE, reason="completed",
+                                    total_steps=steps, total_episodes=1))
+    return out
+
+
+def _join(events: list[object], *, final: bool = True) -> Joiner:
+    joiner = Joiner(Filters())
+    for e in reversed(events):  # any arrival order
+        joiner.add(e)
+    joiner.released = joiner.release(final=final)  # type: ignore[attr-defined]
+    return joiner
+
+
+def test_a_whole_episode_in_reverse_arrival_order_is_released_with_t_plus_1_observations():
+    joiner = _join(_episode(4), final=False)
+
+    (episode,) = joiner.released  # type: ignore[attr-defined]
+    assert [o.tolist() for o in episode.observations] == [[t, t] for t in range(5)]
+    assert episode.terminal_observation
+
+
+def test_a_leaf_whose_bytes_do_not_match_its_space_skips_the_episode_counted():
+    events = _episode(3)
+    bad = next(e for e in events if isinstance(e, ev.ObservationEmittedEvent))
+    bad.observation = [b"\x00" * 7]
+
+    joiner = _join(events)
+
+    assert joiner.released == []  # type: ignore[attr-defined]
+    assert joiner.skipped["bad_leaves"] == 1
+    assert "8 bytes" in joiner.skip_examples["bad_leaves_error"]
+
+
+def test_an_episode_with_a_missing_step_is_skipped_as_incomplete():
+    events = [e for e in _episode(5)
+              if not (isinstance(e, ev.StepCompletedEvent) and e.step == 2)]
+
+    joiner = _join(events)
+
+    assert joiner.released == []  # type: ignore[attr-defined]
+    assert joiner.skipped == {"incomplete": 1}
+
+
+def test_a_space_that_changes_mid_episode_skips_the_episode():
+    events = _episode(3)
+    other = LeafCodec(gym.spaces.Box(-1, 1, (3,), np.float32))
+    last = [e for e in events if isinstance(e, ev.ObservationEmittedEvent)][-1]
+    last.observation_space = other.spec
+    last.observation = other.encode(np.zeros(3, np.float32))
+
+    joiner = _join(events)
+
+    assert joiner.released == []  # type: ignore[attr-defined]
+    assert joiner.skipped == {"space_changed": 1}
+
+
+def test_an_episode_of_a_session_still_running_waits_instead_of_being_skipped():
+    events = [e for e in _episode(3) if not isinstance(e, ev.SessionEndedEvent)]
+
+    joiner = _join(events, final=False)
+
+    assert joiner.released == [] and not joiner.skipped  # type: ignore[attr-defined]
+    assert list(joiner.pending) == [("s1", "ep-000001")]

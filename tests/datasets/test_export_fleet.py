@@ -1,0 +1,154 @@
+"""The simulator's fleet (3-lane vector sessions, NEXT_STEP rolls, failed sessions) exported
+and checked against the simulator's manifest."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.dataset as pads
+import pytest
+
+from rlmesh_stream.infra.topics import ensure_topics
+from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
+from rlmesh_stream.producer.manifest import EpisodeManifest, Manifest
+from rlmesh_stream.producer.simulator import simulate_fleet
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.config import StreamConfig
+
+pytestmark = pytest.mark.stack
+LANES = 3
+
+
+@dataclass
+class Fleet:
+    config: StreamConfig
+    manifest: Manifest
+    resets: dict[str, ev.ObservationEmittedEvent]  # session -> its reset observation
+
+
+class _Recording:
+    def __init__(self, hooks: KafkaRuntimeHooks) -> None:
+        self.hooks = hooks
+        self.resets: dict[str, ev.ObservationEmittedEvent] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.hooks, name)
+
+        def call(event: Any) -> None:
+            if isinstance(event, ev.ObservationEmittedEvent) and event.is_reset:
+                self.resets[event.session_id] = event
+            target(event)
+
+        return call
+
+
+@pytest.fixture(scope="module")
+def fleet(stack: Any) -> Iterator[Fleet]:
+    config = StreamConfig.from_env(env={}, bootstrap=stack.bootstrap,
+                                   registry_url=stack.registry_url,
+                                   topic_prefix=f"t{uuid.uuid4().hex[:10]}.rlmesh.runtime")
+    ensure_topics(config, partitions=3)
+    hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False)
+    recording = _Recording(hooks)
+    manifest = simulate_fleet(recording, sessions=10, lanes=LANES, episodes=5, seed=5,
+                              failure_rate=0.3, window_every=5)
+    hooks.close()
+    yield Fleet(config, manifest, recording.resets)
+
+
+def _exportable(fleet: Fleet, *, abandoned: bool) -> dict[tuple[str, str], EpisodeManifest]:
+    """Episodes whose T+1 observations the stream holds: a NEXT_STEP session's (each new
+    episode's reset observation is its lane's roll) and each lane's first episode (the
+    session's reset observation); a driver-reset session publishes no reset observation
+    for the episodes it starts later."""
+    autoreset = {s.session_id: s.autoreset for s in fleet.manifest.sessions}
+    out = {}
+    for e in fleet.manifest.episodes:
+        if (e.status == "aborted" and not abandoned) or e.steps == 0:
+            continue
+        if autoreset[e.session_id] == "next_step" or e.episode_index <= LANES:
+            out[(e.session_id, e.episode_record_id)] = e
+    return out
+
+
+def _export(fleet: Fleet, out: Path, fmt: str, **filters: Any):
+    from rlmesh_stream.consumers.datasets.episodes import Filters
+    from rlmesh_stream.consumers.datasets.export import ExportOptions, run_export
+    from rlmesh_stream.consumers.runtime import RuntimeOptions
+
+    sink, _ = run_export(fleet.config, ExportOptions(out, fmt, "rlmesh/fleet-v0",
+                                                     Filters(**filters)),
+                         RuntimeOptions(group_id=f"g-{uuid.uuid4().hex[:8]}",
+                                        from_beginning=True, until_end=True))
+    return sink
+
+
+def test_parquet_episodes_equal_the_manifests_steps_rewards_and_outcomes(fleet, tmp_path):
+    sink = _export(fleet, tmp_path / "pq", "parquet", include_abandoned=True)
+
+    episodes = pads.dataset(tmp_path / "pq" / "episodes", partitioning="hive").to_table()
+    got = {(r["session_id"], r["episode_record_id"]): (r["steps"], r["total_reward"],
+                                                       r["abandoned"])
+           for r in episodes.to_pylist()}
+    expected = {k: (e.steps, e.reward, e.status == "aborted")
+                for k, e in _exportable(fleet, abandoned=True).items()}
+    assert any(abandoned for _, _, abandoned in expected.values())
+    assert got == expected
+    cert = sink.store.committed.certificate
+    assert (cert["gaps"], cert["duplicates"], cert["dead_letters"]) == (0, 0, 0)
+    assert cert["episodes_exported"] + sum(cert["episodes_skipped"].values()) == len(
+        fleet.manifest.episodes)
+
+
+def test_parquet_step_rows_hold_each_lanes_steps_in_order(fleet, tmp_path):
+    _export(fleet, tmp_path / "pq", "parquet")
+
+    steps = pads.dataset(tmp_path / "pq" / "steps", partitioning="hive").to_table()
+    rows = sorted(steps.select(["session_id", "episode_record_id", "step", "terminated",
+                                "truncated"]).to_pylist(),
+                  key=lambda r: (r["session_id"], r["episode_record_id"], r["step"]))
+    expected = _exportable(fleet, abandoned=False)
+    assert len(rows) == sum(e.steps for e in expected.values())
+    for r in rows:
+        e = expected[(r["session_id"], r["episode_record_id"])]
+        last = r["step"] == e.steps - 1
+        assert (r["terminated"], r["truncated"]) == (
+            last and e.status == "terminated", last and e.status == "truncated")
+
+
+def test_minari_episodes_start_from_their_lanes_reset_observation(fleet, tmp_path):
+    import minari
+
+    _export(fleet, tmp_path / "ds", "minari")
+    os.environ["MINARI_DATASETS_PATH"] = str(tmp_path / "ds")
+    dataset = minari.load_dataset("rlmesh/fleet-v0")
+
+    metas = list(dataset.storage.get_episode_metadata(range(dataset.total_episodes)))
+    expected = _exportable(fleet, abandoned=False)
+    assert {(m["session_id"], m["episode_record_id"]) for m in metas} == set(expected)
+    for episode, meta in zip(dataset.iterate_episodes(), metas, strict=True):
+        e = expected[(meta["session_id"], meta["episode_record_id"])]
+        assert episode.observations.shape == (e.steps + 1, 4)
+        assert float(np.sum(episode.rewards)) == e.reward
+        if e.episode_index <= LANES:
+            reset = fleet.resets[e.session_id]
+            slab = np.frombuffer(reset.observation[0], "<f4").reshape(LANES, 4)
+            assert episode.observations[0].tobytes() == slab[e.env_index].tobytes()
+
+
+def test_exclude_caution_leaves_out_the_sessions_with_a_caution_advisory(fleet, tmp_path):
+    cautious = {s.session_id for s in fleet.manifest.sessions
+                if any(a.severity == "caution" for a in s.advisories)}
+
+    _export(fleet, tmp_path / "pq", "parquet", exclude_caution=True)
+    episodes = pads.dataset(tmp_path / "pq" / "episodes", partitioning="hive").to_table()
+
+    assert cautious
+    assert not cautious & set(episodes.column("session_id").to_pylist())
+    assert set(episodes.column("session_id").to_pylist())
