@@ -10,23 +10,34 @@ RLMESH_STREAM_REGISTRY_URL:
   naive     confluent's AvroDeserializer + one INSERT ... ON CONFLICT per row
             (autocommit), the obvious first consumer
 
-Throughput counts from the first record read (group join excluded). Then live
-mode: the episodes builder running, `producer.KafkaRuntimeHooks` called at a
-steady rate; latency is from the hook call to the commit that makes the row
+In-process throughput counts from the first record read (group join excluded),
+with the builder's CPU split into read+decode, reduce and sink. Whole process
+(`--repeats` interleaved runs): a bare consume-loop process vs `rlmesh-stream
+consume episodes --from-beginning --until-end`, each timed from spawn to exit
+(start-up, imports and group join included), wall and CPU (user + sys, all
+threads). Then `consume all` over a simulated fleet (`rlmesh-stream simulate`:
+every topic, observations included) vs a bare loop over the same topics. Then
+live mode: the episodes builder running, `producer.KafkaRuntimeHooks` called at
+a steady rate; latency is from the hook call to the commit that makes the row
 visible (the checkpoint interval is the main term).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -116,18 +127,136 @@ def bench_floor(config: StreamConfig, total: int) -> float:
     return total / elapsed
 
 
-def bench_builder(config: StreamConfig, total: int, sink_url: str) -> float:
+class _Split:
+    """Calling-thread CPU of the runtime's phases, by wrapping its methods (bench only)."""
+
+    PHASES = (("_ingest_all", "read + decode"), ("_build_batch", "reduce"),
+              ("apply", "sink transaction"))
+
+    def __init__(self, runtime: ConsumerRuntime) -> None:
+        self.cpu = dict.fromkeys((name for name, _ in self.PHASES), 0.0)
+        for name, _ in self.PHASES:
+            owner: Any = runtime.sink if name == "apply" else runtime
+            setattr(owner, name, self._timed(name, getattr(owner, name)))
+
+    def _timed(self, name: str, method: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.thread_time()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.cpu[name] += time.thread_time() - start
+        return timed
+
+    def text(self, events: int) -> str:
+        return ", ".join(f"{label} {1e6 * self.cpu[name] / events:.1f}"
+                         for name, label in self.PHASES) + " us/event (CPU)"
+
+
+def bench_builder(config: StreamConfig, total: int, sink_url: str) -> tuple[float, str]:
     sink = open_sink(sink_url)
     runtime = ConsumerRuntime(config, [EpisodesBuilder()], sink,
                               RuntimeOptions(group_id=uuid.uuid4().hex, from_beginning=True,
                                              until_end=True))
+    split = _Split(runtime)
     runtime.run()
     end = time.monotonic()
     rows = sink.query("SELECT count(*) FROM episodes")[0][0]
     sink.close()
     assert runtime.events == total and runtime.first_record_at is not None, runtime.events
     assert rows > 0
-    return total / (end - runtime.first_record_at)
+    return total / (end - runtime.first_record_at), split.text(total)
+
+
+BARE_PROCESS = """
+import sys, uuid
+from confluent_kafka import Consumer
+conf, topics, total = eval(sys.argv[1]), sys.argv[2].split(","), int(sys.argv[3])
+c = Consumer({**conf, "group.id": uuid.uuid4().hex, "auto.offset.reset": "earliest",
+              "enable.auto.commit": False})
+c.subscribe(topics)
+seen = 0
+while seen < total:
+    seen += sum(1 for m in c.consume(2000, 0.5) if m.error() is None)
+c.close()
+"""
+
+
+def _timed_process(argv: list[str]) -> tuple[float, float]:
+    """Wall seconds from spawn to exit, and the child's CPU seconds (user + sys)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def bare_process(config: StreamConfig, topics: list[str], total: int) -> tuple[float, float]:
+    return _timed_process([sys.executable, "-c", BARE_PROCESS, repr(config.kafka_config()),
+                           ",".join(topics), str(total)])
+
+
+def consume_process(config: StreamConfig, builder: str, sink_url: str) -> tuple[float, float]:
+    return _timed_process([sys.executable, "-m", "rlmesh_stream.infra.cli", "consume", builder,
+                           "--bootstrap", config.bootstrap, "--registry-url",
+                           config.registry_url, "--topic-prefix", config.topic_prefix,
+                           "--sink", sink_url, "--group", uuid.uuid4().hex,
+                           "--from-beginning", "--until-end", "--quiet"])
+
+
+def bench_processes(config: StreamConfig, topics: list[str], total: int, builder: str,
+                    tmp: Path, repeats: int) -> dict[str, list[tuple[float, float]]]:
+    """Bare loop and `consume <builder>` processes, interleaved `repeats` times."""
+    runs: dict[str, list[tuple[float, float]]] = {"bare": [], "ours": []}
+    for i in range(repeats):
+        runs["bare"].append(bare_process(config, topics, total))
+        sink = f"duckdb://{tmp / f'{builder}-process-{i}.duckdb'}"
+        runs["ours"].append(consume_process(config, builder, sink))
+    return runs
+
+
+def _process_lines(label: str, runs: dict[str, list[tuple[float, float]]], total: int) -> None:
+    bare_wall = statistics.median(w for w, _ in runs["bare"])
+    ours_wall = statistics.median(w for w, _ in runs["ours"])
+    bare_cpu = statistics.median(c for _, c in runs["bare"])
+    ours_cpu = statistics.median(c for _, c in runs["ours"])
+    print(f"  bare consume loop process   {bare_wall:6.2f} s wall ({total / bare_wall:>9,.0f} "
+          f"events/s)  {bare_cpu:6.2f} s CPU   runs {_runs(runs['bare'])}")
+    print(f"  {label:<27} {ours_wall:6.2f} s wall ({total / ours_wall:>9,.0f} "
+          f"events/s)  {ours_cpu:6.2f} s CPU   runs {_runs(runs['ours'])}")
+    print(f"  ratio (ours / bare throughput): wall {bare_wall / ours_wall:.2f}x, "
+          f"CPU {bare_cpu / ours_cpu:.2f}x (median of {len(runs['ours'])} interleaved runs)")
+
+
+def _runs(runs: list[tuple[float, float]]) -> str:
+    return " ".join(f"{w:.1f}s/{c:.1f}s" for w, c in runs)
+
+
+def simulate_fleet(config: StreamConfig, sessions: int, episodes: int) -> int:
+    """The simulator's fleet (every event type) on the config's prefix; events delivered."""
+    out = subprocess.run(
+        [sys.executable, "-m", "rlmesh_stream.infra.cli", "simulate", "--bootstrap",
+         config.bootstrap, "--registry-url", config.registry_url, "--topic-prefix",
+         config.topic_prefix, "--sessions", str(sessions), "--episodes", str(episodes)],
+        check=True, capture_output=True, text=True).stdout
+    summary = json.loads(out.strip().splitlines()[-1])
+    return int(summary["delivered"])
+
+
+def _pg_database(dsn: str) -> tuple[str, Any]:
+    """A throwaway database on the server the URL `dsn` names: (its URL, a drop function)."""
+    import psycopg
+
+    name = f"rlmesh_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as con:
+        con.execute(f"CREATE DATABASE {name}")
+
+    def drop() -> None:
+        with psycopg.connect(dsn, autocommit=True) as con:
+            con.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    return urlsplit(dsn)._replace(path=f"/{name}").geturl(), drop
 
 
 def bench_naive(config: StreamConfig, total: int, path: str) -> float:
@@ -228,8 +357,13 @@ def _pct(values: list[float], q: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--sessions", type=int, default=400)
     parser.add_argument("--episodes-per-session", type=int, default=150)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="interleaved whole-process runs of each consumer")
+    parser.add_argument("--fleet-sessions", type=int, default=16)
+    parser.add_argument("--fleet-episodes", type=int, default=60,
+                        help="episodes per simulated session for `consume all`")
     parser.add_argument("--naive-sample", type=int, default=3000,
                         help="records the naive consumer is timed over")
     parser.add_argument("--live-rate", type=float, default=100.0, help="episodes/s")
@@ -242,22 +376,50 @@ def main() -> None:
     ensure_topics(config, partitions=4, replication_factor=1)
     t0 = time.monotonic()
     total = produce_dataset(config, args.sessions, args.episodes_per_session)
-    print(f"dataset: {total} episode events ({args.sessions} sessions) on {config.bootstrap}, "
-          f"produced in {time.monotonic() - t0:.1f}s; {os.cpu_count()} cores")
+    load = os.getloadavg()
+    print(f"dataset: {total} episode events ({args.sessions} sessions, 4 partitions) on "
+          f"{config.bootstrap}, produced in {time.monotonic() - t0:.1f}s; {os.cpu_count()} "
+          f"cores, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="rlmesh-bench-"))
+
+    print("whole process, spawn to exit (start-up and group join included):", flush=True)
+    runs = bench_processes(config, _topics(config), total, "episodes", tmp, args.repeats)
+    _process_lines("consume episodes -> DuckDB", runs, total)
+
     floor = bench_floor(config, total)
-    builder = bench_builder(config, total, f"duckdb://{tmp / 'builder.duckdb'}")
+    builder, split = bench_builder(config, total, f"duckdb://{tmp / 'builder.duckdb'}")
     naive = bench_naive(config, min(total, args.naive_sample), str(tmp / "naive.duckdb"))
-    print(f"{'consumer':<44}{'events/s':>12}{'vs floor':>10}")
-    for name, rate in [("bare consume loop (floor)", floor),
-                       ("episodes builder -> DuckDB (decode + sink)", builder),
-                       ("naive: AvroDeserializer + INSERT per row*", naive)]:
-        print(f"{name:<44}{rate:>12,.0f}{rate / floor:>10.2f}")
-    print(f"* timed over the first {min(total, args.naive_sample)} records")
-    pg = os.environ.get("RLMESH_STREAM_BENCH_POSTGRES_DSN")
+    print("in process, from the first record read:")
+    print(f"  {'consumer':<44}{'events/s':>12}{'vs floor':>10}")
+    rows = [("bare consume loop (floor)", floor, ""),
+            ("episodes builder -> DuckDB", builder, split)]
+    pg = (os.environ.get("RLMESH_STREAM_BENCH_POSTGRES_DSN")
+          or os.environ.get("RLMESH_STREAM_TEST_POSTGRES_DSN"))
     if pg:
-        rate = bench_builder(config, total, pg)
-        print(f"{'episodes builder -> PostgreSQL':<44}{rate:>12,.0f}{rate / floor:>10.2f}")
+        dsn, drop = _pg_database(pg)
+        try:
+            pg_rate, pg_split = bench_builder(config, total, dsn)
+        finally:
+            drop()
+        rows.append(("episodes builder -> PostgreSQL", pg_rate, pg_split))
+    rows.append(("naive: AvroDeserializer + INSERT per row*", naive, ""))
+    for name, rate, note in rows:
+        print(f"  {name:<44}{rate:>12,.0f}{rate / floor:>10.2f}")
+        if note:
+            print(f"      {note}")
+    print(f"  * timed over the first {min(total, args.naive_sample)} records"
+          + ("" if pg else "; PostgreSQL: set RLMESH_STREAM_BENCH_POSTGRES_DSN"), flush=True)
+
+    fleet = config.with_prefix(config.topic_prefix + "-fleet")
+    t0 = time.monotonic()
+    fleet_total = simulate_fleet(fleet, args.fleet_sessions, args.fleet_episodes)
+    fleet_topics = [et.topic(fleet.topic_prefix) for et in EventType]
+    print(f"consume all over the simulator's fleet: {fleet_total} events, every topic "
+          f"({args.fleet_sessions} sessions x {args.fleet_episodes} episodes, simulated in "
+          f"{time.monotonic() - t0:.1f}s), whole process:", flush=True)
+    fleet_runs = bench_processes(fleet, fleet_topics, fleet_total, "all", tmp, args.repeats)
+    _process_lines("consume all -> DuckDB", fleet_runs, fleet_total)
+
     live = config.with_prefix(config.topic_prefix + "-live")
     ensure_topics(live, partitions=4, replication_factor=1)
     latencies = bench_live(live, f"duckdb://{tmp / 'live.duckdb'}", args.live_rate,

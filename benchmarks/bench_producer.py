@@ -22,6 +22,7 @@ import os
 import shutil
 import socket
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -266,6 +267,131 @@ def bench_cartpole(episodes: int, repeats: int) -> dict[str, float]:
             "ours_range": (min(ours), max(ours))}
 
 
+class _NullHooks:
+    """Every runtime hook, doing nothing: the bridge's own cost without publishing."""
+
+    def __getattr__(self, name: str) -> Any:
+        return _ignore
+
+
+def _ignore(event: Any) -> None:
+    return None
+
+
+class _TimedHooks:
+    """Forwards every hook call, adding up its wall time per method (where it blocks)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.wall: dict[str, float] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._inner, name)
+        wall = self.wall
+
+        def timed(event: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return method(event)
+            finally:
+                wall[name] = wall.get(name, 0.0) + time.perf_counter() - t0
+        return timed
+
+
+def _poll_module() -> Any:
+    """The producer module whose `_POLL_INTERVAL_S` the hook's poller reads, if any."""
+    for name, module in sorted(sys.modules.items()):
+        if name.startswith("rlmesh_stream.producer") and hasattr(module, "_POLL_INTERVAL_S"):
+            return module
+    return None
+
+
+def bench_bridge_breakdown(episodes: int, repeats: int) -> dict[str, Any]:
+    """Where the bridge's wall time over a no-op RunHooks goes, interleaved variants.
+
+    Per repeat, side by side: rlmesh's relay to a no-op RunHooks; the bridge into
+    hooks that do nothing (the bridge's own work); the bridge into the Kafka hook;
+    the same with the poller polling every 0.5 s instead of 0.05 s; the same with
+    sys.setswitchinterval(0.5 ms) instead of 5 ms; the same through a wrapper that
+    times every hook call (the hook's wall time on rlmesh's thread, session_ended's
+    flush apart). Wall and process CPU (all threads) per run.
+    """
+    import gymnasium as gym
+    import rlmesh
+    from rlmesh.numpy import Model
+
+    from rlmesh_stream.producer.bridge import rlmesh_bridge
+
+    model = Model(lambda obs: np.int64(0) if obs[2] < 0 else np.int64(1))
+    seeds = list(range(episodes))
+    hooks = _hooks()
+    poll_mod = _poll_module()
+    poll_default = getattr(poll_mod, "_POLL_INTERVAL_S", None)
+    switch_default = sys.getswitchinterval()
+    timed = _TimedHooks(hooks)
+
+    def bridge(target: Any) -> Any:
+        return rlmesh_bridge(target, env_id="CartPole-v1", model_component_id="bench")
+
+    def run(h: Any) -> tuple[float, float]:
+        c0, t0 = _cpu_s(), time.perf_counter()
+        rlmesh.run(model, gym.make("CartPole-v1"), seeds=seeds, hooks=h)
+        return time.perf_counter() - t0, _cpu_s() - c0
+
+    def slow_poll() -> Any:
+        poll_mod._POLL_INTERVAL_S = 0.5
+        return bridge(hooks)
+
+    def fast_switch() -> Any:
+        sys.setswitchinterval(0.0005)
+        return bridge(hooks)
+
+    variants: dict[str, Any] = {
+        "noop": lambda: rlmesh.RunHooks(), "bridge_null": lambda: bridge(_NullHooks()),
+        "bridge_kafka": lambda: bridge(hooks), "poll_0.5s": slow_poll,
+        "switch_0.5ms": fast_switch, "timed": lambda: bridge(timed)}
+    if poll_mod is None:  # the poller's interval is not a module constant any more
+        del variants["poll_0.5s"]
+    results: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
+    run(bridge(hooks))  # warm up, topics created
+    steps = rlmesh.run(model, gym.make("CartPole-v1"), seeds=seeds).total_steps
+    for _ in range(repeats):
+        for name, make in variants.items():
+            h = make()
+            try:
+                results[name].append(run(h))
+            finally:
+                if poll_mod is not None:
+                    poll_mod._POLL_INTERVAL_S = poll_default
+                sys.setswitchinterval(switch_default)
+    stats = hooks.close(60)
+    assert stats.failed == {} and stats.dropped == 0, stats
+    med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
+           for k, v in results.items()}
+    hook_wall = {k: v / repeats / steps * 1e6 for k, v in timed.wall.items()}
+    return {"steps": steps, "median": med, "hook_wall_us": hook_wall,
+            "ratios": {k: [w / n for (w, _), (n, _) in zip(v, results["noop"], strict=True)]
+                       for k, v in results.items()}}
+
+
+def _print_breakdown(e: dict[str, Any], episodes: int, repeats: int) -> None:
+    steps, med = e["steps"], e["median"]
+    noop_w, noop_c = med["noop"]
+    print(f"\n(e) CartPole rlmesh.run, {episodes} episodes ({steps} steps), median of {repeats} "
+          "interleaved repeats; per step over the no-op RunHooks:")
+    print("| variant | wall ms | vs no-op | wall us/step over no-op | process CPU us/step over "
+          "no-op | ratio per repeat |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, (w, c) in med.items():
+        per = " ".join(f"{r:.2f}" for r in e["ratios"][name])
+        print(f"| {name} | {w * 1000:.0f} | {w / noop_w:.2f}x | {(w - noop_w) / steps * 1e6:.0f} "
+              f"| {(c - noop_c) / steps * 1e6:.0f} | {per} |")
+    hw = e["hook_wall_us"]
+    total = sum(hw.values())
+    top = ", ".join(f"{k} {v:.1f}" for k, v in sorted(hw.items(), key=lambda x: -x[1])[:5])
+    print(f"hook calls' wall time on rlmesh's thread: {total:.1f} us/step ({top})")
+
+
 def _rss_mib() -> float:
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -317,7 +443,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of (a)")
-    parser.add_argument("--only", default="apbcd",
+    parser.add_argument("--only", default="apbcde",
                         help="which measures to run, e.g. 'ac' (p: the parts of (a))")
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
@@ -330,6 +456,7 @@ def main() -> None:
     b = bench_vs_avro_serializer(args.events) if "b" in args.only else None
     c = bench_cartpole(args.episodes, args.repeats) if "c" in args.only else None
     d = bench_outage_memory(args.outage_seconds, args.outage_rate) if "d" in args.only else None
+    e = bench_bridge_breakdown(args.episodes, args.repeats) if "e" in args.only else None
 
     print("| measure | ours | reference | ratio | target |")
     print("| --- | --- | --- | --- | --- |")
@@ -374,6 +501,8 @@ def main() -> None:
               f"second-half spread {d['second_half_spread_mib']:.1f} MiB) | baseline "
               f"{d['baseline_mib']:.0f} MiB, queue bound {d['queue_bound']} | "
               f"spooled {d['spooled']} ({d['spool_mib']:.0f} MiB on disk) | flat |")
+    if e is not None:
+        _print_breakdown(e, args.episodes, args.repeats)
 
 
 if __name__ == "__main__":

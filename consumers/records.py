@@ -63,4 +63,12 @@ def _jsonable(value: Any) -> Any:
 
 def meta_json(meta: dict[str, Any] | None) -> str | None:
     """A MetaMap as JSON text: bytes as base64, non-finite floats as strings."""
-    return None if meta is None else json.dumps(_jsonable(meta), sort_keys=True)
+    if meta is None:
+        return None
+    try:  # the common case, plain JSON values: no copy (same text as after _jsonable)
+        return _dumps(meta)
+    except (TypeError, ValueError):  # bytes, NaN/infinity, non-string keys
+        return json.dumps(_jsonable(meta), sort_keys=True)
+
+
+_dumps = json.JSONEncoder(sort_keys=True, allow_nan=False).encode

@@ -123,6 +123,13 @@ class ConsumerRuntime:
         # header-only builders (delivery checks) are the ones that read headers
         self._reads_headers = {t: any(not b.needs_decode for b in bs)
                                for t, bs in self._builders_of.items()}
+        # per topic, what the hot path needs: (event type, decode?, read headers?)
+        self._plans = {t: (self._event_type[t], self._needs_decode[t], self._reads_headers[t])
+                       for t in self.topics}
+        self._any_decode = any(self._needs_decode.values())
+        self._stamps: dict[int, Any] = {}  # record timestamp (ms) -> its datetime
+        self._behind = False  # the last consume() returned a full batch
+        self._flush_cost = 0.0  # seconds the last checkpoint took
         self.dlq = DeadLetterQueue(config, options.dlq_topic or f"{prefix}.dlq")
         # per builder, per partition: the next offset the sink has applied (as stored)
         self._stored: dict[str, dict[TP, int]] = {b.name: {} for b in builders}
@@ -173,9 +180,10 @@ class ConsumerRuntime:
                     self._do_rewind()
                 messages = self.consumer.consume(self.options.poll_batch,
                                                  self.options.poll_timeout)
+                # a full batch means a backlog: checkpoints may then be spaced out
+                self._behind = len(messages) >= self.options.poll_batch
                 try:
-                    for message in messages:
-                        self._ingest(message)
+                    self._ingest_all(messages)
                     backoff = 0.5
                 except _RegistryDown as exc:
                     self._flush()  # what was decoded before the outage is good
@@ -316,50 +324,73 @@ class ConsumerRuntime:
 
     # -- reading --------------------------------------------------------------------
 
-    def _ingest(self, message: Message) -> None:
-        error = message.error()
-        if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
-                denied = kafka_access_message(self.config, error, operation="read",
-                                              topic=message.topic(),
-                                              group=self.options.group_id)
-                if denied is not None:  # retrying cannot help: say who lacks what
-                    raise AccessDeniedError(denied)
-                if error.fatal():
-                    raise KafkaException(error)
-                log.warning("consumer error: %s", error)
+    def _ingest_all(self, messages: list[Message]) -> None:
+        """Buffer a consume() batch as Records: the per-record hot path.
+
+        Everything per topic is looked up once per batch, headers are only read
+        for topics a header-reading builder takes, and a record's timestamp
+        datetime is shared with the records of the same millisecond.
+        """
+        if not messages:
             return
         if self.first_record_at is None:
             self.first_record_at = time.monotonic()
-        topic, partition, offset = message.topic(), message.partition(), message.offset()
-        assert topic is not None and partition is not None and offset is not None
-        key = (topic, partition)
-        if key not in self._assigned:
-            return  # fetched before a revoke
-        expected = self._next.get(key)
-        if expected is not None and offset < expected:
-            return  # already buffered or applied
-        raw_headers = _headers(message)
-        headers = ({k: v for k, v in raw_headers if v is not None}
-                   if self._reads_headers[topic] else {})
-        value = message.value()
-        event = None
-        if self._needs_decode[topic]:
-            try:
-                event = self._decoder_().decode(value if isinstance(value, bytes) else b"")
-            except RegistryUnavailableError as exc:
-                raise _RegistryDown(str(exc)) from exc
-            except DecodeError as exc:
-                # dead-lettered, yet still a delivered record: header-only builders
-                # (delivery checks) see it as a Record with no event
-                self._buffer.append(DeadLetter(
-                    topic, partition, offset, f"{type(exc).__name__}: {exc}",
-                    message.key(), value if isinstance(value, bytes) else None,
-                    raw_headers))
-        self._next[key] = offset + 1
-        ts_ms = message.timestamp()[1]
-        self._buffer.append(Record(topic, partition, offset, timestamp_of(ts_ms),
-                                   self._event_type[topic], event, headers))
+        assigned, nxt, buffer = self._assigned, self._next, self._buffer
+        append = buffer.append
+        decode = self._decoder_().decode if self._any_decode else None
+        stamps = self._stamps
+        if len(stamps) > 4096:
+            stamps.clear()
+        plans = self._plans
+        message: Any  # without an error, topic(), partition() and offset() are set
+        for message in messages:
+            if message.error() is not None:
+                self._ingest_error(message)
+                continue
+            topic = message.topic()
+            partition = message.partition()
+            offset = message.offset()
+            key = (topic, partition)
+            if key not in assigned:
+                continue  # fetched before a revoke
+            expected = nxt.get(key)
+            if expected is not None and offset < expected:
+                continue  # already buffered or applied
+            event_type, needs_decode, reads_headers = plans[topic]
+            headers = _header_dict(message) if reads_headers else {}
+            event = None
+            if needs_decode:
+                value = message.value()
+                try:
+                    event = decode(value if isinstance(value, bytes) else b"")  # type: ignore[misc]
+                except RegistryUnavailableError as exc:
+                    raise _RegistryDown(str(exc)) from exc
+                except DecodeError as exc:
+                    # dead-lettered, yet still a delivered record: header-only builders
+                    # (delivery checks) see it as a Record with no event
+                    append(DeadLetter(
+                        topic, partition, offset, f"{type(exc).__name__}: {exc}",
+                        message.key(), value if isinstance(value, bytes) else None,
+                        _headers(message)))
+            nxt[key] = offset + 1
+            ts_ms = message.timestamp()[1]
+            stamp = stamps.get(ts_ms)
+            if stamp is None:
+                stamp = stamps[ts_ms] = timestamp_of(ts_ms)
+            append(Record(topic, partition, offset, stamp, event_type, event, headers))
+
+    def _ingest_error(self, message: Message) -> None:
+        error = message.error()
+        assert error is not None
+        if error.code() == KafkaError._PARTITION_EOF:
+            return
+        denied = kafka_access_message(self.config, error, operation="read",
+                                      topic=message.topic(), group=self.options.group_id)
+        if denied is not None:  # retrying cannot help: say who lacks what
+            raise AccessDeniedError(denied)
+        if error.fatal():
+            raise KafkaException(error)
+        log.warning("consumer error: %s", error)
 
     def _decoder_(self) -> Decoder:
         if self._decoder is None:
@@ -373,13 +404,25 @@ class ConsumerRuntime:
     # -- checkpoints ----------------------------------------------------------------
 
     def _checkpoint_due(self) -> bool:
-        return len(self._buffer) >= self.options.max_batch or (
-            bool(self._buffer)
-            and time.monotonic() - self._last_flush >= self.options.checkpoint_interval)
+        """`max_batch` records, or `checkpoint_interval` seconds since the last checkpoint.
+
+        While catching up on a backlog, the interval is at least four times what the
+        last checkpoint took, so a slow sink spends at most a fifth of the time
+        checkpointing (exactly once all the same: only how many records each holds moves).
+        """
+        n = len(self._buffer)
+        if n >= self.options.max_batch:
+            return True
+        if not n:
+            return False
+        interval = self.options.checkpoint_interval
+        if self._behind:
+            interval = max(interval, 4 * self._flush_cost)
+        return time.monotonic() - self._last_flush >= interval
 
     def _flush(self, final: bool = False) -> None:
         """Apply the buffer: every builder's rows and every offset in one transaction."""
-        self._last_flush = time.monotonic()
+        started = self._last_flush = time.monotonic()
         if not self._buffer:
             return
         batch, by_builder, progress = self._build_batch()
@@ -401,6 +444,7 @@ class ConsumerRuntime:
                 log.warning("sink write failed (%s); retrying (%d/5)", exc, attempt)
                 time.sleep(0.2 * attempt)
         committed_at = time.time()
+        self._flush_cost = time.monotonic() - started
         for u in batch.offsets:
             self._stored[u.builder][(u.topic, u.partition)] = u.next_offset
         count = sum(1 for r in self._buffer if isinstance(r, Record))
@@ -418,10 +462,11 @@ class ConsumerRuntime:
             key = (item.topic, item.partition)
             progress[key] = max(progress.get(key, 0), item.offset + 1)
         by_builder: dict[str, list[Record]] = {}
+        prefix = self.config.topic_prefix
         for b in self.builders:
             stored = self._stored[b.name]
-            mine = [r for r in self._buffer if isinstance(r, Record)
-                    and r.topic in self._builders_of and b in self._builders_of[r.topic]
+            topics = set(b.topics_of(prefix))
+            mine = [r for r in self._buffer if type(r) is Record and r.topic in topics
                     and r.offset >= stored.get((r.topic, r.partition), -1)]
             by_builder[b.name] = mine
             reduced: Reduced = reduce(b, mine)
@@ -577,6 +622,20 @@ def _transient(exc: Exception) -> bool:
     return name in {"OperationalError", "DeadlockDetected", "SerializationFailure",
                     "TransactionConflict"} or "Conflict" in name
 
+
+
+def _header_dict(message: Message) -> dict[str, bytes]:
+    """A message's headers by name (None values left out; str values as bytes)."""
+    raw = message.headers()
+    if not raw:
+        return {}
+    headers = dict(raw)  # the client gives bytes or None values; a later name wins
+    if None in headers.values() or len(headers) != len(raw):
+        # a None value, or a repeated name: the last non-None value of each name
+        pairs = raw.items() if isinstance(raw, dict) else raw
+        headers = {k: v for k, v in pairs if v is not None}
+    return {k: v.encode() if isinstance(v, str) else v for k, v in headers.items()} \
+        if str in map(type, headers.values()) else headers
 
 
 def _headers(message: Message) -> list[tuple[str, bytes | None]]:

@@ -183,14 +183,63 @@ def _rank(column: Column, value: Any) -> int:
     return column.ranks.index(value) if value in column.ranks else -1
 
 
+_MergeStep = tuple[Callable[[Any, Any, bool], Any], str | None, dict[Any, int]]
+
+
+@dataclass(frozen=True)
+class _MergePlan:
+    """A table's merge rules worked out once (the batch hot path): per column its rule's
+    Python twin and the status column (with its ranks) whose winner the rule reads."""
+
+    steps: dict[str, _MergeStep]
+    sums: tuple[str, ...]  # SUM columns: the only rule that changes a value for a NULL
+
+
+def _keep_old(old: Any, new: Any, wins: bool) -> Any:
+    return old  # DERIVED: recomputed by finish_row
+
+
+def _merge_plan(table: Table) -> _MergePlan:
+    plan: _MergePlan | None = table.__dict__.get("_merge_plan")
+    if plan is None:
+        steps: dict[str, _MergeStep] = {}
+        for c in table.columns:
+            status = _ranking(table, c)
+            rule = _keep_old if c.merge is Merge.DERIVED else MERGE_RULES[c.merge].python
+            ranks: dict[Any, int] = {}
+            for i, v in enumerate(status.ranks if status is not None else ()):
+                ranks.setdefault(v, i)  # as tuple.index: the first place
+            steps[c.name] = (rule, None if status is None else status.name, ranks)
+        sums = tuple(c.name for c in table.columns if c.merge is Merge.SUM)
+        plan = _MergePlan(steps, sums)
+        object.__setattr__(table, "_merge_plan", plan)  # a cache on the frozen table
+    return plan
+
+
 def merge_rows(table: Table, old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """Merge two partial rows of the same key, exactly as the SQL upsert does."""
-    merged = {}
-    for c in table.columns:
-        status = _ranking(table, c)
-        new_wins = status is not None and (
-            _rank(status, new.get(status.name)) > _rank(status, old.get(status.name)))
-        merged[c.name] = merge_value(c, old.get(c.name), new.get(c.name), new_wins)
+    """Merge two partial rows of the same key, exactly as the SQL upsert does.
+
+    A column absent from either row merges as NULL. Every rule but SUM keeps the
+    stored value for an incoming NULL, so only the new row's non-NULL values (and
+    the SUM columns) are merged: a partial row costs what it holds.
+    """
+    plan = _merge_plan(table)
+    steps = plan.steps
+    old_get, new_get = old.get, new.get
+    merged = {c: old_get(c) for c in table.column_names}
+    for name, value in new.items():
+        if value is None:
+            continue
+        step = steps.get(name)
+        if step is None:
+            continue  # not a column of the table
+        rule, status, ranks = step
+        wins = status is not None and (
+            ranks.get(new_get(status), -1) > ranks.get(old_get(status), -1))
+        merged[name] = rule(old_get(name), value, wins)
+    for name in plan.sums:
+        if new_get(name) is None:
+            merged[name] = steps[name][0](old_get(name), None, False)
     return finish_row(table, merged)
 
 

@@ -144,6 +144,30 @@ class AvroReader:
             return self._read_fast(value, offset)
         return self._read_resolved(memoryview(value)[offset:])
 
+    def framed_reader(self) -> Callable[[bytes], Any] | None:
+        """A framed value (5-byte Confluent header) -> event, when the writer schema is
+        ours (the generated decoder, one call per record); None otherwise."""
+        fast = self._fast
+        if fast is None:
+            return None
+        name = self.event_type.event_class.__name__
+
+        def read(value: bytes) -> Any:
+            if type(value) is not bytes:
+                value = bytes(value)
+            try:
+                event, end = fast(value, 5)
+            except Exception as exc:
+                raise CorruptPayloadError(
+                    f"{name}: Avro payload does not decode with its writer schema: "
+                    f"{exc!r}") from exc
+            if end != len(value):
+                raise CorruptPayloadError(
+                    f"{name}: {len(value) - end} trailing bytes after the Avro record")
+            return event
+
+        return read
+
     def _read_fast(self, b: bytes, offset: int) -> Any:
         try:
             event, end = self._fast(b, offset)  # type: ignore[misc]

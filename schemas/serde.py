@@ -181,6 +181,11 @@ def _avro_reader(client: Any, sid: int, schema: Any) -> _Reader:
         raise UnknownSchemaIdError(
             f"schema id {sid} ({full}) cannot be resolved to our reader schema: {exc}") from exc
 
+    fast = read.framed_reader()
+    if fast is not None:  # the writer schema is ours: the generated decoder, no wrapper
+        fast.event_type = et  # type: ignore[attr-defined]
+        return fast
+
     def reader(value: bytes) -> RuntimeEvent:
         if type(value) is not bytes:
             value = bytes(value)

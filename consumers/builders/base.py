@@ -49,12 +49,17 @@ class Reduced:
     rows: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = field(default_factory=dict)
 
     def add(self, table: Table, row: dict[str, Any]) -> None:
-        full = dict.fromkeys(table.column_names)
-        full.update(row)
-        by_key = self.rows.setdefault(table.name, {})
-        key = table.key_of(full)
+        by_key = self.rows.get(table.name)
+        if by_key is None:
+            by_key = self.rows[table.name] = {}
+        key = tuple([row.get(k) for k in table.primary_key])
         old = by_key.get(key)
-        by_key[key] = finish_row(table, full) if old is None else merge_rows(table, old, full)
+        if old is None:  # the first row of its key: every column, absent ones NULL
+            full = dict.fromkeys(table.column_names)
+            full.update(row)
+            by_key[key] = finish_row(table, full)
+        else:  # an absent column merges as NULL, as in the SQL upsert
+            by_key[key] = merge_rows(table, old, row)
 
     def sorted_rows(self, table: Table) -> list[dict[str, Any]]:
         """Rows in key order, so concurrent writers lock rows in one order (no deadlocks)."""

@@ -48,18 +48,24 @@ class EpisodesBuilder(Builder):
     def rows(self, record: Record) -> Iterator[PartialRow]:
         e = record.event
         if isinstance(e, ev.EpisodeStartedEvent):
+            r = e.route  # route_columns, inline: this runs once per record
             yield EPISODES, {
                 "session_id": e.session_id, "episode_record_id": e.episode_record_id,
-                "episode_id": e.episode_id, **route_columns(e.route),
+                "episode_id": e.episode_id, "env_id": r.env_id,
+                "env_component_id": r.env_component_id,
+                "model_component_id": r.model_component_id, "lane": r.lane,
                 "episode_index": e.episode_index, "env_index": e.env_index,
                 "seed": e.seed, "trial_index": e.trial_index,
                 "started_from_auto_reset": e.started_from_auto_reset,
                 "status": "running", "started_at": record.timestamp,
             }
         elif isinstance(e, ev.EpisodeCompletedEvent):
+            r = e.route
             yield EPISODES, {
                 "session_id": e.session_id, "episode_record_id": e.episode_record_id,
-                "episode_id": e.episode_id, **route_columns(e.route),
+                "episode_id": e.episode_id, "env_id": r.env_id,
+                "env_component_id": r.env_component_id,
+                "model_component_id": r.model_component_id, "lane": r.lane,
                 "episode_index": e.episode_index, "env_index": e.env_index,
                 "seed": e.seed, "trial_index": e.trial_index, "status": "completed",
                 "step_count": e.step_count, "cumulative_reward": e.cumulative_reward,
