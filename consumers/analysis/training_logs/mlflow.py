@@ -1,0 +1,62 @@
+"""Read the metric histories of MLflow runs into training-log rows.
+
+Through `MlflowClient` only, so any tracking store MLflow supports works the
+same: a local `sqlite:///…` or file store, a database, or a tracking server.
+Every metric of the run is read with `get_metric_history` (step, timestamp in
+ms, value). The rows' `run` is the run's name (its id when it has none, or
+when two runs given share a name), so several runs can be told apart with
+`--match`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from rlmesh_stream.consumers.analysis.training_logs.table import (
+    Point,
+    TrainingLogError,
+    rows_to_table,
+)
+
+
+def client(tracking_uri: str | None) -> Any:
+    """An `MlflowClient` for `tracking_uri` (MLflow's own default when None)."""
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def get_run(mlflow: Any, run_id: str, tracking_uri: str | None) -> Any:
+    """The run, or a TrainingLogError naming the run and the store."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return mlflow.get_run(run_id)
+    except MlflowException as exc:
+        where = tracking_uri or "MLflow's default tracking store"
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TrainingLogError(f"no MLflow run {run_id!r} at {where}: {first}") from exc
+
+
+def read_mlflow(run_ids: Sequence[str], tracking_uri: str | None) -> pa.Table:
+    """The metric histories of `run_ids` as rows (run, step, time, one column per metric)."""
+    mlflow = client(tracking_uri)
+    runs = [get_run(mlflow, run_id, tracking_uri) for run_id in run_ids]
+    names = [r.info.run_name or r.info.run_id for r in runs]
+    if len(set(names)) < len(names):
+        names = [r.info.run_id for r in runs]
+
+    def points() -> Iterator[Point]:
+        for run, name in zip(runs, names, strict=True):
+            for key in sorted(run.data.metrics):
+                for m in mlflow.get_metric_history(run.info.run_id, key):
+                    yield name, key, int(m.step), m.timestamp / 1000.0, float(m.value)
+
+    label = "MLflow run" + ("s " if len(run_ids) > 1 else " ") + ", ".join(run_ids)
+    table = rows_to_table(points(), label)
+    if table.num_rows == 0:
+        raise TrainingLogError(f"{label} has no metrics logged")
+    return table
