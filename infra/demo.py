@@ -288,7 +288,6 @@ def _join(sink_url: str, log_path: Path, out: Path, say: Callable[[str], None]) 
     from rlmesh_stream.consumers.analysis.plots import plot_checkpoints
     from rlmesh_stream.consumers.analysis.reports import render
     from rlmesh_stream.consumers.analysis.training_logs import writeback
-    from rlmesh_stream.consumers.analysis.training_logs.tensorboard import read_tensorboard
 
     spec = JoinSpec("key", log_path, LogColumns(metric="train/loss"),
                     checkpoint_step=r"ckpt-(\d+)")
@@ -305,9 +304,9 @@ def _join(sink_url: str, log_path: Path, out: Path, say: Callable[[str], None]) 
     say("  plot: " + ", ".join(str(p) for p in paths))
     eval_dir = log_path.parent / f"{TB_RUN}_eval"
     written = writeback.write_tensorboard(writeback.eval_points(rows), eval_dir)
-    curve = read_tensorboard(eval_dir).to_pylist()  # read back with TensorBoard's reader
-    say(f"  eval curve written back ({written.points} points) to {eval_dir}: "
-        + ", ".join(f"step {r['step']} success {r['eval/success_rate']:.0%}" for r in curve))
+    curve = writeback.read_tensorboard_eval(eval_dir)["eval/success_rate"]  # read back
+    say(f"  eval curve written back ({written.points} points) to {eval_dir}: success rate "
+        + ", ".join(f"{v:.0%} at step {step}" for step, v in curve))
     say(f"  see it next to the training loss: tensorboard --logdir {log_path.parent}")
 
 

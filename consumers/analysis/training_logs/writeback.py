@@ -105,6 +105,17 @@ def write_tensorboard(points: EvalPoints, directory: Path) -> Written:
     return Written(count, where=str(directory))
 
 
+def read_tensorboard_eval(directory: Path) -> dict[str, list[tuple[int, float]]]:
+    """The eval curve in `directory` as TensorBoard reads it: tag -> [(step, value)]."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    from tensorboard.util import tensor_util
+
+    acc = ea.EventAccumulator(str(directory), size_guidance={ea.TENSORS: 0})
+    acc.Reload()
+    return {tag: [(int(t.step), float(tensor_util.make_ndarray(t.tensor_proto)))
+                  for t in acc.Tensors(tag)] for tag in acc.Tags()[ea.TENSORS]}
+
+
 def write_mlflow(points: EvalPoints, run_id: str, tracking_uri: str | None) -> Written:
     """Log the points into an existing MLflow run, skipping those it already has."""
     from mlflow.entities import Metric
