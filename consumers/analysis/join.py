@@ -100,6 +100,7 @@ class JoinResult:
     notes: list[str] = field(default_factory=list)
     group_column: str = ""  # the joined column the aggregate groups by
     step_column: str = ""  # the joined column with each checkpoint's training step
+    group_run: str = ""  # with a step group: the joined run column that also tells them apart
     log_columns: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -641,6 +642,9 @@ def _asof_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str
              if spec.columns.checkpoint in _describe(con, "training_log")
              else TRAIN_PREFIX + spec.columns.step)
     result = JoinResult("asof", total, matched, group_column=group)
+    if group == TRAIN_PREFIX + spec.columns.step and spec.asof_match is not None:
+        # runs share the step axis: a checkpoint is a run's step (ppo_1/3000)
+        result.group_run = TRAIN_PREFIX + spec.asof_match[1]
     why_no_time = ("not completed yet" if spec.episode_time == "completed_at"
                    else "whose start was never seen")
     result.unmatched = {f"have no {spec.episode_time} ({why_no_time})": no_time}
@@ -682,11 +686,17 @@ def aggregate(con: duckdb.DuckDBPyConnection, spec: JoinSpec,
     episodes, success rate, reward mean and spread, mean step time, and the
     training step and metric of the checkpoint's first log row."""
     g = q(result.group_column)
+    label = f"CAST({g} AS VARCHAR)"
+    groups = g
+    if result.group_run:
+        run = q(result.group_run)
+        label = f"CAST({run} AS VARCHAR) || '/' || {label}"
+        groups = f"{run}, {g}"
     step = q(result.step_column or TRAIN_PREFIX + spec.columns.step)
     metric = (f"arg_min({q(TRAIN_PREFIX + spec.columns.metric)}, {step})"
               if spec.columns.metric else "NULL")
     cur = con.execute(f"""
-        SELECT CAST({g} AS VARCHAR) AS checkpoint,
+        SELECT {label} AS checkpoint,
                MIN({step}) AS step,
                {metric} AS metric,
                COUNT(*) AS episodes,
@@ -697,7 +707,7 @@ def aggregate(con: duckdb.DuckDBPyConnection, spec: JoinSpec,
                STDDEV_SAMP(cumulative_reward) FILTER (WHERE status = 'completed')
                    AS std_reward,
                AVG(step_ms) FILTER (WHERE status = 'completed') AS mean_step_ms
-        FROM joined GROUP BY {g} ORDER BY step NULLS LAST, checkpoint""")
+        FROM joined GROUP BY {groups} ORDER BY step NULLS LAST, checkpoint""")
     names = [d[0] for d in cur.description or []]
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 

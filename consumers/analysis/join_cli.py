@@ -197,7 +197,7 @@ def checkpoint_report(rows: list[dict[str, Any]], spec: JoinSpec,
     """The per-checkpoint aggregate as a report, rendered like the other reports."""
     label = spec.columns.metric or "metric"
     by_step = result.group_column == TRAIN_PREFIX + spec.columns.step
-    group = "Log step" if by_step else "Checkpoint"
+    group = ("Run/log step" if result.group_run else "Log step") if by_step else "Checkpoint"
     return Report(
         name="join",
         title="Episodes per checkpoint",

@@ -116,3 +116,19 @@ def test_cli_reads_the_tracking_uri_from_the_environment(tracking_uri: str,
     assert "1 of 1 episodes matched" in result.stderr
     (row,) = json.loads(result.stdout)["rows"]
     assert (row["checkpoint"], row["step"], row["metric"]) == ("ckpt-3000", 3000, 0.125)
+
+
+def test_a_local_file_store_reads_like_the_sqlite_store(tracking_uri: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # MLflow 3 opens a file store only when asked to (it is in maintenance mode)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    file_uri = (tmp_path / "mlruns").as_uri()
+    episodes = [episode("s", i, model_component_id=m) for i, m in
+                enumerate(["ckpt-1000", "ckpt-2000", "ckpt-3000"], start=1)]
+    sink = make_sink(tmp_path, episodes)
+    spec = JoinSpec("key", None, COLUMNS, checkpoint_step=r"ckpt-(\d+)")
+    results = [run(sink, replace(spec, mlflow_runs=(mlflow_runs(uri, ["ppo_1"])["ppo_1"],),
+                                 mlflow_tracking_uri=uri))
+               for uri in (file_uri, tracking_uri)]
+    assert results[0] == results[1]
+    assert len(results[0][0]) == 3

@@ -120,6 +120,17 @@ def test_asof_match_tells_the_runs_apart_by_their_directory(tmp_path: Path) -> N
                     ("ep-000001", "ppo_2", 1500, 1.5, 10.0)]
 
 
+def test_the_summary_keeps_two_runs_at_the_same_step_apart(tmp_path: Path) -> None:
+    # both runs logged their loss at step 3000 (t=30): 0.125 in ppo_1, 0.75 in ppo_2
+    logdir = write_tensorboard(tmp_path / "runs")
+    sink = make_sink(tmp_path, [episode("a", 1, model_component_id="ppo_1", started_at=at(40)),
+                                episode("b", 1, model_component_id="ppo_2", started_at=at(40))])
+    _, summary, _ = run(sink, JoinSpec("asof", logdir, COLUMNS,
+                                       asof_match=("model_component_id", "run")))
+    assert [(r["checkpoint"], r["step"], r["metric"]) for r in summary] == [
+        ("ppo_1/3000", 3000, 0.125), ("ppo_2/3000", 3000, 0.75)]
+
+
 def test_several_runs_without_a_match_are_refused(tmp_path: Path) -> None:
     logdir = write_tensorboard(tmp_path / "runs")
     sink = make_sink(tmp_path, [episode("s", 1, started_at=at(20))])

@@ -97,3 +97,13 @@ def test_an_invalid_checkpoint_regex(sink: str, tmp_path: Path) -> None:
     line = refused(sink, "--log", str(event_file(tmp_path)), "--checkpoint-step", "ckpt-(\\d+",
                    "--metric", LOSS)
     assert "is not a regular expression" in line
+
+
+def test_a_file_store_mlflow_refuses_to_open(sink: str, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    uri = (tmp_path / "mlruns").as_uri()
+    line = refused(sink, "--mlflow-run", "0123456789abcdef", "--mlflow-tracking-uri", uri,
+                   "--checkpoint-step", r"ckpt-(\d+)", "--metric", LOSS)
+    assert f"MLflow tracking store {uri}: " in line
+    assert "MLFLOW_ALLOW_FILE_STORE" in line

@@ -134,3 +134,14 @@ def test_to_mlflow_run_logs_the_printed_summary_and_skips_it_the_second_time(
     assert "wrote 0 eval points (3 checkpoints)" in second.stderr
     assert "14 already there were skipped" in second.stderr
     assert mlflow_points(tracking_uri, run_id) == summary_points(first)
+
+
+def test_an_eval_curve_written_into_the_training_runs_own_directory_is_not_read_as_training(
+        tmp_path: Path) -> None:
+    logdir = write_tensorboard(tmp_path / "runs", ["ppo_1"])
+    sink = make_sink(tmp_path)
+    first = join_cli(sink, logdir, "--to-tensorboard", str(logdir / "ppo_1"))
+    second = join_cli(sink, logdir, "--to-tensorboard", str(logdir / "ppo_1"))
+    assert second == first
+    assert sorted(tensorboard_points(logdir / "ppo_1")) == sorted(
+        ["train/loss", "rollout/ep_rew_mean", *EVAL_METRICS])

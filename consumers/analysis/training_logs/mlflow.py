@@ -11,6 +11,7 @@ when two runs given share a name), so several runs can be told apart with
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -26,7 +27,24 @@ def client(tracking_uri: str | None) -> Any:
     """An `MlflowClient` for `tracking_uri` (MLflow's own default when None)."""
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=tracking_uri)
+    with mlflow_errors(tracking_uri):
+        return MlflowClient(tracking_uri=tracking_uri)
+
+
+@contextmanager
+def mlflow_errors(tracking_uri: str | None, passing: tuple[str, ...] = ()) -> Iterator[None]:
+    """MLflow's own refusals (a store it will not open, a server error) as one line;
+    errors whose code is in `passing` are left to the caller."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        yield
+    except MlflowException as exc:
+        if exc.error_code in passing:
+            raise
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise TrainingLogError(f"MLflow tracking store {tracking_uri or '(default)'}: "
+                               f"{first}") from exc
 
 
 def get_run(mlflow: Any, run_id: str, tracking_uri: str | None) -> Any:
@@ -34,7 +52,8 @@ def get_run(mlflow: Any, run_id: str, tracking_uri: str | None) -> Any:
     from mlflow.exceptions import MlflowException
 
     try:
-        return mlflow.get_run(run_id)
+        with mlflow_errors(tracking_uri, passing=("RESOURCE_DOES_NOT_EXIST",)):
+            return mlflow.get_run(run_id)
     except MlflowException as exc:
         where = tracking_uri or "MLflow's default tracking store"
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -45,6 +64,11 @@ def read_mlflow(run_ids: Sequence[str], tracking_uri: str | None) -> pa.Table:
     """The metric histories of `run_ids` as rows (run, step, time, one column per metric)."""
     mlflow = client(tracking_uri)
     runs = [get_run(mlflow, run_id, tracking_uri) for run_id in run_ids]
+    with mlflow_errors(tracking_uri):
+        return _read(mlflow, runs, run_ids)
+
+
+def _read(mlflow: Any, runs: list[Any], run_ids: Sequence[str]) -> pa.Table:
     names = [r.info.run_name or r.info.run_id for r in runs]
     if len(set(names)) < len(names):
         names = [r.info.run_id for r in runs]

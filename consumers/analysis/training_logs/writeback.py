@@ -118,12 +118,21 @@ def read_tensorboard_eval(directory: Path) -> dict[str, list[tuple[int, float]]]
 
 def write_mlflow(points: EvalPoints, run_id: str, tracking_uri: str | None) -> Written:
     """Log the points into an existing MLflow run, skipping those it already has."""
-    from mlflow.entities import Metric
-
-    from rlmesh_stream.consumers.analysis.training_logs.mlflow import client, get_run
+    from rlmesh_stream.consumers.analysis.training_logs.mlflow import (
+        client,
+        get_run,
+        mlflow_errors,
+    )
 
     mlflow = client(tracking_uri)
     get_run(mlflow, run_id, tracking_uri)
+    with mlflow_errors(tracking_uri):
+        return _log_new(mlflow, points, run_id)
+
+
+def _log_new(mlflow: Any, points: EvalPoints, run_id: str) -> Written:
+    from mlflow.entities import Metric
+
     have: dict[tuple[str, int], float] = {}
     for metric in EVAL_METRICS:
         for m in mlflow.get_metric_history(run_id, metric):
