@@ -56,8 +56,9 @@ from rlmesh_stream.consumers.sinks import DEFAULT_SINK
               default="started_at", show_default=True,
               help="Episode time matched against the log's time (--by asof).")
 @click.option("--match", "asof_match", default=None, metavar="EPISODE_COL=LOG_COL",
-              help="--by asof: only log rows whose LOG_COL equals the episode's EPISODE_COL "
-                   "(e.g. model_component_id=run, for actors each following their own run).")
+              help="--by asof (or --by key with --checkpoint-step): only log rows whose "
+                   "LOG_COL equals the episode's EPISODE_COL (e.g. model_component_id=run, "
+                   "for actors each following their own run).")
 @click.option("--step-column", default="step", show_default=True,
               help="Log column with the training step (the plot's x axis).")
 @click.option("--time-column", default="time", show_default=True,
@@ -65,7 +66,8 @@ from rlmesh_stream.consumers.sinks import DEFAULT_SINK
 @click.option("--checkpoint-column", default="checkpoint", show_default=True,
               help="Log column with the checkpoint or model id.")
 @click.option("--metric", default="loss", show_default=True,
-              help="Training metric column shown next to each checkpoint ('' for none).")
+              help="Training metric column shown next to each checkpoint: a column, "
+                   "TensorBoard tag or MLflow metric, e.g. train/loss ('' for none).")
 @click.option("--log-timezone", default=None,
               help="IANA zone of log timestamps written without a UTC offset (e.g. UTC).")
 @click.option("--epoch-unit", type=click.Choice(["s", "ms", "us"]), default="s",

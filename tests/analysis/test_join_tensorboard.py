@@ -176,3 +176,21 @@ def test_a_tensorboard_log_joins_exactly_like_the_same_log_as_csv(tmp_path: Path
     assert tb_rows == csv_rows
     assert tb_summary == csv_summary
     assert tb_result.summary() == csv_result.summary()
+
+
+def test_scalar_plugin_tensors_read_like_simple_values(tmp_path: Path) -> None:
+    # tf.summary.scalar writes a tensor of the scalars plugin; so does --to-tensorboard
+    from rlmesh_stream.consumers.analysis.training_logs.tensorboard import read_tensorboard
+    from rlmesh_stream.consumers.analysis.training_logs.writeback import (
+        EvalPoints,
+    )
+    from rlmesh_stream.consumers.analysis.training_logs.writeback import (
+        write_tensorboard as write_eval,
+    )
+
+    write_eval(EvalPoints({100: {"eval/mean_reward": 0.1}, 700: {"eval/mean_reward": 2.5}},
+                          []), tmp_path / "eval")
+    (path,) = (tmp_path / "eval").glob("events.out.tfevents.*")
+    table = read_tensorboard(path)
+    assert table.select(["step", "eval/mean_reward"]).to_pylist() == [
+        {"step": 100, "eval/mean_reward": 0.1}, {"step": 700, "eval/mean_reward": 2.5}]

@@ -4,15 +4,18 @@ A path is a TensorBoard log when it is a directory (searched recursively for
 `events.out.tfevents.*`, as TensorBoard does) or a single event file. Each
 directory holding event files is one run, named by its path relative to the
 given directory ("." for the directory itself), exactly as TensorBoard names
-runs. Scalars are read with TensorBoard's own `EventAccumulator` (which also
-drops points orphaned by a restarted trainer, as TensorBoard does), both
-old-style `simple_value` summaries (tensorboardX, torch.utils.tensorboard,
-SB3) and tensor summaries of the scalars plugin (tf.summary).
+runs. Records are read with TensorBoard's own record loader
+(`RawEventFileLoader`: TensorFlow's reader when TensorFlow is installed, else
+TensorBoard's bundled one) and decoded as TensorBoard's `Event` protos; a
+scalar is an old-style `simple_value` (tensorboardX, torch.utils.tensorboard,
+SB3) or a tensor of the scalars plugin (tf.summary), as TensorBoard's own
+scalar view reads them. A step logged again (a resumed run) keeps its latest
+value.
 
-TensorBoard's reader stops silently at a damaged record (it is built to tail
-files still being written), so every file is first read through its record
-loader and the bytes of the records it yielded are checked against the file's
-size: a truncated or corrupt file is refused, naming the file and the offset.
+TensorBoard's loader stops silently at a damaged record (it is built to tail
+files still being written), so the bytes of the records it yielded are checked
+against the file's size in the same pass: a truncated or corrupt file is
+refused, naming the file and the offset.
 
 The eval files that `join --to-tensorboard` writes (suffix `.rlmesh-eval`) are
 not training logs: a directory scan leaves them out, so joining a log
@@ -34,6 +37,7 @@ from rlmesh_stream.consumers.analysis.training_logs.table import (
 
 EVENT_FILE_MARK = "tfevents"
 EVAL_SUFFIX = ".rlmesh-eval"  # join's own eval files (writeback.TB_SUFFIX)
+SCALARS_PLUGIN = "scalars"
 _RECORD_OVERHEAD = 16  # TFRecord framing: length (8), its CRC (4), data CRC (4)
 
 
@@ -55,41 +59,41 @@ def event_files(path: Path) -> list[Path]:
                   if p.is_file() and not p.name.endswith(EVAL_SUFFIX))
 
 
-def check_complete(path: Path) -> None:
-    """Refuse an event file that TensorBoard's record loader cannot read to its end."""
+def file_points(path: Path, run: str, plugins: dict[str, str]) -> Iterator[Point]:
+    """The scalar points of one event file; `plugins` (tag -> plugin name) carries over
+    between the files of a run, since a writer sends a tag's metadata once."""
+    from google.protobuf.message import DecodeError
     from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.util import tensor_util
 
     size = path.stat().st_size
     read = 0
     try:
         for record in RawEventFileLoader(str(path)).Load():
             read += len(record) + _RECORD_OVERHEAD
-    except Exception as exc:  # the loader's own errors: unreadable file, bad framing
-        raise TrainingLogError(f"cannot read TensorBoard event file {path}: {exc}") from exc
+            event = event_pb2.Event.FromString(record)
+            if not event.HasField("summary"):
+                continue
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name:
+                    plugins[value.tag] = value.metadata.plugin_data.plugin_name
+                kind = value.WhichOneof("value")
+                if kind == "simple_value":
+                    number = value.simple_value
+                elif kind == "tensor" and plugins.get(value.tag) == SCALARS_PLUGIN:
+                    number = float(tensor_util.make_ndarray(value.tensor))
+                else:
+                    continue
+                yield run, value.tag, int(event.step), float(event.wall_time), number
+    except (OSError, DecodeError, ValueError, TypeError) as exc:
+        raise TrainingLogError(f"cannot read TensorBoard event file {path} (record at byte "
+                               f"{read}): {exc}") from exc
     if read != size:
         raise TrainingLogError(
             f"TensorBoard event file {path} is truncated or corrupt: its records end at "
             f"byte {read} of {size} (a file still being written ends mid-record; "
             "wait for the trainer to flush or close it)")
-
-
-def _run_points(source: Path, run: str) -> Iterator[Point]:
-    """The scalar points of a run directory (or of one event file) via EventAccumulator."""
-    from tensorboard.backend.event_processing import event_accumulator as ea
-    from tensorboard.util import tensor_util
-
-    acc = ea.EventAccumulator(str(source), size_guidance={ea.SCALARS: 0, ea.TENSORS: 0})
-    acc.Reload()
-    tags = acc.Tags()
-    for tag in tags[ea.SCALARS]:
-        for e in acc.Scalars(tag):
-            yield run, tag, int(e.step), float(e.wall_time), float(e.value)
-    for tag in tags[ea.TENSORS]:
-        if acc.SummaryMetadata(tag).plugin_data.plugin_name != "scalars":
-            continue
-        for t in acc.Tensors(tag):
-            value = tensor_util.make_ndarray(t.tensor_proto)
-            yield run, tag, int(t.step), float(t.wall_time), float(value.item())
 
 
 def read_tensorboard(path: Path) -> pa.Table:
@@ -100,23 +104,12 @@ def read_tensorboard(path: Path) -> pa.Table:
     if not files:
         raise TrainingLogError(
             f"no TensorBoard event files (events.out.tfevents.*) under {path}")
-    for f in files:
-        check_complete(f)
-    sources: list[tuple[Path, str]] = []
-    if path.is_file():
-        sources.append((path, "."))
-    for d in sorted({f.parent for f in files} if path.is_dir() else ()):
-        run = d.relative_to(path).as_posix()
-        if any(d.glob(f"*{EVENT_FILE_MARK}*{EVAL_SUFFIX}")):
-            # an eval curve written into the training run's own directory: read the
-            # training files one by one, leaving ours out
-            sources.extend((f, run) for f in files if f.parent == d)
-        else:
-            sources.append((d, run))
+    runs = {f: f.parent.relative_to(path).as_posix() if path.is_dir() else "." for f in files}
 
     def points() -> Iterator[Point]:
-        for source, run in sources:
-            yield from _run_points(source, run)
+        plugins: dict[str, dict[str, str]] = {}
+        for f in files:
+            yield from file_points(f, runs[f], plugins.setdefault(runs[f], {}))
 
     table = rows_to_table(points(), f"TensorBoard log {path}")
     if table.num_rows == 0:
