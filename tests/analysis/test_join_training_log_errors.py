@@ -107,3 +107,12 @@ def test_a_file_store_mlflow_refuses_to_open(sink: str, tmp_path: Path,
                    "--checkpoint-step", r"ckpt-(\d+)", "--metric", LOSS)
     assert f"MLflow tracking store {uri}: " in line
     assert "MLFLOW_ALLOW_FILE_STORE" in line
+
+
+@pytest.mark.timeout(60)
+def test_an_unreachable_tracking_server_fails_in_seconds(sink: str) -> None:
+    # MLflow's own default (7 retries, doubling backoff) would wait minutes
+    line = refused(sink, "--mlflow-run", "0123456789abcdef", "--mlflow-tracking-uri",
+                   "http://127.0.0.1:1", "--checkpoint-step", r"ckpt-(\d+)", "--metric", LOSS)
+    assert line.startswith("Error: MLflow tracking store http://127.0.0.1:1: ")
+    assert "Connection refused" in line

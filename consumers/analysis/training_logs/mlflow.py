@@ -10,6 +10,7 @@ when two runs given share a name), so several runs can be told apart with
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -22,9 +23,16 @@ from rlmesh_stream.consumers.analysis.training_logs.table import (
     rows_to_table,
 )
 
+HTTP_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+"""A join is interactive: an unreachable tracking server fails in seconds, not after
+MLflow's default 7 retries with doubling backoff (minutes). Set these variables to
+override."""
+
 
 def client(tracking_uri: str | None) -> Any:
     """An `MlflowClient` for `tracking_uri` (MLflow's own default when None)."""
+    for name, value in HTTP_RETRIES.items():
+        os.environ.setdefault(name, value)
     from mlflow.tracking import MlflowClient
 
     with mlflow_errors(tracking_uri):
