@@ -116,3 +116,17 @@ def test_an_unreachable_tracking_server_fails_in_seconds(sink: str) -> None:
                    "http://127.0.0.1:1", "--checkpoint-step", r"ckpt-(\d+)", "--metric", LOSS)
     assert line.startswith("Error: MLflow tracking store http://127.0.0.1:1: ")
     assert "Connection refused" in line
+
+
+@pytest.mark.parametrize("args", [[], ["--log", ".", "--mlflow-run", "abc"]])
+def test_the_log_is_either_a_path_or_mlflow_runs(sink: str, args: list[str]) -> None:
+    result = CliRunner().invoke(join, ["--sink", sink, *args])
+    assert result.exit_code == 2
+    assert "give the training log as --log PATH or --mlflow-run RUN_ID" in result.stderr
+
+
+def test_checkpoint_step_is_refused_with_an_asof_join(sink: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(join, ["--sink", sink, "--log", str(event_file(tmp_path)),
+                                       "--by", "asof", "--checkpoint-step", r"ckpt-(\d+)"])
+    assert result.exit_code == 2
+    assert "--checkpoint-step applies to --by key" in result.stderr
