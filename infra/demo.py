@@ -10,18 +10,19 @@ A newcomer should see it work before reading code. The demo:
 4. consumes every topic into a DuckDB store with all the builders;
 5. prints the episode, advisory, delivery and telemetry reports, and writes
    the HTML advisory report;
-6. joins the episodes with a training log and plots eval against training.
+6. joins the episodes with a training log and plots eval against training,
+   and writes the eval curve back into the log's TensorBoard directory.
 
 Honesty about step 6: nothing is trained here. The four checkpoints are
 hand-written policies of increasing skill, and the demo writes a stand-in
-training log (one row per checkpoint: step, wall-clock time, checkpoint id,
-a made-up loss) so the join has something to join. Everything else is real:
-the rollouts, the events, Kafka, the registry, the consumers and the tables.
+training log (a TensorBoard event file, written with tensorboardX as a trainer
+would: `train/loss`, made up, at each checkpoint's step and wall-clock time)
+so the join has something to join. Everything else is real: the rollouts, the
+events, Kafka, the registry, the consumers and the tables.
 """
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 import uuid
@@ -252,13 +253,44 @@ def _reports(sink_url: str, out: Path, say: Callable[[str], None]) -> None:
     say(f"  advisory report (HTML): {html}")
 
 
+TB_RUN = "ppo_demo"
+"""The stand-in training run's directory under `<out>/tensorboard`; its eval curve is
+written next to it, in `ppo_demo_eval`."""
+
+
+def _write_training_log(log_rows: list[dict[str, Any]], logdir: Path) -> Path:
+    """The stand-in training log as a TensorBoard run, written by tensorboardX."""
+    import datetime as dt
+    import shutil
+
+    from tensorboardX import SummaryWriter
+
+    shutil.rmtree(logdir, ignore_errors=True)
+    writer = SummaryWriter(logdir=str(logdir / TB_RUN))
+    try:
+        for row in log_rows:
+            wall = dt.datetime.fromisoformat(row["time"]).timestamp()
+            writer.add_scalar("train/loss", row["loss"], row["step"], walltime=wall)
+    finally:
+        writer.close()
+    return logdir / TB_RUN
+
+
 def _join(sink_url: str, log_path: Path, out: Path, say: Callable[[str], None]) -> None:
-    from rlmesh_stream.consumers.analysis.join import JoinSpec, aggregate, connect, run_join
+    from rlmesh_stream.consumers.analysis.join import (
+        JoinSpec,
+        LogColumns,
+        aggregate,
+        connect,
+        run_join,
+    )
     from rlmesh_stream.consumers.analysis.join_cli import checkpoint_report
     from rlmesh_stream.consumers.analysis.plots import plot_checkpoints
     from rlmesh_stream.consumers.analysis.reports import render
+    from rlmesh_stream.consumers.analysis.training_logs import writeback
 
-    spec = JoinSpec("key", log_path)
+    spec = JoinSpec("key", log_path, LogColumns(metric="train/loss"),
+                    checkpoint_step=r"ckpt-(\d+)")
     con = connect(sink_url)
     try:
         result = run_join(con, spec)
@@ -267,9 +299,15 @@ def _join(sink_url: str, log_path: Path, out: Path, say: Callable[[str], None]) 
         con.close()
     say(f"  {result.summary()}")
     say(render(checkpoint_report(rows, spec, result), "table"))
-    paths = plot_checkpoints(rows, out / "eval_vs_training", metric_name="loss",
+    paths = plot_checkpoints(rows, out / "eval_vs_training", metric_name="train/loss",
                              title="CartPole-v1: evaluation vs training (demo)")
     say("  plot: " + ", ".join(str(p) for p in paths))
+    eval_dir = log_path.parent / f"{TB_RUN}_eval"
+    written = writeback.write_tensorboard(writeback.eval_points(rows), eval_dir)
+    curve = writeback.read_tensorboard_eval(eval_dir)["eval/success_rate"]  # read back
+    say(f"  eval curve written back ({written.points} points) to {eval_dir}: success rate "
+        + ", ".join(f"{v:.0%} at step {step}" for step, v in curve))
+    say(f"  see it next to the training loss: tensorboard --logdir {log_path.parent}")
 
 
 # --------------------------------------------------------------------------- command
@@ -304,8 +342,7 @@ def demo(config: StreamConfig, episodes: int, out_dir: Path, start_stack: bool) 
         f"{episodes} episodes of {ENV_ID} with rlmesh, published by KafkaRuntimeHooks")
     log_rows = _rollouts(config, registrar, episodes, out_dir / "simulated_fleet.json",
                          out_dir / "spool", say)
-    log_path = out_dir / "training_log.jsonl"
-    log_path.write_text("".join(json.dumps(r) + "\n" for r in log_rows), encoding="utf-8")
+    log_path = _write_training_log(log_rows, out_dir / "tensorboard")
 
     store = (out_dir / "demo.duckdb").resolve()
     store.unlink(missing_ok=True)
@@ -316,7 +353,8 @@ def demo(config: StreamConfig, episodes: int, out_dir: Path, start_stack: bool) 
     say("4/5 reports")
     _reports(sink_url, out_dir, say)
 
-    say(f"5/5 join with the training log {log_path} (a stand-in: the demo trains nothing)")
+    say(f"5/5 join with the TensorBoard training log {log_path} (a stand-in: the demo trains "
+        "nothing) and write the eval curve back next to it")
     _join(sink_url, log_path, out_dir, say)
 
     say(f"done in {time.monotonic() - started:.1f} s. Next: "

@@ -2,13 +2,17 @@
 
 An eval number is read against training: which checkpoint, at which training
 step, with what loss. A training log (JSONL, CSV or Parquet, typically one row
-per step: a step, a wall-clock time, a checkpoint id, metrics) is joined to the
-`episodes` table in one of two ways:
+per step: a step, a wall-clock time, a checkpoint id, metrics; or a TensorBoard
+log directory or MLflow run, read into such rows by `training_logs`) is joined
+to the `episodes` table in one of two ways:
 
 - `key`: an episode's `model_component_id` (configurable) equals the log's
   checkpoint column. A checkpoint's row is the *first* log row naming it (the
   step at which it was saved), so logs that repeat the current checkpoint on
-  every step still give one row per checkpoint.
+  every step still give one row per checkpoint. Step-indexed logs (TensorBoard,
+  MLflow) name no checkpoint: `checkpoint_step`, a regex, takes the training
+  step from the episode's key (`ckpt-([0-9]+)`), and the checkpoint's row is the
+  latest log row at or before that step that has the metric.
 - `asof`: each episode gets the latest log row at or before its `started_at`
   (or `completed_at`): the policy version that was live when it ran, for actors
   that follow a moving checkpoint. This is DuckDB's ASOF join.
@@ -68,7 +72,7 @@ class LogColumns:
 @dataclass(frozen=True)
 class JoinSpec:
     mode: Mode
-    log: Path
+    log: Path | None  # None: the log is the MLflow run(s) below
     columns: LogColumns = LogColumns()
     log_format: str | None = None  # inferred from the file suffix when None
     episode_key: str = "model_component_id"
@@ -78,6 +82,18 @@ class JoinSpec:
     # as-of only: (episode column, log column) that must be equal, e.g. each actor
     # follows its own training run: ("model_component_id", "run")
     asof_match: tuple[str, str] | None = None
+    # key only: a regex whose first group (or group named `step`) is the training step
+    # in the episode key, for logs indexed by step rather than by checkpoint name
+    checkpoint_step: str | None = None
+    mlflow_runs: tuple[str, ...] = ()
+    mlflow_tracking_uri: str | None = None
+
+    @property
+    def log_name(self) -> str:
+        """How messages name the log."""
+        if self.log is not None:
+            return self.log.name
+        return "MLflow run " + ", ".join(self.mlflow_runs)
 
 
 @dataclass
@@ -90,6 +106,8 @@ class JoinResult:
     unmatched: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     group_column: str = ""  # the joined column the aggregate groups by
+    step_column: str = ""  # the joined column with each checkpoint's training step
+    group_run: str = ""  # with a step group: the joined run column that also tells them apart
     log_columns: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -192,34 +210,45 @@ def load_training_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> list[st
     left to the reader's detection) so that every row is checked the same way.
     """
     path = spec.log
-    if not path.exists():
-        raise JoinError(f"training log {path} does not exist")
-    fmt = log_format_of(path, spec.log_format)
-    try:
-        detected = _describe(con, _reader(path, fmt))
-    except duckdb.Error as exc:
-        raise JoinError(f"cannot read {path} as {fmt}: {exc}") from exc
+    relation = _tool_log(con, spec)
+    if relation is not None:
+        fmt = "arrow"
+        detected = _describe(con, relation)
+    else:
+        assert path is not None
+        if not path.exists():
+            raise JoinError(f"training log {path} does not exist")
+        fmt = log_format_of(path, spec.log_format)
+        try:
+            detected = _describe(con, _reader(path, fmt))
+        except duckdb.Error as exc:
+            raise JoinError(f"cannot read {path} as {fmt}: {exc}") from exc
+        relation = _reader(path, fmt)
     cols = spec.columns
     needed = {"step": cols.step}
     if spec.mode == "asof":
         needed["time"] = cols.time
-    else:
+    elif spec.checkpoint_step is None:
         needed["checkpoint"] = cols.checkpoint
     if cols.metric:
         needed["metric"] = cols.metric
-    if spec.mode == "asof" and spec.asof_match is not None:
+    if spec.asof_match is not None:
         needed["match"] = spec.asof_match[1]
+    if spec.checkpoint_step and "run" in re.compile(spec.checkpoint_step).groupindex:
+        needed["run"] = "run"
     missing = [(role, name) for role, name in needed.items() if name not in detected]
     if missing:
-        flags = {"metric": "--metric", "match": "--match"}
+        flags = {"metric": "--metric", "match": "--match", "run": "--checkpoint-step"}
         what = ", ".join(f"{role} column {name!r} ({flags.get(role, f'--{role}-column')})"
                          for role, name in missing)
-        raise JoinError(f"training log {path.name} has no {what}; "
-                        f"its columns are: {', '.join(detected)}")
+        hint = (" (a log indexed by training step: pass --checkpoint-step REGEX to read the "
+                "step from the episode's checkpoint id)" if "checkpoint" in dict(missing) else "")
+        raise JoinError(f"training log {spec.log_name} has no {what}; "
+                        f"its columns are: {', '.join(detected)}{hint}")
     # Only the as-of join reads the time column; a key join passes it through untouched.
     has_time = spec.mode == "asof"
-    relation = _reader(path, fmt)
-    if has_time and fmt != "parquet" and _is_texty(detected[cols.time]):
+    if has_time and fmt in ("csv", "jsonl") and _is_texty(detected[cols.time]):
+        assert path is not None
         types = dict(detected)
         types[cols.time] = "VARCHAR"
         relation = _reader(path, fmt, types if fmt == "jsonl" else {cols.time: "VARCHAR"})
@@ -230,8 +259,38 @@ def load_training_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> list[st
     con.execute(f"CREATE OR REPLACE TEMP TABLE training_log AS "
                 f"SELECT *, {at_sql} AS _train_at FROM training_log_raw")
     if con.execute("SELECT COUNT(*) FROM training_log").fetchone() == (0,):
-        raise JoinError(f"training log {path.name} has no rows")
+        raise JoinError(f"training log {spec.log_name} has no rows")
     return list(detected)
+
+
+def _tool_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> str | None:
+    """Register a TensorBoard log or MLflow run(s) as a relation; None for a file log."""
+    from rlmesh_stream.consumers.analysis.training_logs import TrainingLogError
+    from rlmesh_stream.consumers.analysis.training_logs.tensorboard import is_tensorboard_log
+
+    log = spec.log
+    is_tb = log is not None and spec.log_format is None and is_tensorboard_log(log)
+    if not spec.mlflow_runs and not is_tb:
+        return None
+    try:
+        if spec.mlflow_runs:
+            from rlmesh_stream.consumers.analysis.training_logs.mlflow import read_mlflow
+
+            table = read_mlflow(spec.mlflow_runs, spec.mlflow_tracking_uri)
+        else:
+            from rlmesh_stream.consumers.analysis.training_logs.tensorboard import (
+                read_tensorboard,
+            )
+
+            assert log is not None
+            table = read_tensorboard(log)
+    except ImportError as exc:
+        raise JoinError(f"reading {spec.log_name} needs {exc.name}: pip install "
+                        "'rlmesh-stream[training-logs]'") from exc
+    except TrainingLogError as exc:
+        raise JoinError(str(exc)) from exc
+    con.register("training_log_source", table)
+    return "training_log_source"
 
 
 def _is_texty(type_name: str) -> bool:
@@ -362,8 +421,11 @@ def run_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> JoinResult:
         raise JoinError("the store has no `episodes` table yet (has `rlmesh-stream consume` "
                         "run with the episodes builder?)")
     wanted: list[str] = [spec.episode_key if spec.mode == "key" else spec.episode_time]
-    if spec.mode == "asof" and spec.asof_match is not None:
+    if spec.asof_match is not None:
         wanted.append(spec.asof_match[0])
+    if spec.mode == "key" and spec.asof_match is not None and spec.checkpoint_step is None:
+        raise JoinError("--match applies to --by asof, or to --by key with --checkpoint-step")
+    step_group = _step_group(spec, spec.checkpoint_step) if spec.checkpoint_step else 0
     for name in wanted:
         if name not in episode_cols:
             raise JoinError(f"episodes have no column {name!r}; "
@@ -375,7 +437,10 @@ def run_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> JoinResult:
     train_select = ", ".join(
         f"l.{q('_train_at') if c == spec.columns.time and spec.mode == 'asof' else q(c)} "
         f"AS {q(TRAIN_PREFIX + c)}" for c in log_cols)
-    if spec.mode == "key":
+    _refuse_mixed_runs(con, spec, log_cols)
+    if spec.mode == "key" and step_group:
+        result = _step_join(con, spec, train_select, total, step_group)
+    elif spec.mode == "key":
         result = _key_join(con, spec, train_select, total)
     else:
         result = _asof_join(con, spec, train_select, total)
@@ -384,6 +449,44 @@ def run_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> JoinResult:
         raise JoinError("no episode matched the training log: " + result.summary()
                         + "".join(f". {n}" for n in result.notes))
     return result
+
+
+def _step_group(spec: JoinSpec, pattern: str) -> int:
+    """The number of the regex group holding the step: the one named `step`, else the first."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise JoinError(f"--checkpoint-step '{pattern}' is not a regular expression: "
+                        f"{exc}") from exc
+    if compiled.groups == 0:
+        raise JoinError(f"--checkpoint-step '{pattern}' has no group: put the step's digits "
+                        r"in parentheses, e.g. 'ckpt-(\d+)'")
+    if "run" in compiled.groupindex and spec.asof_match is not None:
+        raise JoinError("--checkpoint-step with a group named 'run' already matches each "
+                        "episode to its run: drop --match")
+    return compiled.groupindex.get("step", 1)
+
+
+def _refuse_mixed_runs(con: duckdb.DuckDBPyConnection, spec: JoinSpec,
+                       log_cols: list[str]) -> None:
+    """Several TensorBoard or MLflow runs share one step axis: say which run (--match)."""
+    if spec.asof_match is not None or "run" not in log_cols:
+        return
+    if spec.checkpoint_step and "run" in re.compile(spec.checkpoint_step).groupindex:
+        return
+    from rlmesh_stream.consumers.analysis.training_logs.tensorboard import is_tensorboard_log
+
+    if not spec.mlflow_runs and not (spec.log is not None and spec.log_format is None
+                                     and is_tensorboard_log(spec.log)):
+        return
+    runs = [r[0] for r in con.execute(
+        "SELECT DISTINCT run FROM training_log ORDER BY 1 LIMIT 6").fetchall()]
+    if len(runs) > 1:
+        raise JoinError(
+            f"training log {spec.log_name} holds several runs ({', '.join(runs[:5])}"
+            f"{', ...' if len(runs) > 5 else ''}) on one step axis: pass --match "
+            "EPISODE_COL=run to join each episode with its own run (or --log one run's "
+            "directory)")
 
 
 def _has_episodes(con: duckdb.DuckDBPyConnection) -> bool:
@@ -434,6 +537,77 @@ def _key_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
     return result
 
 
+def _step_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
+               total: int, group: int) -> JoinResult:
+    """Key join for step-indexed logs: the step is read from the episode key by regex,
+    and the checkpoint's row is the latest log row at or before it (that has the metric)."""
+    assert spec.checkpoint_step is not None
+    key, step = q(spec.episode_key), q(spec.columns.step)
+    pattern = sql_str(spec.checkpoint_step)
+    run_group = re.compile(spec.checkpoint_step).groupindex.get("run")
+    run_sql = (f", NULLIF(regexp_extract(CAST({key} AS VARCHAR), '{pattern}', {run_group}), '') "
+               "AS checkpoint_run" if run_group else "")
+    try:
+        con.execute(f"""
+            CREATE OR REPLACE TEMP TABLE episode_steps AS
+            SELECT *, TRY_CAST(NULLIF(regexp_extract(CAST({key} AS VARCHAR), '{pattern}',
+                                                     {group}), '') AS BIGINT) AS checkpoint_step
+                   {run_sql}
+            FROM store.episodes""")
+    except duckdb.Error as exc:
+        raise JoinError(f"--checkpoint-step '{spec.checkpoint_step}' cannot be used: "
+                        f"{exc}") from exc
+    has_metric = f" AND {q(spec.columns.metric)} IS NOT NULL" if spec.columns.metric else ""
+    match_e = match_l = on = ""
+    partition = ""
+    match = ("checkpoint_run", "run") if run_group else spec.asof_match
+    if match is not None:
+        match_e = f"CAST(e.{q(match[0])} AS VARCHAR)"
+        match_l = f"CAST(l.{q(match[1])} AS VARCHAR)"
+        on = f"{match_e} = {match_l} AND "
+        partition = f"CAST({q(match[1])} AS VARCHAR), "
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE step_timeline AS
+        SELECT * FROM training_log WHERE {step} IS NOT NULL{has_metric}
+        QUALIFY row_number() OVER (PARTITION BY {partition}{step} ORDER BY _row DESC) = 1""")
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE joined AS
+        SELECT e.*, {train_select}
+        FROM episode_steps e
+        ASOF JOIN step_timeline l ON {on}e.checkpoint_step >= l.{step}""")
+    matched = _scalar(con, "SELECT COUNT(*) FROM joined")
+    no_key = _scalar(con, f"SELECT COUNT(*) FROM episode_steps WHERE {key} IS NULL")
+    no_step = _scalar(con, f"SELECT COUNT(*) FROM episode_steps "
+                           f"WHERE {key} IS NOT NULL AND checkpoint_step IS NULL")
+    result = JoinResult("key", total, matched, group_column=spec.episode_key,
+                        step_column="checkpoint_step")
+    result.unmatched = {f"have no {spec.episode_key}": no_key,
+                        f"have a {spec.episode_key} that --checkpoint-step "
+                        f"'{spec.checkpoint_step}' does not match": no_step}
+    early = total - matched - no_key - no_step
+    rows_with = f"log row with {spec.columns.metric!r}" if has_metric else "log row"
+    if match is not None:
+        e_col, l_col = match
+        unknown = _scalar(con, f"""
+            SELECT COUNT(*) FROM episode_steps e WHERE e.checkpoint_step IS NOT NULL AND
+                ({match_e} IS NULL OR {match_e} NOT IN (SELECT {match_l} FROM step_timeline l))""")
+        result.unmatched[f"have a {e_col} that is not in the log's {l_col!r} column"] = unknown
+        early -= unknown
+        result.unmatched[f"have a checkpoint step before the first {rows_with} of their "
+                         f"{l_col}"] = early
+    else:
+        first = _scalar(con, f"SELECT MIN({step}) FROM step_timeline")
+        result.unmatched[f"have a checkpoint step before the first {rows_with} "
+                         f"(step {first})"] = early
+    if no_step:
+        examples = [r[0] for r in con.execute(
+            f"SELECT DISTINCT CAST({key} AS VARCHAR) AS k FROM episode_steps WHERE "
+            f"{key} IS NOT NULL AND checkpoint_step IS NULL ORDER BY k LIMIT 5").fetchall()]
+        result.notes.append(f"{spec.episode_key} values that --checkpoint-step does not "
+                            f"match include {examples}")
+    return result
+
+
 def _asof_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
                total: int) -> JoinResult:
     et, step = q(spec.episode_time), q(spec.columns.step)
@@ -446,10 +620,14 @@ def _asof_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str
         match_l = f"CAST(l.{q(spec.asof_match[1])} AS VARCHAR)"
         partition = f"CAST({q(spec.asof_match[1])} AS VARCHAR), _train_at"
     # One row per instant (and key): two log rows at the same time would make the
-    # match arbitrary.
+    # match arbitrary. A log without checkpoints (TensorBoard, MLflow: one row per step,
+    # each metric logged at its own steps) offers only the rows that have the metric.
+    has_metric = ""
+    if spec.columns.metric and spec.columns.checkpoint not in _describe(con, "training_log"):
+        has_metric = f" AND {q(spec.columns.metric)} IS NOT NULL"
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE timeline AS
-        SELECT * FROM training_log WHERE _train_at IS NOT NULL
+        SELECT * FROM training_log WHERE _train_at IS NOT NULL{has_metric}
         QUALIFY row_number() OVER (PARTITION BY {partition}
                                    ORDER BY {step} DESC NULLS LAST, _row DESC) = 1""")
     on = f"{match_e} = {match_l} AND " if match_e else ""
@@ -465,6 +643,9 @@ def _asof_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str
              if spec.columns.checkpoint in _describe(con, "training_log")
              else TRAIN_PREFIX + spec.columns.step)
     result = JoinResult("asof", total, matched, group_column=group)
+    if group == TRAIN_PREFIX + spec.columns.step and spec.asof_match is not None:
+        # runs share the step axis: a checkpoint is a run's step (ppo_1/3000)
+        result.group_run = TRAIN_PREFIX + spec.asof_match[1]
     why_no_time = ("not completed yet" if spec.episode_time == "completed_at"
                    else "whose start was never seen")
     result.unmatched = {f"have no {spec.episode_time} ({why_no_time})": no_time}
@@ -481,11 +662,16 @@ def _asof_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str
     else:
         result.unmatched[f"{spec.episode_time.removesuffix('_at')} before the first "
                          f"training-log row ({first})"] = early
+    without = (_scalar(con, f"SELECT COUNT(*) FROM training_log WHERE _train_at IS NOT NULL "
+                            f"AND {q(spec.columns.metric or '')} IS NULL") if has_metric else 0)
+    if without:
+        result.notes.append(f"{without} log rows without {spec.columns.metric!r} were not "
+                            "matched (a log without checkpoints is matched on its metric)")
     dropped = _scalar(con, "SELECT COUNT(*) FROM training_log WHERE _train_at IS NULL")
     if dropped:
         result.notes.append(f"{dropped} log rows without a time were left out")
-    same_time = _scalar(con, "SELECT (SELECT COUNT(*) FROM training_log "
-                             "WHERE _train_at IS NOT NULL) - COUNT(*) FROM timeline")
+    same_time = _scalar(con, f"SELECT (SELECT COUNT(*) FROM training_log "
+                             f"WHERE _train_at IS NOT NULL{has_metric}) - COUNT(*) FROM timeline")
     if same_time:
         result.notes.append(f"{same_time} log rows share a time with another; "
                             "the one with the highest step was kept")
@@ -501,11 +687,17 @@ def aggregate(con: duckdb.DuckDBPyConnection, spec: JoinSpec,
     episodes, success rate, reward mean and spread, mean step time, and the
     training step and metric of the checkpoint's first log row."""
     g = q(result.group_column)
-    step = q(TRAIN_PREFIX + spec.columns.step)
+    label = f"CAST({g} AS VARCHAR)"
+    groups = g
+    if result.group_run:
+        run = q(result.group_run)
+        label = f"CAST({run} AS VARCHAR) || '/' || {label}"
+        groups = f"{run}, {g}"
+    step = q(result.step_column or TRAIN_PREFIX + spec.columns.step)
     metric = (f"arg_min({q(TRAIN_PREFIX + spec.columns.metric)}, {step})"
               if spec.columns.metric else "NULL")
     cur = con.execute(f"""
-        SELECT CAST({g} AS VARCHAR) AS checkpoint,
+        SELECT {label} AS checkpoint,
                MIN({step}) AS step,
                {metric} AS metric,
                COUNT(*) AS episodes,
@@ -516,7 +708,7 @@ def aggregate(con: duckdb.DuckDBPyConnection, spec: JoinSpec,
                STDDEV_SAMP(cumulative_reward) FILTER (WHERE status = 'completed')
                    AS std_reward,
                AVG(step_ms) FILTER (WHERE status = 'completed') AS mean_step_ms
-        FROM joined GROUP BY {g} ORDER BY step NULLS LAST, checkpoint""")
+        FROM joined GROUP BY {groups} ORDER BY step NULLS LAST, checkpoint""")
     names = [d[0] for d in cur.description or []]
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 

@@ -27,9 +27,22 @@ from rlmesh_stream.consumers.sinks import SinkError, sink_option
 @click.command()
 @sink_option("Store URL: duckdb:///path.duckdb, or postgresql://user@host/db (through "
              "DuckDB's postgres extension when installed, else a copy of the episodes).")
-@click.option("--log", "log_path", required=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Training log: JSONL, CSV or Parquet.")
+@click.option("--log", "log_path", default=None,
+              type=click.Path(exists=True, path_type=Path),
+              help="Training log: JSONL, CSV or Parquet file, or a TensorBoard log directory "
+                   "(searched for events.out.tfevents.*; one run per subdirectory) or event "
+                   "file.")
+@click.option("--mlflow-run", "mlflow_runs", multiple=True, metavar="RUN_ID",
+              help="Training log: the metric histories of this MLflow run (repeatable; "
+                   "instead of --log).")
+@click.option("--mlflow-tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None,
+              show_envvar=True,
+              help="MLflow tracking store (sqlite:///mlflow.db, a directory, http://server) "
+                   "for --mlflow-run and --to-mlflow-run.")
+@click.option("--checkpoint-step", default=None, metavar="REGEX",
+              help="--by key for step-indexed logs (TensorBoard, MLflow): the regex's first "
+                   "group (or group 'step') is the training step in the episode's "
+                   r"checkpoint id, e.g. 'ckpt-(\d+)'.")
 @click.option("--log-format", type=click.Choice(LOG_FORMATS), default=None,
               help="Format of the log (default: from its suffix).")
 @click.option("--by", "mode", type=click.Choice(["key", "asof"]), default="key",
@@ -42,8 +55,9 @@ from rlmesh_stream.consumers.sinks import SinkError, sink_option
               default="started_at", show_default=True,
               help="Episode time matched against the log's time (--by asof).")
 @click.option("--match", "asof_match", default=None, metavar="EPISODE_COL=LOG_COL",
-              help="--by asof: only log rows whose LOG_COL equals the episode's EPISODE_COL "
-                   "(e.g. model_component_id=run, for actors each following their own run).")
+              help="--by asof (or --by key with --checkpoint-step): only log rows whose "
+                   "LOG_COL equals the episode's EPISODE_COL (e.g. model_component_id=run, "
+                   "for actors each following their own run).")
 @click.option("--step-column", default="step", show_default=True,
               help="Log column with the training step (the plot's x axis).")
 @click.option("--time-column", default="time", show_default=True,
@@ -51,7 +65,8 @@ from rlmesh_stream.consumers.sinks import SinkError, sink_option
 @click.option("--checkpoint-column", default="checkpoint", show_default=True,
               help="Log column with the checkpoint or model id.")
 @click.option("--metric", default="loss", show_default=True,
-              help="Training metric column shown next to each checkpoint ('' for none).")
+              help="Training metric column shown next to each checkpoint: a column, "
+                   "TensorBoard tag or MLflow metric, e.g. train/loss ('' for none).")
 @click.option("--log-timezone", default=None,
               help="IANA zone of log timestamps written without a UTC offset (e.g. UTC).")
 @click.option("--epoch-unit", type=click.Choice(["s", "ms", "us"]), default="s",
@@ -64,14 +79,28 @@ from rlmesh_stream.consumers.sinks import SinkError, sink_option
 @click.option("--plot", "plot_prefix", type=click.Path(path_type=Path), default=None,
               help="Write PREFIX.png and PREFIX.svg: success and reward per checkpoint "
                    "against training step, the metric on a second axis.")
+@click.option("--to-tensorboard", "to_tensorboard", type=click.Path(path_type=Path),
+              default=None, help="Write eval/* scalars per checkpoint at its training step "
+                                 "into this TensorBoard run directory (replacing the previous "
+                                 "join's eval file there).")
+@click.option("--to-mlflow-run", "to_mlflow_run", default=None, metavar="RUN_ID",
+              help="Log eval/* metrics per checkpoint at its training step into this MLflow "
+                   "run (points it already has are skipped).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
               show_default=True, help="Format of the per-checkpoint summary.")
-def join(sink: str, log_path: Path, log_format: str | None, mode: str, episode_key: str,
-         episode_time: str, step_column: str, time_column: str, checkpoint_column: str,
-         asof_match: str | None, metric: str, log_timezone: str | None, epoch_unit: str,
-         table: str | None, export_path: Path | None, plot_prefix: Path | None,
+def join(sink: str, log_path: Path | None, mlflow_runs: tuple[str, ...],
+         mlflow_tracking_uri: str | None, checkpoint_step: str | None, log_format: str | None,
+         mode: str, episode_key: str, episode_time: str, step_column: str, time_column: str,
+         checkpoint_column: str, asof_match: str | None, metric: str, log_timezone: str | None,
+         epoch_unit: str, table: str | None, export_path: Path | None,
+         plot_prefix: Path | None, to_tensorboard: Path | None, to_mlflow_run: str | None,
          fmt: str) -> None:
     """Join the episode table with a training log and summarise per checkpoint."""
+    if (log_path is None) == (not mlflow_runs):
+        raise click.UsageError("give the training log as --log PATH or --mlflow-run RUN_ID "
+                               "(one of the two)")
+    if checkpoint_step is not None and mode != "key":
+        raise click.UsageError("--checkpoint-step applies to --by key")
     if plot_prefix:  # before any work: without matplotlib, say so now (infra/cli.py)
         from rlmesh_stream.consumers.analysis.plots import plot_checkpoints
     match: tuple[str, str] | None = None
@@ -90,6 +119,9 @@ def join(sink: str, log_path: Path, log_format: str | None, mode: str, episode_k
         log_timezone=log_timezone,
         epoch_unit=epoch_unit,
         asof_match=match,
+        checkpoint_step=checkpoint_step,
+        mlflow_runs=mlflow_runs,
+        mlflow_tracking_uri=mlflow_tracking_uri,
     )
     try:
         con = connect(sink, writable=table is not None)
@@ -102,6 +134,7 @@ def join(sink: str, log_path: Path, log_format: str | None, mode: str, episode_k
             write_table(con, table, sink)
         if export_path:
             export(con, export_path)
+        written = write_back(rows, to_tensorboard, to_mlflow_run, mlflow_tracking_uri)
     except JoinError as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
@@ -116,17 +149,54 @@ def join(sink: str, log_path: Path, log_format: str | None, mode: str, episode_k
         click.echo(f"exported {result.matched} joined episodes to {export_path}", err=True)
     if plot_prefix:
         paths = plot_checkpoints(rows, plot_prefix, metric_name=spec.columns.metric,
-                                 title=f"Evaluation vs training ({log_path.name})")
+                                 title=f"Evaluation vs training ({spec.log_name})")
         click.echo("wrote plot " + ", ".join(str(p) for p in paths), err=True)
+    for line in written:
+        click.echo(line, err=True)
     click.echo(render(checkpoint_report(rows, spec, result), fmt), nl=False)
+
+
+def write_back(rows: list[dict[str, Any]], to_tensorboard: Path | None,
+               to_mlflow_run: str | None, tracking_uri: str | None) -> list[str]:
+    """Write the per-checkpoint eval metrics into TensorBoard / MLflow; lines to print."""
+    if to_tensorboard is None and to_mlflow_run is None:
+        return []
+    from rlmesh_stream.consumers.analysis.training_logs import TrainingLogError
+    from rlmesh_stream.consumers.analysis.training_logs import writeback as wb
+
+    lines: list[str] = []
+    try:
+        points = wb.eval_points(rows)
+        if points.without_step:
+            lines.append(f"note: {len(points.without_step)} checkpoint(s) have no training "
+                         f"step and were not written back: {points.without_step[:5]}")
+        done = []
+        if to_tensorboard is not None:
+            done.append(wb.write_tensorboard(points, to_tensorboard))
+        if to_mlflow_run is not None:
+            done.append(wb.write_mlflow(points, to_mlflow_run, tracking_uri))
+    except ImportError as exc:
+        raise JoinError(f"writing eval results back needs {exc.name}: pip install "
+                        "'rlmesh-stream[training-logs]'") from exc
+    except TrainingLogError as exc:
+        raise JoinError(str(exc)) from exc
+    for w in done:
+        line = f"wrote {w.points} eval points ({len(points.by_step)} checkpoints) to {w.where}"
+        if w.skipped or w.differing:
+            line += f"; {w.skipped} already there were skipped"
+        if w.differing:
+            line += (f", {w.differing} already there with another value were kept (MLflow "
+                     "metric history is append-only: log to a new run to replace them)")
+        lines.append(line)
+    return lines
 
 
 def checkpoint_report(rows: list[dict[str, Any]], spec: JoinSpec,
                       result: JoinResult) -> Report:
     """The per-checkpoint aggregate as a report, rendered like the other reports."""
     label = spec.columns.metric or "metric"
-    by_checkpoint = result.group_column == TRAIN_PREFIX + spec.columns.checkpoint
-    group = "Checkpoint" if by_checkpoint else "Log step"
+    by_step = result.group_column == TRAIN_PREFIX + spec.columns.step
+    group = ("Run/log step" if result.group_run else "Log step") if by_step else "Checkpoint"
     return Report(
         name="join",
         title="Episodes per checkpoint",

@@ -107,6 +107,21 @@ def test_the_episode_report_and_the_join_are_printed(demo_run: tuple[Path, str])
 
 def test_the_html_report_and_both_plots_are_written(demo_run: tuple[Path, str]) -> None:
     out, _ = demo_run
-    for name in ("advisories.html", "eval_vs_training.png", "eval_vs_training.svg",
-                 "training_log.jsonl"):
+    for name in ("advisories.html", "eval_vs_training.png", "eval_vs_training.svg"):
         assert (out / name).stat().st_size > 0, name
+
+
+def test_the_training_log_is_a_tensorboard_run_and_the_eval_curve_is_written_next_to_it(
+    demo_run: tuple[Path, str],
+) -> None:
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    out, stdout = demo_run
+    mux = EventMultiplexer().AddRunsFromDirectory(str(out / "tensorboard"))
+    mux.Reload()
+    assert sorted(mux.Runs()) == ["ppo_demo", "ppo_demo_eval"]
+    assert [e.step for e in mux.Scalars("ppo_demo", "train/loss")] == [
+        ck.step for ck in CHECKPOINTS]
+    eval_steps = [t.step for t in mux.Tensors("ppo_demo_eval", "eval/success_rate")]
+    assert eval_steps == [ck.step for ck in CHECKPOINTS]
+    assert "eval curve written back" in stdout
