@@ -1,0 +1,100 @@
+"""Fixtures of the engine tests: one simulated fleet and one Flink job over it, per run.
+
+The fleet goes through the producer's own hook onto the stack; `flink_rows` runs
+the generated DDL (every topic's table, the episodes view) in a real local
+PyFlink (`infra/flink.py`: its own venv, the connector jars from Maven Central)
+as one bounded batch job, because each Flink start costs tens of seconds here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from rlmesh_stream.consumers.flink_episodes import VIEW_NAME, episodes_view
+from rlmesh_stream.infra.flink import FlinkArtifacts, run_sql
+from rlmesh_stream.infra.topics import ensure_topics
+from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
+from rlmesh_stream.producer.simulator import simulate_fleet
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.engines.flink import FlinkOptions, create_tables, table_name
+from rlmesh_stream.schemas.serde import EventDecoder
+from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One Kafka record as the project's own decoder reads it."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: str
+    headers: dict[str, bytes]
+    event: Any
+
+
+@pytest.fixture(scope="session")
+def fleet_config(stack: Any) -> StreamConfig:
+    """A simulated fleet on the stack under a prefix of its own: 4 sessions of 2 lanes,
+    some failing (so some episodes are abandoned), published by KafkaRuntimeHooks."""
+    config = StreamConfig.from_env(env={}, bootstrap=stack.bootstrap,
+                                   registry_url=stack.registry_url,
+                                   topic_prefix=f"t{uuid.uuid4().hex[:10]}.rlmesh.runtime")
+    ensure_topics(config, partitions=2, replication_factor=1)
+    hooks = KafkaRuntimeHooks(config=config)
+    simulate_fleet(hooks, sessions=4, lanes=2, episodes=3, seed=7, failure_rate=0.5,
+                   window_every=5)
+    hooks.close()
+    assert hooks.stats().delivered == hooks.stats().accepted
+    return config
+
+
+@pytest.fixture(scope="session")
+def decoded(fleet_config: StreamConfig) -> dict[EventType, list[Decoded]]:
+    """Every record of every topic, decoded by rlmesh_stream.schemas.serde.EventDecoder."""
+    decoder = EventDecoder(SchemaRegistryClient(fleet_config.registry_config()))
+    consumer = Consumer({**fleet_config.kafka_config(), "group.id": uuid.uuid4().hex,
+                         "enable.auto.commit": False})
+    out: dict[EventType, list[Decoded]] = {}
+    try:
+        for et in EVENT_TYPES:
+            topic = et.topic(fleet_config.topic_prefix)
+            parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p))[1]
+                    for p in parts}
+            consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+            records: list[Decoded] = []
+            while len(records) < sum(ends.values()):
+                msg = consumer.poll(10)
+                assert msg is not None, f"{topic}: fewer records than its end offsets"
+                assert msg.error() is None, msg.error()
+                records.append(Decoded(msg.partition(), msg.offset(), msg.timestamp()[1],
+                                       msg.key().decode(), dict(msg.headers() or []),
+                                       decoder.decode(msg.value())))
+            out[et] = records
+    finally:
+        consumer.close()
+    return out
+
+
+@pytest.fixture(scope="session")
+def flink_rows(fleet_config: StreamConfig, tmp_path_factory: pytest.TempPathFactory
+               ) -> Iterator[dict[str, list[dict[str, Any]]]]:
+    """What Flink reads with the generated DDL: every topic's table, and the episodes view."""
+    flink = FlinkArtifacts.from_env()
+    flink.ensure()  # a no-op when `rlmesh-stream infra fetch --flink` ran (.ci/run)
+    options = FlinkOptions(fleet_config.bootstrap, fleet_config.registry_url,
+                           fleet_config.topic_prefix, bounded=True)
+    statements = [*create_tables(options).values(), episodes_view().rstrip(";")]
+    queries = {table_name(et): f"SELECT * FROM `{table_name(et)}`" for et in EVENT_TYPES}
+    queries[f"view_{VIEW_NAME}"] = f"SELECT * FROM `{VIEW_NAME}`"
+    yield run_sql(flink, [s.rstrip().rstrip(";") for s in statements], queries,
+                  Path(tmp_path_factory.mktemp("flink")))
