@@ -68,6 +68,7 @@ def _builder_command(name: str) -> click.Command:
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         builders = make_builders([name], steps=steps, window=timedelta(seconds=window_s))
+        metrics = _serve_metrics(group_id or f"rlmesh-stream.{name}", metrics_port)
         store = open_sink(sink)
         options = RuntimeOptions(
             group_id=group_id or f"rlmesh-stream.{name}", from_beginning=from_beginning,
@@ -75,7 +76,6 @@ def _builder_command(name: str) -> click.Command:
             checkpoint_interval=checkpoint_interval, max_batch=max_batch,
             instance_id=instance_id, dlq_topic=dlq_topic)
         progress = None if quiet else Progress(f"consume {name}")
-        metrics = _serve_metrics(options.group_id, metrics_port)
         runtime = ConsumerRuntime(config, builders, store, options, progress=progress,
                                   metrics=metrics)
         try:

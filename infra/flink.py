@@ -120,7 +120,7 @@ def flink_java_home(env: Mapping[str, str] | None = None) -> Path:
     import os
 
     env = os.environ if env is None else env
-    found = {}
+    found: dict[int, Path] = {}
     for java in _candidates(env, DEFAULT_SEARCH_ROOTS):
         major = java_major_version(java)
         if major in FLINK_JAVA_MAJORS:
