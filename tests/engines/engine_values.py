@@ -17,33 +17,40 @@ from rlmesh_stream.schemas.avro import named_types
 from rlmesh_stream.schemas.engines.reader import ReaderSchema
 
 
-def expected_value(value: Any, node: Any, named: dict[str, Any]) -> Any:
+def expected_value(value: Any, node: Any, named: dict[str, Any], base64_bytes: bool = True
+                   ) -> Any:
+    """`value` as read through the reader-schema `node` (bytes base64 as in Flink's JSON,
+    unless `base64_bytes` is false)."""
+    def again(v: Any, n: Any) -> Any:
+        return expected_value(v, n, named, base64_bytes)
+
     if isinstance(node, list):
         if value is None:
             return None
-        return expected_value(value, next(b for b in node if b != "null"), named)
+        return again(value, next(b for b in node if b != "null"))
     if isinstance(node, str):
         if node in named:
-            return expected_value(value, named[node], named)
-        if node == "bytes":
+            return again(value, named[node])
+        if node == "bytes" and base64_bytes:
             return base64.b64encode(value).decode()
         return value
     kind = node["type"]
     if kind == "record":
-        return {f["name"]: expected_value(_field(value, f["name"]), f["type"], named)
-                for f in node["fields"]}
+        return {f["name"]: again(_field(value, f["name"]), f["type"]) for f in node["fields"]}
     if kind == "enum":
         return value.name if isinstance(value, enum.Enum) else node["symbols"][value]
     if kind == "array":
-        return [expected_value(v, node["items"], named) for v in value]
+        return [again(v, node["items"]) for v in value]
     if kind == "map":
-        return {k: expected_value(v, node["values"], named) for k, v in value.items()}
+        return {k: again(v, node["values"]) for k, v in value.items()}
     return value
 
 
-def expected_row(reader: ReaderSchema, event: Any) -> dict[str, Any]:
+def expected_row(reader: ReaderSchema, event: Any, base64_bytes: bool = True
+                 ) -> dict[str, Any]:
     named = named_types(reader.schema)
-    return {f["name"]: expected_value(getattr(event, f["name"]), f["type"], named)
+    return {f["name"]: expected_value(getattr(event, f["name"]), f["type"], named,
+                                      base64_bytes)
             for f in reader.schema["fields"]}
 
 
