@@ -14,6 +14,7 @@ from scrape import scrape, value
 from rlmesh_stream.infra.proc import free_port
 from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.producer import metrics
+from rlmesh_stream.producer.config import ProducerSettings
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.config import StreamConfig
@@ -98,3 +99,9 @@ def test_the_metrics_port_stops_serving_when_the_hook_closes(
     hooks.close()
     with pytest.raises(OSError):
         scrape(port)
+
+
+def test_the_metrics_port_is_a_producer_setting_from_the_environment() -> None:
+    settings = ProducerSettings.from_env({"RLMESH_STREAM_METRICS_PORT": "9464"})
+    assert settings.metrics_port == 9464
+    assert ProducerSettings.from_env({}).metrics_port is None
