@@ -14,6 +14,7 @@ Prometheus exporters do).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -23,6 +24,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from rlmesh_stream.producer.delivery import Stats
+
+log = logging.getLogger(__name__)
 
 ADDR_ENV = "RLMESH_STREAM_METRICS_ADDR"
 PREFIX = "rlmesh_stream_producer"
@@ -110,8 +113,17 @@ class MetricsServer:
 
 
 def serve(hooks: Any) -> MetricsServer | None:
-    """Start the hook's endpoint when its settings name `metrics_port`; else None."""
+    """Start the hook's endpoint when its settings name `metrics_port`; else None.
+
+    A port that cannot be bound is logged and the hook runs on without its endpoint:
+    metrics never break a rollout.
+    """
     port = hooks.settings.metrics_port
     if port is None:
         return None
-    return MetricsServer(hooks, port, hooks.settings.stream.topic_prefix)
+    try:
+        return MetricsServer(hooks, port, hooks.settings.stream.topic_prefix)
+    except OSError as exc:
+        log.error("rlmesh-stream: cannot serve the hook's metrics on port %d (%s); "
+                  "running without them", port, exc.strerror or exc)
+        return None

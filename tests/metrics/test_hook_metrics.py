@@ -105,3 +105,24 @@ def test_the_metrics_port_is_a_producer_setting_from_the_environment() -> None:
     settings = ProducerSettings.from_env({"RLMESH_STREAM_METRICS_PORT": "9464"})
     assert settings.metrics_port == 9464
     assert ProducerSettings.from_env({}).metrics_port is None
+
+
+def test_a_taken_metrics_port_is_logged_and_the_hook_publishes_anyway(
+        stream_config: StreamConfig, caplog: pytest.LogCaptureFixture) -> None:
+    ensure_topics(stream_config, partitions=1, replication_factor=1)
+    first = KafkaRuntimeHooks(config=stream_config, metrics_port=free_port())
+    assert first.metrics_server is not None
+    try:
+        second = KafkaRuntimeHooks(config=stream_config,
+                                   metrics_port=first.metrics_server.port)
+        try:
+            assert second.metrics_server is None
+            assert f"cannot serve the hook's metrics on port {first.metrics_server.port}" \
+                in caplog.text
+            simulate_fleet(second, sessions=1, lanes=1, episodes=1, seed=1)
+            assert second.flush(30) == 0
+            assert second.stats().delivered == second.stats().accepted > 0
+        finally:
+            second.close()
+    finally:
+        first.close()
