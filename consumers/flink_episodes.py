@@ -47,7 +47,7 @@ def view_columns(table: Table = EPISODES) -> list[Column]:
 def _aggregate(column: Column) -> str:
     name = quote(column.name)
     if column.merge is Merge.FIRST:
-        return f"FIRST_VALUE({name})"
+        return f"FIRST_VALUE({name})"  # Flink's FIRST_VALUE always skips NULLs
     if column.merge in (Merge.MIN, Merge.MAX, Merge.SUM):
         return f"{column.merge.name}({name})"
     if column.merge is Merge.RANK:
