@@ -1,4 +1,5 @@
-"""Fixtures of the engine tests: one simulated fleet and one Flink job over it, per run.
+"""Fixtures of the engine tests: one simulated fleet (plus a few deep records) and one
+Flink job over it, per run.
 
 The fleet goes through the producer's own hook onto the stack; `flink_rows` runs
 the generated DDL (every topic's table, the episodes view) in a real local
@@ -23,9 +24,13 @@ from rlmesh_stream.infra.flink import FlinkArtifacts, run_sql
 from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.simulator import simulate_fleet
+from rlmesh_stream.schemas import events as ev
 from rlmesh_stream.schemas.config import StreamConfig
 from rlmesh_stream.schemas.engines.flink import FlinkOptions, create_tables, table_name
+from rlmesh_stream.schemas.events import SpaceSpec
 from rlmesh_stream.schemas.serde import EventDecoder
+from rlmesh_stream.schemas.testing.examples import box_space, discrete_space, example
+from rlmesh_stream.schemas.testing.strategies import deep_meta_map
 from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
 
 
@@ -52,9 +57,36 @@ def fleet_config(stack: Any) -> StreamConfig:
     hooks = KafkaRuntimeHooks(config=config)
     simulate_fleet(hooks, sessions=4, lanes=2, episodes=3, seed=7, failure_rate=0.5,
                    window_every=5)
+    _publish_deep_shapes(hooks)
     hooks.close()
     assert hooks.stats().delivered == hooks.stats().accepted
     return config
+
+
+def _publish_deep_shapes(hooks: KafkaRuntimeHooks) -> None:
+    """Events whose left-out fields are deep (the simulator's are shallow): MetaMaps 12
+    dicts or lists down, a dict space holding a tuple space; the columns next to them
+    must still read right."""
+    completed = example(EventType.EPISODE_COMPLETED)
+    assert isinstance(completed, ev.EpisodeCompletedEvent)
+    completed.session_id = f"deep-{uuid.uuid4().hex[:8]}"
+    completed.final_info = deep_meta_map(12) | {"flat": [1, 2.5, "x", b"\x00", True]}
+    hooks.episode_completed(completed)
+    step = example(EventType.STEP_COMPLETED)
+    assert isinstance(step, ev.StepCompletedEvent)
+    step.session_id = completed.session_id
+    step.infos = deep_meta_map(12, container="list")
+    hooks.step_completed(step)
+    action = example(EventType.ACTION_RECEIVED)
+    assert isinstance(action, ev.ActionReceivedEvent)
+    action.session_id = completed.session_id
+    space = SpaceSpec(shape=[], dtype="DATA_TYPE_UNSPECIFIED")
+    space.dict.keys.extend(["pair", "scalar"])
+    pair = space.dict.spaces.add()
+    pair.tuple.spaces.extend([box_space(), discrete_space()])
+    space.dict.spaces.append(discrete_space())
+    action.action_space = space
+    hooks.action_received(action)
 
 
 @pytest.fixture(scope="session")

@@ -49,3 +49,14 @@ def test_flink_kafka_columns_equal_the_record(et: EventType, flink_rows: Any,
         assert flink_timestamp_ms(row["kafka_timestamp"]) == record.timestamp_ms
         assert {k: base64.b64decode(v) for k, v in row["kafka_headers"].items()} == \
             record.headers
+
+
+@pytest.mark.parametrize("et", [EventType.EPISODE_COMPLETED, EventType.STEP_COMPLETED,
+                                EventType.ACTION_RECEIVED], ids=lambda et: et.value)
+def test_flink_reads_the_columns_beside_a_deep_left_out_field(et: EventType, flink_rows: Any,
+                                                              decoded: Any) -> None:
+    """The fleet has one record each with a 12-deep MetaMap or a dict-of-tuple space."""
+    (deep,) = [d for d in decoded[et] if d.key.startswith("deep-")]
+    row = _by_position(flink_rows[table_name(et)])[(deep.partition, deep.offset)]
+    assert row["session_id"] == deep.event.session_id
+    assert row == {**row, **expected_row(reader_schema(et), deep.event)}
