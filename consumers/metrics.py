@@ -48,6 +48,7 @@ class ConsumerMetrics:
                          "Records behind the partition's end offset.",
                          ["group", "topic", "partition"], registry=r)
         self._ticked = 0.0
+        self._lagged: set[tuple[str, int]] = set()  # partitions with a lag series
         self._server: Any = None
 
     def serve(self, port: int, addr: str | None = None) -> int:
@@ -96,5 +97,8 @@ class ConsumerMetrics:
         lags = lag_by_partition()
         if lags is None:
             return
+        for topic, partition in self._lagged - lags.keys():  # revoked: no longer ours
+            self.lag.remove(self.group_id, topic, str(partition))
+        self._lagged = set(lags)
         for (topic, partition), lag in lags.items():
             self.lag.labels(self.group_id, topic, str(partition)).set(lag)

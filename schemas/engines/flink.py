@@ -104,7 +104,10 @@ def create_table(event_type: EventType, options: FlinkOptions) -> str:
     columns = [f"{quote(KEY_COLUMN)} STRING"]
     columns += [f"{quote(name)} {ftype} METADATA FROM {_literal(key)} VIRTUAL"
                 for name, ftype, key in METADATA_COLUMNS]
-    columns += [f"{quote(name)} {ftype}" for name, ftype in value_columns(reader)]
+    docs = {f["name"]: " ".join(f.get("doc", "").split()) for f in reader.schema["fields"]}
+    columns += [f"{quote(name)} {ftype}" + (f" COMMENT {_literal(docs[name])}" if docs[name]
+                                            else "")
+                for name, ftype in value_columns(reader)]
     body = ",\n  ".join(columns)
     props = {
         "connector": "kafka",

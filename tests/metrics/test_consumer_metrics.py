@@ -123,3 +123,11 @@ def test_consume_names_a_metrics_port_it_cannot_serve(
     assert result.exit_code == 1
     assert f"Error: cannot serve metrics on port {port}" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_partition_no_longer_assigned_loses_its_lag_series() -> None:
+    metrics = ConsumerMetrics("g")
+    metrics.tick(lambda: {("t", 0): 5, ("t", 1): 0}, force=True)
+    metrics.tick(lambda: {("t", 1): 2}, force=True)
+    lags = {s.labels["partition"]: s.value for s in metrics.lag.collect()[0].samples}
+    assert lags == {"1": 2}
