@@ -14,6 +14,7 @@ from datetime import timedelta
 import click
 
 from rlmesh_stream.consumers.builders import BUILDER_NAMES, make_builders
+from rlmesh_stream.consumers.metrics import ConsumerMetrics
 from rlmesh_stream.consumers.progress import Progress
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import SinkError, open_sink, sink_option
@@ -55,13 +56,18 @@ def _builder_command(name: str) -> click.Command:
                   help="Static group membership id: a restarted process takes over at once.")
     @click.option("--dlq-topic", default=None, help="Dead-letter topic [default: <prefix>.dlq]")
     @click.option("--quiet", is_flag=True, help="No progress output.")
+    @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+                  envvar="RLMESH_STREAM_METRICS_PORT",
+                  help="Serve Prometheus metrics on this port (/metrics; bind address "
+                       "RLMESH_STREAM_METRICS_ADDR, default 0.0.0.0).")
     def command(config: StreamConfig, sink: str, group_id: str | None, from_beginning: bool,
                 until_end: bool, settle_time: float | None, steps: bool, window_s: float,
                 checkpoint_interval: float, max_batch: int, instance_id: str | None,
-                dlq_topic: str | None, quiet: bool) -> None:
+                dlq_topic: str | None, quiet: bool, metrics_port: int | None) -> None:
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         builders = make_builders([name], steps=steps, window=timedelta(seconds=window_s))
+        metrics = _serve_metrics(group_id or f"rlmesh-stream.{name}", metrics_port)
         try:
             store = open_sink(sink)
         except SinkError as exc:  # a URL or store that cannot be used: one line, nothing read
@@ -72,7 +78,8 @@ def _builder_command(name: str) -> click.Command:
             checkpoint_interval=checkpoint_interval, max_batch=max_batch,
             instance_id=instance_id, dlq_topic=dlq_topic)
         progress = None if quiet else Progress(f"consume {name}")
-        runtime = ConsumerRuntime(config, builders, store, options, progress=progress)
+        runtime = ConsumerRuntime(config, builders, store, options, progress=progress,
+                                  metrics=metrics)
         try:
             runtime.run()
         except KeyboardInterrupt:
@@ -81,11 +88,25 @@ def _builder_command(name: str) -> click.Command:
             raise click.ClickException(str(exc)) from None
         finally:
             store.close()
+            if metrics is not None:
+                metrics.close()
         if runtime.dead_letters:
             click.echo(f"{runtime.dead_letters} undecodable records sent to the dead-letter "
                        "topic", err=True)
 
     return command
+
+
+def _serve_metrics(group_id: str, port: int | None) -> ConsumerMetrics | None:
+    if port is None:
+        return None
+    metrics = ConsumerMetrics(group_id)
+    try:
+        metrics.serve(port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve metrics on port {port}: {exc.strerror}"
+                                   ) from None
+    return metrics
 
 
 for _name in (*BUILDER_NAMES, "all"):

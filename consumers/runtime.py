@@ -42,6 +42,7 @@ from confluent_kafka import (
 
 from rlmesh_stream.consumers.builders import Builder, Reduced, reduce
 from rlmesh_stream.consumers.deadletter import DeadLetter, DeadLetterQueue
+from rlmesh_stream.consumers.metrics import ConsumerMetrics
 from rlmesh_stream.consumers.progress import Progress
 from rlmesh_stream.consumers.records import Record, timestamp_of
 from rlmesh_stream.consumers.sinks import OffsetConflict, OffsetUpdate, Sink, SinkBatch
@@ -102,6 +103,7 @@ class ConsumerRuntime:
         decoder: Decoder | None = None,
         progress: Progress | None = None,
         on_checkpoint: Callable[[CheckpointInfo], None] | None = None,
+        metrics: ConsumerMetrics | None = None,
     ) -> None:
         self.config = config
         self.builders = builders
@@ -109,6 +111,7 @@ class ConsumerRuntime:
         self.options = options
         self.progress = progress
         self.on_checkpoint = on_checkpoint
+        self.metrics = metrics
         self._decoder = decoder
         prefix = config.topic_prefix
         self.topics = sorted({t for b in builders for t in b.topics_of(prefix)})
@@ -182,6 +185,8 @@ class ConsumerRuntime:
                                                  self.options.poll_timeout)
                 # a full batch means a backlog: checkpoints may then be spaced out
                 self._behind = len(messages) >= self.options.poll_batch
+                if self.metrics:
+                    self.metrics.read(messages)
                 try:
                     self._ingest_all(messages)
                     backoff = 0.5
@@ -199,9 +204,13 @@ class ConsumerRuntime:
                     self._flush()
                 if self.progress:
                     self.progress.update(self.events, self._lag())
+                if self.metrics:
+                    self.metrics.tick(self.lag_by_partition)
                 if self.options.until_end and (self._at_end() or self._idle_and_settled()):
                     break
             self._flush(final=True)
+            if self.metrics:
+                self.metrics.tick(self.lag_by_partition, force=True)
         finally:
             if self.progress:
                 self.progress.update(self.events, self._lag())
@@ -450,6 +459,8 @@ class ConsumerRuntime:
         count = sum(1 for r in self._buffer if isinstance(r, Record))
         self.events += count  # every record read (dead-lettered ones included)
         self.dead_letters += len(dead)
+        if self.metrics:
+            self.metrics.checkpoint(self._buffer, batch.rows, time.monotonic() - self._last_flush)
         self._buffer.clear()
         self._commit_to_kafka(progress, wait=final)
         if self.on_checkpoint:
@@ -570,9 +581,14 @@ class ConsumerRuntime:
         return {tp: owners[tp] for tp in wanted}
 
     def _lag(self) -> int | None:
+        lags = self.lag_by_partition()
+        return None if lags is None else sum(lags.values())
+
+    def lag_by_partition(self) -> dict[TP, int] | None:
+        """Records behind the end offset, per assigned partition; None when unknown."""
         if self.consumer is None or not self._assigned:
             return None
-        total = 0
+        lags: dict[TP, int] = {}
         for key in self._assigned:
             try:
                 _, high = self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
@@ -581,8 +597,8 @@ class ConsumerRuntime:
             high = max(high, self._ends.get(key, -1))
             if high < 0:
                 return None
-            total += max(0, high - self._next.get(key, high))
-        return total
+            lags[key] = max(0, high - self._next.get(key, high))
+        return lags
 
 
 _RETRIABLE_METADATA = {

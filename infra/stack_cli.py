@@ -145,7 +145,10 @@ def logs(home: Path | None, server: str, lines: int, follow: bool) -> None:
 
 @infra.command()
 @_stack_errors
-def fetch() -> None:
+@click.option("--flink", is_flag=True,
+              help="Also Flink's Kafka and Avro-registry jars and PyFlink, in a venv of their "
+                   "own (for running `schemas sql --engine flink` output locally).")
+def fetch(flink: bool) -> None:
     """Download Kafka and the registry into the cache (what `up` would do first)."""
     from rlmesh_stream.infra.artifacts import Artifacts
     from rlmesh_stream.infra.java import find_java
@@ -159,6 +162,13 @@ def fetch() -> None:
                f"{kafka_java.path})")
     click.echo(f"registry dist: {artifacts.registry_home} (java {registry_java.major}: "
                f"{registry_java.path})")
+    if flink:
+        from rlmesh_stream.infra.flink import FlinkArtifacts, flink_java_home
+
+        local = FlinkArtifacts(artifacts)
+        local.ensure()
+        click.echo(f"flink jars:    {local.jars_dir} (java: {flink_java_home()})")
+        click.echo(f"pyflink:       {local.python}")
 
 
 def _add_smoke() -> None:

@@ -79,6 +79,8 @@ class ProducerSettings:
     session_end_flush_timeout_s: float = 2.0
     exit_flush_timeout_s: float = 10.0
     install_exit_handlers: bool = True
+    # Serve the hook's Prometheus metrics on this port (producer/metrics.py); None: off.
+    metrics_port: int | None = None
     on_error: ErrorCallback | None = field(default=None, compare=False)
     kafka_overrides: Mapping[str, Any] = field(default_factory=dict)
 
@@ -184,6 +186,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "topic_wait_s": float,
     "disabled_events": parse_event_types,
     "leaves_max_bytes": _optional_int,
+    "metrics_port": _optional_int,
     "session_end_flush_timeout_s": float,
     "exit_flush_timeout_s": float,
     "install_exit_handlers": _bool,

@@ -27,7 +27,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from rlmesh_stream.producer import lifecycle
+from rlmesh_stream.producer import lifecycle, metrics
 from rlmesh_stream.producer.backlog import Backlog, Batch, MemoryBacklog
 from rlmesh_stream.producer.config import DeliveryFailure, ProducerSettings
 from rlmesh_stream.producer.delivery import (
@@ -191,6 +191,7 @@ class KafkaRuntimeHooks:
         if startup_wait_s > 0:
             self._ids_ready.wait(startup_wait_s)
         lifecycle.register(self, signals=settings.install_exit_handlers)
+        self.metrics_server = metrics.serve(self)  # on settings.metrics_port, when set
 
     # -- construction helpers ----------------------------------------------------------------
 
@@ -324,6 +325,8 @@ class KafkaRuntimeHooks:
             self._ledger.log_failure("closed", f"{held} held events discarded at close")
         stats = self.stats()
         self._backlog.close()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
         if stats.spooled:
             log.warning("rlmesh-stream: closed with %d events in the spool %s; the next "
                         "producer using it will deliver them", stats.spooled,

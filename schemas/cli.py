@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -138,3 +139,36 @@ def catalog(check_only: bool) -> None:
     from rlmesh_stream.schemas.catalog import main
 
     sys.exit(main(["--check"] if check_only else []))
+
+
+@schemas.command("sql")
+@click.option("--engine", type=click.Choice(["flink", "spark"]), required=True,
+              help="Flink SQL CREATE TABLEs (and the episodes view), or Spark reader schemas "
+                   "and a read snippet.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write one file per topic here instead of printing.")
+@click.option("--bounded", is_flag=True,
+              help="Flink: stop at the end offsets seen at job start (a batch read).")
+@stream_options
+def sql(config: StreamConfig, engine: str, out_dir: Path | None, bounded: bool) -> None:
+    """Generate the DDL (or reader schemas) another engine needs to read the topics."""
+    from rlmesh_stream.schemas.engines import files
+
+    outputs = (files.flink_files(config, bounded) if engine == "flink"
+               else files.spark_files(config))
+    if engine == "flink":
+        # The episodes view is the consumers' table definition rendered for Flink, so it
+        # lives with the tables (consumers/); only this command reaches for it.
+        from rlmesh_stream.consumers.flink_episodes import episodes_view
+
+        outputs["episodes_view.sql"] = episodes_view()
+    if out_dir is None:
+        click.echo("\n\n".join(outputs.values()))
+        return
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in outputs.items():
+            (out_dir / name).write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write to {out_dir}: {exc.strerror}") from exc
+    click.echo(f"wrote {len(outputs)} files to {out_dir}")

@@ -1,0 +1,165 @@
+"""A local Flink for running the generated SQL: PyFlink in a venv of its own, connector jars.
+
+PyFlink 2.3 (`apache-flink` on PyPI, Flink itself inside `apache-flink-libraries`)
+pins `apache-beam<=2.61`, which pins `protobuf<6`; this project needs protobuf 7.
+So PyFlink cannot share the project's environment: it gets a venv of its own in the
+cache, and the project talks to it only through text (the generated DDL in, JSON
+rows out; `flink_run.py`). The Kafka connector and the Confluent-registry Avro
+format come from Maven Central, fetched by Maven like Kafka's own jars.
+
+Layout under the cache (`infra/artifacts.py`, default `~/.cache/rlmesh-stream`):
+    flink-<version>/jars/*.jar   flink-sql-connector-kafka, flink-sql-avro-confluent-registry
+    flink-<version>/pyflink/     the venv with apache-flink==<version>
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlmesh_stream.infra.artifacts import Artifacts
+from rlmesh_stream.infra.errors import ArtifactError, JavaError
+from rlmesh_stream.infra.java import DEFAULT_SEARCH_ROOTS, _candidates, java_major_version
+
+FLINK_VERSION = "2.3.0"
+# The Kafka connector is released apart from Flink; 5.0.0-2.2 is the newest for Flink 2.x
+# on Maven Central and runs on 2.3 (tests/engines).
+KAFKA_CONNECTOR_VERSION = "5.0.0-2.2"
+FLINK_JARS = (
+    f"org.apache.flink:flink-sql-connector-kafka:{KAFKA_CONNECTOR_VERSION}",
+    f"org.apache.flink:flink-sql-avro-confluent-registry:{FLINK_VERSION}",
+)
+RUNNER = Path(__file__).with_name("flink_run.py")
+_COMPLETE = ".complete"
+
+
+@dataclass(frozen=True)
+class FlinkArtifacts:
+    """The cached jars and PyFlink venv of one Flink version."""
+
+    artifacts: Artifacts
+
+    @classmethod
+    def from_env(cls) -> FlinkArtifacts:
+        return cls(Artifacts.from_env())
+
+    @property
+    def home(self) -> Path:
+        return self.artifacts.cache_dir / f"flink-{FLINK_VERSION}"
+
+    @property
+    def jars_dir(self) -> Path:
+        return self.home / "jars"
+
+    @property
+    def venv(self) -> Path:
+        return self.home / "pyflink"
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    def jars(self) -> list[Path]:
+        return sorted(self.jars_dir.glob("*.jar"))
+
+    def is_cached(self) -> bool:
+        return (self.jars_dir / _COMPLETE).exists() and (self.venv / _COMPLETE).exists()
+
+    def ensure(self) -> None:
+        """Fetch the jars and build the PyFlink venv unless cached (minutes the first time)."""
+        if self.is_cached():
+            return
+        self.home.mkdir(parents=True, exist_ok=True)
+        with self.artifacts._lock():
+            if not (self.jars_dir / _COMPLETE).exists():
+                self._fetch_jars()
+            if not (self.venv / _COMPLETE).exists():
+                self._build_venv()
+
+    def _fetch_jars(self) -> None:
+        staging = self.home / "jars.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        for coordinate in FLINK_JARS:
+            self.artifacts._mvn(coordinate, ["dependency:copy", f"-Dartifact={coordinate}",
+                                             f"-DoutputDirectory={staging}"])
+        shutil.rmtree(self.jars_dir, ignore_errors=True)
+        staging.rename(self.jars_dir)
+        (self.jars_dir / _COMPLETE).write_text(FLINK_VERSION)
+
+    def _build_venv(self) -> None:
+        shutil.rmtree(self.venv, ignore_errors=True)
+        steps = ([sys.executable, "-m", "venv", str(self.venv)],
+                 [str(self.python), "-m", "pip", "install", "--quiet",
+                  "--disable-pip-version-check", f"apache-flink=={FLINK_VERSION}"])
+        with open(self.artifacts.log_file, "a") as log:
+            for cmd in steps:
+                log.write(f"$ {' '.join(cmd)}\n")
+                log.flush()
+                done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, check=False)
+                if done.returncode != 0:
+                    raise ArtifactError(
+                        f"could not install PyFlink {FLINK_VERSION} into {self.venv} "
+                        f"(exit {done.returncode}, details in {self.artifacts.log_file}); "
+                        "check that pip reaches PyPI and retry `rlmesh-stream infra fetch "
+                        "--flink`.")
+        (self.venv / _COMPLETE).write_text(FLINK_VERSION)
+
+
+# Flink 2.x runs on Java 11, 17 and 21; newer JDKs are not supported by it.
+FLINK_JAVA_MAJORS = (17, 21, 11)
+
+
+def flink_java_home(env: Mapping[str, str] | None = None) -> Path:
+    """A JDK Flink supports (17 first), for PyFlink's JAVA_HOME."""
+    import os
+
+    env = os.environ if env is None else env
+    found: dict[int, Path] = {}
+    for java in _candidates(env, DEFAULT_SEARCH_ROOTS):
+        major = java_major_version(java)
+        if major in FLINK_JAVA_MAJORS:
+            found.setdefault(major, java.resolve().parent.parent)
+    for major in FLINK_JAVA_MAJORS:
+        if major in found:
+            return found[major]
+    raise JavaError(f"Flink {FLINK_VERSION} needs java 11, 17 or 21 and none was found "
+                    "(PATH, JAVA_HOME, /usr/lib/jvm); install openjdk-17.")
+
+
+class FlinkJobError(Exception):
+    """The Flink job failed; the message carries the end of its output."""
+
+
+def run_sql(flink: FlinkArtifacts, statements: list[str], queries: Mapping[str, str],
+            out_dir: Path, timeout: float = 600) -> dict[str, list[dict[str, Any]]]:
+    """Run DDL `statements`, then every query in one batch job; each query's rows as dicts.
+
+    The rows travel as Flink's JSON format (BYTES base64, TIMESTAMP_LTZ as
+    `yyyy-MM-dd HH:mm:ss.SSSZ` text), written by Flink's filesystem sink.
+    """
+    import json
+    import os
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec = out_dir / "spec.json"
+    spec.write_text(json.dumps({"jars": [str(j) for j in flink.jars()],
+                                "statements": statements, "queries": dict(queries),
+                                "out_dir": str(out_dir)}))
+    env = {**os.environ, "JAVA_HOME": str(flink_java_home())}
+    done = subprocess.run([str(flink.python), str(RUNNER), str(spec)], capture_output=True,
+                          text=True, env=env, timeout=timeout, check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-30:])
+        raise FlinkJobError(f"the Flink job failed (exit {done.returncode}):\n{tail}")
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for name in queries:
+        rows[name] = [json.loads(line) for part in sorted((out_dir / name).rglob("*"))
+                      if part.is_file() and not part.name.startswith(".")
+                      for line in part.read_text().splitlines() if line.strip()]
+    return rows
