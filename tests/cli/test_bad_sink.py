@@ -94,6 +94,7 @@ def test_a_bad_sink_is_one_error_line(command: str, what: str, make: Callable[[P
     sink = make(folder)
     line = assert_one_error_line(run(COMMANDS[command](sink, folder)), named)
     assert "s3cret" not in line
+    assert "writing process" not in line  # the lock hint only where a lock is the cause
 
 
 def test_consume_into_a_bare_path_creates_nothing(folder: Path) -> None:
