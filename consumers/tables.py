@@ -566,8 +566,9 @@ DELIVERY_MERGE_SQL: tuple[str, ...] = (
 # Migration: a `delivery_sequences` of one row per sequence (producer_id, seq, copies,
 # first_topic), as written before ranges, folded into its ranges.
 LEGACY_DELIVERY_COLUMN = "seq"
+LEGACY_DELIVERY_SCRATCH = "delivery_sequences_migrating"  # the ranges, while the table is redone
 LEGACY_DELIVERY_RANGES_SQL = (
-    "CREATE TABLE delivery_sequences_migrating AS\n"
+    f"CREATE TABLE {LEGACY_DELIVERY_SCRATCH} AS\n"
     "SELECT producer_id, MIN(seq) AS first_seq, MAX(seq) AS last_seq, SUM(copies) AS records\n"
     "FROM (SELECT producer_id, seq, copies,\n"
     "             seq - ROW_NUMBER() OVER (PARTITION BY producer_id ORDER BY seq) AS island\n"
@@ -628,7 +629,7 @@ VIEWS: tuple[View, ...] = (DELIVERY_PRODUCERS,)
 TABLES_BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}
 OWNED_NAMES: frozenset[str] = frozenset(
     [*(t.name for t in TABLES), DELIVERY_BATCH.name, *(v.name for v in VIEWS),
-     "delivery_sequences_migrating"])
+     LEGACY_DELIVERY_SCRATCH])
 """Every relation the consumers create (tables, views, the staged batch, the migration's
 scratch table): names nothing else may write, in lower case."""
 

@@ -14,12 +14,14 @@ A command whose optional dependency is not installed (DuckDB for `consume`,
 matplotlib for `join --plot`, ...) fails with one line naming the extra to
 install; `EXTRAS` maps each optional third-party module to its extra, and
 `COMMAND_EXTRAS` names the extra of a command that needs several (the extras
-themselves are in pyproject.toml).
+themselves are in pyproject.toml). Likewise a `--sink` that cannot be used is one
+`Error:` line from any command, even one that does not catch `SinkError` itself.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 import click
@@ -102,6 +104,17 @@ class LazyGroup(click.Group):
                 raise
             name = ctx.invoked_subcommand or ctx.info_name or "rlmesh-stream"
             raise click.ClickException(missing_extra_message(name, exc)) from None
+        except Exception as exc:
+            if _is_sink_error(exc):  # a --sink no command caught: still one line
+                raise click.ClickException(str(exc)) from None
+            raise
+
+
+def _is_sink_error(exc: Exception) -> bool:
+    """Whether `exc` is a SinkError (`consumers.sinks.url`), without importing that module
+    here: only a command that opened a sink can have raised one, and then it is loaded."""
+    sinks = sys.modules.get("rlmesh_stream.consumers.sinks.url")
+    return sinks is not None and isinstance(exc, sinks.SinkError)
 
 
 def _needs_extra(name: str, exc: ModuleNotFoundError) -> click.Command:

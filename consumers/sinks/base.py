@@ -25,6 +25,7 @@ from rlmesh_stream.consumers.tables import (
     DELIVERY_SEQUENCES,
     LEGACY_DELIVERY_COLUMN,
     LEGACY_DELIVERY_RANGES_SQL,
+    LEGACY_DELIVERY_SCRATCH,
     TABLES,
     VIEWS,
     Dialect,
@@ -151,8 +152,8 @@ class Sink(abc.ABC):
         self._execute(create_table_sql(DELIVERY_SEQUENCES, self.dialect))
         names = ", ".join(DELIVERY_SEQUENCES.column_names)
         self._execute(f"INSERT INTO {DELIVERY_SEQUENCES.name} ({names}) "
-                      f"SELECT {names} FROM delivery_sequences_migrating")
-        self._execute("DROP TABLE delivery_sequences_migrating")
+                      f"SELECT {names} FROM {LEGACY_DELIVERY_SCRATCH}")
+        self._execute(f"DROP TABLE {LEGACY_DELIVERY_SCRATCH}")
 
     def load_offsets(self, builder: str) -> dict[TopicPartition, int]:
         """The next offset to apply per partition for this builder, as stored."""

@@ -15,10 +15,13 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import click
 import duckdb
 import pytest
 from click.testing import CliRunner, Result
 
+from rlmesh_stream.consumers.sinks import open_sink
+from rlmesh_stream.infra.cli import COMMANDS as COMMANDS_TABLE
 from rlmesh_stream.infra.cli import main
 
 # (id, how to make the URL in a fresh folder, what the error line must name)
@@ -94,6 +97,7 @@ def test_a_bad_sink_is_one_error_line(command: str, what: str, make: Callable[[P
     sink = make(folder)
     line = assert_one_error_line(run(COMMANDS[command](sink, folder)), named)
     assert "s3cret" not in line
+    assert "writing process" not in line  # the lock hint only where a lock is the cause
 
 
 def test_consume_into_a_bare_path_creates_nothing(folder: Path) -> None:
@@ -191,3 +195,17 @@ def test_consume_refuses_a_foreign_episodes_table_on_postgresql(postgres_dsn: st
             "ORDER BY ordinal_position").fetchall()]
         assert columns == ["id", "note"]
         assert con.execute("SELECT * FROM episodes").fetchall() == [(1, "my own data")]
+
+
+@click.command("probe")
+@click.option("--sink")
+def probe(sink: str) -> None:
+    """A command that opens its sink and leaves a refusal to the root command."""
+    open_sink(sink).close()
+
+
+def test_the_root_command_turns_an_uncaught_sink_error_into_one_line(
+        monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    monkeypatch.setitem(COMMANDS_TABLE, "probe", f"{__name__}:probe")
+    assert_one_error_line(run(["probe", "--sink", "mysql://root@127.0.0.1/rlmesh"]),
+                          "mysql:// is not supported")
