@@ -645,13 +645,14 @@ def _header_dict(message: Message) -> dict[str, bytes]:
     raw = message.headers()
     if not raw:
         return {}
-    headers = dict(raw)  # the client gives bytes or None values; a later name wins
+    headers: dict[str, Any] = dict(raw)  # bytes or None values; a later name wins
     if None in headers.values() or len(headers) != len(raw):
         # a None value, or a repeated name: the last non-None value of each name
         pairs = raw.items() if isinstance(raw, dict) else raw
         headers = {k: v for k, v in pairs if v is not None}
-    return {k: v.encode() if isinstance(v, str) else v for k, v in headers.items()} \
-        if str in map(type, headers.values()) else headers
+    if str in map(type, headers.values()):
+        return {k: v.encode() if isinstance(v, str) else v for k, v in headers.items()}
+    return headers
 
 
 def _headers(message: Message) -> list[tuple[str, bytes | None]]:

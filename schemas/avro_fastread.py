@@ -254,9 +254,14 @@ class _Gen:
         return fname
 
     def long(self, v: str, body: list[str]) -> None:
-        x = self.var("x")
+        """A zigzag varint: one- and two-byte values inline (counts, indexes, steps and
+        durations below 8192), longer ones through read_long."""
+        x, y = self.var("x"), self.var("y")
         body += [f"{x} = b[p]", f"if {x} < 128:", f"    {v} = ZD[{x}]", "    p += 1",
-                 "else:", f"    {v}, p = read_long(b, p)"]
+                 "else:", f"    {y} = b[p + 1]", f"    if {y} < 128:",
+                 f"        {y} = ({x} & 127) | ({y} << 7)",
+                 f"        {v} = ({y} >> 1) ^ -({y} & 1)", "        p += 2",
+                 "    else:", f"        {v}, p = read_long(b, p)"]
 
     def value(self, t: Any, v: str, body: list[str]) -> None:
         t = self.define(t)

@@ -64,7 +64,12 @@ class Reduced:
     def sorted_rows(self, table: Table) -> list[dict[str, Any]]:
         """Rows in key order, so concurrent writers lock rows in one order (no deadlocks)."""
         by_key = self.rows.get(table.name, {})
-        return [by_key[k] for k in sorted(by_key, key=_sort_key)]
+        keys = list(by_key)
+        if any(None in k for k in keys):  # NULLs last, as (v is None, v) orders them
+            keys.sort(key=_sort_key)
+        else:  # no NULL in any key: the same order, without a key function
+            keys.sort()
+        return [by_key[k] for k in keys]
 
 
 def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
