@@ -7,9 +7,12 @@ command only pays for the libraries it uses (DuckDB, rlmesh, ...).
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 import click
+
+from rlmesh_stream.schemas.redact import redact_url
 
 # command name -> "module:attribute" of its click command or group
 COMMANDS: dict[str, str] = {
@@ -26,7 +29,33 @@ COMMANDS: dict[str, str] = {
 
 
 class LazyGroup(click.Group):
-    """A group whose subcommands are imported on first use."""
+    """A group whose subcommands are imported on first use.
+
+    Whatever a command fails with is shown as one `Error:` line with every URL
+    password redacted (a registry URL can carry one): a `ClickException`'s
+    message, or for anything unexpected its type and message (the traceback
+    with RLMESH_STREAM_TRACEBACK=1).
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError:
+            raise  # names an option or argument; --registry-url is checked without a password
+        except click.ClickException as exc:
+            message = exc.format_message()
+            if redact_url(message) == message:
+                raise
+            # A plain ClickException with the original's exit status.
+            redacted = type("Redacted", (click.ClickException,), {"exit_code": exc.exit_code})
+            raise redacted(redact_url(message)) from None
+        except (click.exceptions.Exit, click.Abort, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:
+            if os.environ.get("RLMESH_STREAM_TRACEBACK"):
+                raise
+            raise click.ClickException(
+                redact_url(f"{type(exc).__name__}: {exc}")) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)

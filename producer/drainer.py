@@ -5,7 +5,14 @@
   counted; a failed one goes back to the backlog when a retry can help
   (spool, or a topic not ready yet), else is counted failed;
 * whether Kafka is reachable (from librdkafka's error callback, failed
-  deliveries and metadata probes); it says so once at WARNING;
+  deliveries and metadata probes); it says so once at WARNING, with where
+  the events are (on disk in the spool, or in memory) and how many;
+* with a spool, an outage moves every event to disk: once Kafka is known
+  unreachable (all brokers down, or records timing out) new events are
+  held in the spool, and what librdkafka holds in memory is purged from it
+  and written there by the purged records' delivery reports (same headers,
+  so same sequence numbers). A SIGKILL during an outage then loses only the
+  records in flight to the broker when it went away;
 * the drainer thread, which first learns the schema ids (with back-off),
   then feeds the backlog to librdkafka in order, once Kafka answers;
 * topic-not-ready retries: a record for a topic Kafka does not know yet
@@ -47,6 +54,9 @@ _POLL_INTERVAL_S = 0.05
 # drainer waits before asking for the topic's metadata again and retrying.
 _TOPIC_RETRY_S = 1.0
 _UNREACHABLE = (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE)
+# How often, during an outage with a spool, what librdkafka holds is moved to the spool again
+# (records it retries after a broken connection come back into its queue).
+_SPILL_INTERVAL_S = 0.25
 
 
 class Drainer:
@@ -56,6 +66,7 @@ class Drainer:
                  resolver: SchemaIdResolver, topics: dict[EventType, str],
                  thread_tag: str) -> None:
         self.settings = settings
+        self._bootstrap = access.redact_url(settings.stream.bootstrap)  # for log lines
         self._ledger = ledger
         self._outcomes = outcomes
         self._resolver = resolver
@@ -66,6 +77,15 @@ class Drainer:
         # then leaves the spool alone (probing instead) so records do not cycle disk <-> memory.
         self.kafka_ok = True
         self._unreachable_logged = False
+        # True while Kafka is known unreachable (all brokers down, or records timing out) and
+        # no delivery or metadata request has succeeded since: with a spool, events then go to
+        # disk (`_spill`), not into librdkafka's memory.
+        self.outage = False
+        self._outage_error = ""
+        self._spill_at = 0.0  # when the poller next moves librdkafka's queue to the spool
+        self._moved = 0  # records moved from librdkafka's memory to the spool in this outage
+        self._outage_said = False
+        self._spills = 0  # passes of `_spill` in this outage
         # Topics Kafka answered "unknown topic" / "no leader" for: topic -> [first, last] time of
         # the current run of such errors. A record for one goes back to the backlog until the
         # run is `topic_wait_s` old, then is counted failed. A delivery to it ends the run.
@@ -104,9 +124,8 @@ class Drainer:
             self.kafka_ok = True
             if self._topic_trouble:
                 self._topic_trouble.pop(msg.topic() or "", None)
-            if self._unreachable_logged:
-                self._unreachable_logged = False
-                log.warning("rlmesh-stream: Kafka answers again; delivering held events")
+            if self._unreachable_logged or self.outage:
+                self._answers_again()
             return
         self._delivery_failed(headers, err, msg)
 
@@ -119,8 +138,12 @@ class Drainer:
             record = Record(et, key, msg.value() or b"", True, headers, seq)
             self.topic_not_ready(record, msg.topic() or self._topics[et], err)
             return
-        if code not in PERMANENT_ERRORS:
+        if code == KafkaError._PURGE_QUEUE and self.outage:
+            self._moved += 1  # moved to the spool below, by `_spill`
+        elif code not in PERMANENT_ERRORS:
             self.kafka_ok = False
+            if code == KafkaError._MSG_TIMED_OUT:
+                self._outage_begins(err)
         detail = access.kafka_access_message(self.settings.stream, err, operation="write to",
                                              topic=msg.topic()) or err.str()
         if self._outcomes.spooling and code not in PERMANENT_ERRORS:
@@ -144,17 +167,71 @@ class Drainer:
         if denied is not None:  # name the principal, not just "authentication failed"
             _ACCESS_LOG.error(log, denied)
             return
+        if code == KafkaError._ALL_BROKERS_DOWN:
+            self._outage_begins(err)
         if code in _UNREACHABLE and not self._unreachable_logged:
             self.kafka_ok = False
             self._unreachable_logged = True
-            log.warning(
-                "rlmesh-stream: Kafka at %s is unreachable (%s); events are held (%s) and "
-                "delivered when it answers", self.settings.stream.bootstrap, err.str(),
-                self._outcomes.where(self.settings.queue_max_messages))
+            if not self._outcomes.spooling:
+                log.warning(
+                    "rlmesh-stream: Kafka at %s is unreachable (%s); events are held in "
+                    "memory (librdkafka's queue: %d now, up to %d; lost if the process dies) "
+                    "and delivered when it answers", self._bootstrap, err.str(),
+                    len(self.producer), self.settings.queue_max_messages)
+            # With a spool, the poller says where the events are once it has moved them.
         elif err.fatal():
             log.error("rlmesh-stream: fatal producer error: %s", err.str())
         elif code not in _UNREACHABLE:
             log.debug("rlmesh-stream: producer error: %s", err.str())
+
+    # -- outages ---------------------------------------------------------------------------------
+
+    def _outage_begins(self, err: KafkaError) -> None:
+        self.kafka_ok = False
+        if not self.outage:
+            self.outage = True
+            self._outage_error = err.str()
+            self._moved = 0
+            self._outage_said = False
+            self._spill_at = 0.0
+            self._spills = 0
+
+    def _answers_again(self) -> None:
+        said = self._outage_said or (self._unreachable_logged and not self._outcomes.spooling)
+        self._unreachable_logged = self._outage_said = self.outage = False
+        if said:
+            where = (f" ({len(self._outcomes.backlog)} in the spool)"
+                     if self._outcomes.spooling else "")
+            log.warning("rlmesh-stream: Kafka answers again; delivering held events%s", where)
+
+    def _spill(self) -> None:
+        """Kafka is unreachable and there is a spool: events go to disk, none stays in memory.
+
+        New events are held (the hot path sees `active`); librdkafka's queue is
+        purged, and each purged record's delivery report (`_delivery_failed`,
+        served by the next poll) writes it to the spool with its own headers.
+        Records in flight to a broker are left alone: purging them could
+        duplicate one the broker did write; when their connection breaks
+        librdkafka queues them again and the next pass moves them.
+        """
+        now = time.monotonic()
+        if now < self._spill_at:
+            return
+        self._spill_at = now + _SPILL_INTERVAL_S
+        with self._outcomes.lock:
+            self._outcomes.active = True
+        if len(self.producer):
+            self.producer.purge(in_queue=True, in_flight=False, blocking=True)
+        self._spills += 1
+        # Said after the second pass: the first one's purged records are in the spool by then.
+        if self._spills >= 2 and not self._outage_said:
+            self._outage_said = True
+            log.warning(
+                "rlmesh-stream: Kafka at %s is unreachable (%s); events are kept on disk in the "
+                "spool %s (%d there, %d of them moved from librdkafka's memory; %d still in "
+                "memory) and delivered when it answers", self._bootstrap,
+                self._outage_error, self.settings.spool_dir, len(self._outcomes.backlog),
+                self._moved, len(self.producer))
 
     # -- records librdkafka refused or could not place ------------------------------------------
 
@@ -207,6 +284,8 @@ class Drainer:
         while not (self.stop_event.is_set() and not self._drainer.is_alive()):
             try:
                 self.producer.poll(_POLL_INTERVAL_S)
+                if self.outage and self._outcomes.spooling:
+                    self._spill()
             except Exception:
                 log.exception("rlmesh-stream: delivery report handling failed")
 
@@ -287,6 +366,8 @@ class Drainer:
         except Exception:
             return False
         self.kafka_ok = bool(metadata.brokers)
+        if self.kafka_ok and self.outage:
+            self._answers_again()
         return self.kafka_ok
 
 

@@ -195,7 +195,11 @@ class KafkaRuntimeHooks:
 
     def publish(self, event: ev.RuntimeEvent) -> None:
         """Any runtime event, dispatched by its type (for callers that hold a union)."""
-        et = EventType.of(event)
+        try:
+            et = EventType.of(event)
+        except TypeError as exc:  # not a runtime event: counted failed, like a callback's
+            self._outcomes.reject(type(event).__name__, event, exc)
+            return
         self._publish(self._slots[_INDEX[et]], event)
         if et is EventType.SESSION_ENDED or et is EventType.SESSION_FAILED:
             self.flush(self.settings.session_end_flush_timeout_s)
@@ -248,14 +252,22 @@ class KafkaRuntimeHooks:
         self._closed = True
         self._publisher.closed = True
         lifecycle.unregister(self)
-        budget = self.settings.exit_flush_timeout_s if timeout is None else timeout
-        self.flush(budget)
-        self._drainer.stop_draining(timeout=5.0)
+        budget = max(self.settings.exit_flush_timeout_s if timeout is None else timeout, 0.0)
+        deadline = time.monotonic() + budget
+        # Most of the budget to deliver, the rest (at most 1 s) to stop and keep what is left:
+        # close(t) returns within about t s even with a hung registry or no broker.
+        self.flush(budget - min(1.0, budget / 4))
+
+        def left(cap: float) -> float:
+            return min(max(deadline - time.monotonic(), 0.05), cap)
+
+        self._drainer.stop_draining(timeout=left(5.0))  # may be stuck in a registry request
         # Whatever librdkafka still holds: purge it so its delivery reports run now; with a
         # spool they are written back to disk for the next process, else counted as failed.
         self._producer.purge(in_queue=True, in_flight=True)
-        self._producer.flush(1.0)
-        self._drainer.stop_polling(timeout=2.0)
+        self._producer.flush(left(1.0))
+        self._drainer.stop_polling(timeout=left(2.0))
+        self._outcomes.say_drops()
         held = len(self._backlog)
         if held and not self._spooling:
             self._ledger.fail("closed", held)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from rlmesh_stream.producer.backlog import Backlog
@@ -23,6 +24,8 @@ from rlmesh_stream.schemas.topics import EventType
 
 # The hook's components share one logger, so a user silences or raises the hook as one.
 log = logging.getLogger("rlmesh_stream.producer.hooks")
+
+DROP_LOG_INTERVAL_S = 1.0  # at most one line about drops per interval, with their counts
 
 
 class Outcomes:
@@ -38,6 +41,9 @@ class Outcomes:
         self.active = len(backlog) > 0
         self.wake = threading.Event()  # tells the drainer there is something to drain
         self._on_error = settings.on_error
+        self._drops: dict[str, int] = {}  # why -> events dropped since the last log line
+        self._drops_said_at = -DROP_LOG_INTERVAL_S
+        self._after_close_said = False
 
     # -- holding ------------------------------------------------------------------------------
 
@@ -51,8 +57,44 @@ class Outcomes:
                 self.ledger.spooled_total += 1
             self.wake.set()
             return
+        self.drop("backlog full")
+
+    def drop(self, why: str) -> None:
+        """An accepted event the overflow policy drops: counted, and logged (rate-limited).
+
+        `why` is "queue full" (librdkafka's queue stayed full past max_block_ms),
+        "backlog full", or "after close" (a callback after `close()`, logged once).
+        """
         with self.ledger.lock:
             self.ledger.dropped += 1
+            if why == "after close":
+                if self._after_close_said:
+                    return
+                self._after_close_said = True
+            else:
+                self._drops[why] = self._drops.get(why, 0) + 1
+                now = time.monotonic()
+                if now - self._drops_said_at < DROP_LOG_INTERVAL_S:
+                    return
+                self._drops_said_at = now
+        if why == "after close":
+            log.warning("rlmesh-stream: an event arrived after close() and was dropped; every "
+                        "later one is too (counted in stats().dropped, not logged again)")
+        else:
+            self.say_drops()
+
+    def say_drops(self) -> None:
+        """One line with the drops counted since the last one (if any)."""
+        with self.ledger.lock:
+            drops, self._drops = self._drops, {}
+            total = self.ledger.dropped
+        if drops:
+            log.warning(
+                "rlmesh-stream: %d events dropped (%s; overflow=%r, max_block_ms=%g, "
+                "queue_max_messages=%d); %d dropped in total", sum(drops.values()),
+                ", ".join(f"{n} {why}" for why, n in sorted(drops.items())),
+                self.settings.overflow, self.settings.max_block_ms,
+                self.settings.queue_max_messages, total)
 
     def put_back(self, record: Record, kafka_error: str) -> bool | None:
         """A record Kafka did not take (yet) goes back to the backlog: as `put`, counted held."""
@@ -107,18 +149,22 @@ class Outcomes:
 
     # -- failures -----------------------------------------------------------------------------
 
-    def fail(self, et: EventType, key: bytes, seq: int, reason: str, detail: str) -> None:
-        """An accepted event that will never reach Kafka: counted, logged, called back."""
+    def fail(self, et: EventType | str, key: bytes, seq: int, reason: str, detail: str) -> None:
+        """An accepted event that will never reach Kafka: counted, logged, called back.
+
+        `et` is the event type, or what was given instead of an event (`publish(None)`).
+        """
+        name = et if isinstance(et, str) else et.value
         self.ledger.fail(reason)
-        self.ledger.log_failure(reason, f"{et.value} seq={seq}: {detail}")
+        self.ledger.log_failure(reason, f"{name} seq={seq}: {detail}")
         if self._on_error is not None:
             try:
-                self._on_error(DeliveryFailure(et.value, key.decode("utf-8", "replace"), seq,
+                self._on_error(DeliveryFailure(name, key.decode("utf-8", "replace"), seq,
                                                reason))
             except Exception:
                 log.exception("rlmesh-stream: the error callback raised")
 
-    def reject(self, et: EventType, event: Any, exc: Exception) -> None:
+    def reject(self, et: EventType | str, event: Any, exc: Exception) -> None:
         """An event the contract cannot carry: accepted, then failed with its reason."""
         seq = self.ledger.next_sequence()
         session = getattr(event, "session_id", "?")

@@ -84,8 +84,7 @@ class Publisher:
             return
         if self.closed:
             self._next_sequence()
-            with self._ledger.lock:
-                self._ledger.dropped += 1
+            self._outcomes.drop("after close")
             return
         omitted = 0
         try:
@@ -100,11 +99,13 @@ class Publisher:
                     # An oversized payload goes without its leaves, flagged, never cut or split.
                     omitted = size
                     event = dataclasses.replace(event, **dict.fromkeys(leaf_fields))
+            if type(event) is not slot.event_class:
+                # Never framed with another type's schema id: refused, counted as a contract
+                # failure.
+                raise TypeError(f"{slot.et.value} takes a {slot.event_class.__name__}, "
+                                f"not a {type(event).__name__}")
             encode = slot.encode
-            if encode is not None and type(event) is slot.event_class:
-                payload = encode(event)
-            else:
-                payload = self._encode(event)  # the encoder's own dispatch and type check
+            payload = encode(event) if encode is not None else self._encode(event)
         except Exception as exc:
             self._outcomes.reject(slot.et, event, exc)
             return
@@ -153,5 +154,4 @@ class Publisher:
             self._outcomes.hold(Record(slot.et, key, value, True, headers, seq))
             return
         self._shedding = True
-        with self._ledger.lock:
-            self._ledger.dropped += 1
+        self._outcomes.drop("queue full")

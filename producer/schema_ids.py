@@ -84,7 +84,8 @@ class SchemaIdResolver:
             log.warning(
                 "rlmesh-stream: schema registry at %s is unreachable (%s); events are "
                 "held (%s) and published when it answers",
-                self.settings.stream.registry_url, exc,
+                access.redact_url(self.settings.stream.registry_url),
+                access.redact_url(str(exc)),
                 self._held_where(self.settings.held_max_events))
 
     def _refused_message(self, refused: Any, et: EventType | None) -> str:
