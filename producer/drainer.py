@@ -81,7 +81,7 @@ class Drainer:
         # no delivery or metadata request has succeeded since: with a spool, events then go to
         # disk (`_spill`), not into librdkafka's memory.
         self.outage = False
-        self._outage_error = ""
+        self._outage_name = self._outage_error = ""  # the error that began the outage
         self._spill_at = 0.0  # when the poller next moves librdkafka's queue to the spool
         self._moved = 0  # records moved from librdkafka's memory to the spool in this outage
         self._outage_said = False
@@ -138,21 +138,25 @@ class Drainer:
             record = Record(et, key, msg.value() or b"", True, headers, seq)
             self.topic_not_ready(record, msg.topic() or self._topics[et], err)
             return
+        name = err.name()
         if code == KafkaError._PURGE_QUEUE and self.outage:
-            self._moved += 1  # moved to the spool below, by `_spill`
-        elif code not in PERMANENT_ERRORS:
-            self.kafka_ok = False
-            if code == KafkaError._MSG_TIMED_OUT:
-                self._outage_begins(err)
-        detail = access.kafka_access_message(self.settings.stream, err, operation="write to",
-                                             topic=msg.topic()) or err.str()
+            # Moved to the spool below, by `_spill`: what went wrong is the outage.
+            self._moved += 1
+            name, detail = self._outage_name, f"Kafka unreachable: {self._outage_error}"
+        else:
+            if code not in PERMANENT_ERRORS:
+                self.kafka_ok = False
+                if code == KafkaError._MSG_TIMED_OUT:
+                    self._outage_begins(err)
+            detail = access.kafka_access_message(
+                self.settings.stream, err, operation="write to", topic=msg.topic()) or err.str()
         if self._outcomes.spooling and code not in PERMANENT_ERRORS:
             record = Record(et, key, msg.value() or b"", True, headers, seq)
-            held = self._outcomes.put_back(record, kafka_error=f"{err.name()}: {detail}")
+            held = self._outcomes.put_back(record, kafka_error=f"{name}: {detail}")
             if held is None or held:
                 return  # held, or counted failed by put_back with both errors
             detail = f"{detail}; it could not go back to the spool: {self._outcomes.full_reason()}"
-        self._outcomes.fail(et, key, seq, err.name(), detail)
+        self._outcomes.fail(et, key, seq, name, detail)
 
     def _on_backlog_delivery(self, tracker: _BatchTracker, headers: Headers,
                              err: KafkaError | None, msg: Message) -> None:
@@ -190,7 +194,7 @@ class Drainer:
         self.kafka_ok = False
         if not self.outage:
             self.outage = True
-            self._outage_error = err.str()
+            self._outage_name, self._outage_error = err.name(), err.str()
             self._moved = 0
             self._outage_said = False
             self._spill_at = 0.0

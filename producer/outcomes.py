@@ -57,13 +57,14 @@ class Outcomes:
                 self.ledger.spooled_total += 1
             self.wake.set()
             return
-        self.drop("backlog full")
+        self.drop("spool full" if self.spooling else "backlog full")
 
     def drop(self, why: str) -> None:
         """An accepted event the overflow policy drops: counted, and logged (rate-limited).
 
         `why` is "queue full" (librdkafka's queue stayed full past max_block_ms),
-        "backlog full", or "after close" (a callback after `close()`, logged once).
+        "spool full" / "backlog full" (at `spool_max_bytes` / `held_max_events`), or
+        "after close" (a callback after `close()`, logged once).
         """
         with self.ledger.lock:
             self.ledger.dropped += 1
