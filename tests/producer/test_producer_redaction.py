@@ -21,6 +21,7 @@ from producer_samples import step
 from rlmesh_stream.infra import proc
 from rlmesh_stream.producer.config import ProducerSettings
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
+from rlmesh_stream.schemas.access import redact_url
 from rlmesh_stream.schemas.config import StreamConfig
 
 SECRET = f"s3cret-{uuid.uuid4().hex[:8]}"
@@ -28,6 +29,20 @@ SECRET = f"s3cret-{uuid.uuid4().hex[:8]}"
 
 def _url_with_password(port: int) -> str:
     return f"http://alice:{SECRET}@127.0.0.1:{port}/apis/ccompat/v7"
+
+
+@pytest.mark.parametrize(("shown", "expected"), [
+    ("http://alice:pw@host:8081/x", "http://alice:***@host:8081/x"),
+    ("alice:pw@host", "alice:***@host"),  # typed without a scheme
+    ("at http://a:1@h and 'https://b:p:w@k/'", "at http://a:***@h and 'https://b:***@k/'"),
+    ("http://host:8081/x", "http://host:8081/x"),  # nothing to hide
+    ("https://alice@host/x", "https://alice@host/x"),  # a user without a password
+    ("127.0.0.1:9092,127.0.0.1:9093", "127.0.0.1:9092,127.0.0.1:9093"),
+])
+def test_the_redactor_hides_every_url_password_in_a_text_and_nothing_else(
+    shown: str, expected: str,
+) -> None:
+    assert redact_url(shown) == expected
 
 
 def test_the_stream_config_repr_shows_no_url_password() -> None:
