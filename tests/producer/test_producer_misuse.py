@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import uuid
 
 import pytest
@@ -73,15 +74,17 @@ def test_drops_under_the_drop_policy_are_logged_with_their_counts_at_most_once_a
     caplog.set_level(logging.WARNING)
     session = str(uuid.uuid4())
 
+    started = time.monotonic()
     for i in range(2000):
         hooks.step_completed(step(session, i))
     dropped = hooks.stats().dropped
     hooks.close(1)
+    seconds = time.monotonic() - started
 
     lines = [r.getMessage() for r in caplog.records if "events dropped" in r.getMessage()]
     counts = [int(re.search(r"(\d+) events dropped", line).group(1))  # type: ignore[union-attr]
               for line in lines]
     assert dropped == 1990
     assert sum(counts) == dropped  # every drop is in a line, once
-    assert 1 <= len(lines) <= 3  # the burst is summed up, not one line per event
+    assert 1 <= len(lines) <= seconds + 2  # at most one a second (+ the one at close)
     assert "queue full" in lines[0] and "overflow='drop'" in lines[0]
