@@ -21,10 +21,13 @@ themselves are in pyproject.toml). Likewise a `--sink` that cannot be used is on
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any
 
 import click
+
+from rlmesh_stream.schemas.redact import redact_url
 
 # command -> "module:attribute" of its click command or group, in the order data flows
 COMMANDS: dict[str, str] = {
@@ -77,7 +80,13 @@ def missing_extra_message(command: str, exc: ModuleNotFoundError) -> str:
 
 
 class LazyGroup(click.Group):
-    """The root group: subcommands imported on first use, missing extras named."""
+    """The root group: subcommands imported on first use, and one `Error:` line for any failure.
+
+    A missing extra is named; whatever else a command fails with is shown as one
+    `Error:` line with every URL password redacted (a registry URL can carry one): a
+    `ClickException`'s message, or for anything unexpected its type and message (the
+    traceback with RLMESH_STREAM_TRACEBACK=1).
+    """
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
@@ -101,14 +110,31 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except ModuleNotFoundError as exc:  # imported lazily by the command itself
             if missing_extra(exc) is None:
-                raise
+                raise _one_line(exc) from None
             name = ctx.invoked_subcommand or ctx.info_name or "rlmesh-stream"
             raise click.ClickException(missing_extra_message(name, exc)) from None
-        except Exception as exc:
-            if _is_sink_error(exc):  # a --sink no command caught: still one line
-                raise click.ClickException(str(exc)) from None
+        except click.UsageError:
+            raise  # names an option or argument; --registry-url is checked without a password
+        except click.ClickException as exc:
+            message = exc.format_message()
+            if redact_url(message) == message:
+                raise
+            # A plain ClickException with the original's exit status.
+            redacted = type("Redacted", (click.ClickException,), {"exit_code": exc.exit_code})
+            raise redacted(redact_url(message)) from None
+        except (click.exceptions.Exit, click.Abort, KeyboardInterrupt, SystemExit):
             raise
+        except Exception as exc:
+            raise _one_line(exc) from None
 
+
+def _one_line(exc: Exception) -> Exception:
+    """What the user sees of an exception no command turned into a message of its own."""
+    if os.environ.get("RLMESH_STREAM_TRACEBACK"):
+        return exc
+    if _is_sink_error(exc):  # a --sink no command caught: its message is the whole story
+        return click.ClickException(redact_url(str(exc)))
+    return click.ClickException(redact_url(f"{type(exc).__name__}: {exc}"))
 
 def _is_sink_error(exc: Exception) -> bool:
     """Whether `exc` is a SinkError (`consumers.sinks.url`), without importing that module

@@ -20,6 +20,7 @@ import click
 
 from rlmesh_stream.schemas.cli_options import stream_options
 from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.redact import redact_url
 from rlmesh_stream.schemas.topics import confluent_serde_conf
 
 SMOKE_SCHEMA = json.dumps({
@@ -121,8 +122,12 @@ def smoke(config: StreamConfig, start: bool, home: Path | None) -> None:
         except StackError as exc:
             raise click.ClickException(str(exc)) from None
         config = replace(config, bootstrap=info.bootstrap, registry_url=info.registry_url)
-    click.echo(f"bootstrap {config.bootstrap}, registry {config.registry_url}")
-    result = run_smoke(config)
+    click.echo(redact_url(f"bootstrap {config.bootstrap}, registry {config.registry_url}"))
+    try:
+        result = run_smoke(config)
+    except Exception as exc:  # any failure of the stack is the answer: one line, no password
+        raise click.ClickException(
+            redact_url(f"smoke failed: {str(exc) or type(exc).__name__}")) from None
     click.echo(f"registered {result.subject} as schema id {result.schema_id}")
     click.echo(f"produced to {result.topic}: {result.sent}")
     click.echo(f"read back:  {result.received}")

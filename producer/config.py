@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlmesh_stream.schemas.config import ENV_PREFIX, StreamConfig
+from rlmesh_stream.schemas.redact import redact_url
 from rlmesh_stream.schemas.topics import EventType
 
 Format = Literal["avro", "protobuf"]
@@ -83,6 +84,16 @@ class ProducerSettings:
     metrics_port: int | None = None
     on_error: ErrorCallback | None = field(default=None, compare=False)
     kafka_overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        """Every field, with URL passwords (the stream's) and secret librdkafka settings hidden."""
+        shown = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "kafka_overrides":
+                value = {k: "***" if _secret(k) else v for k, v in value.items()}
+            shown.append(f"{f.name}={redact_url(repr(value))}")
+        return f"ProducerSettings({', '.join(shown)})"
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -158,6 +169,11 @@ def parse_event_types(value: str | Any) -> frozenset[EventType]:
         elif str(item).strip():
             out.add(EventType(str(item).strip()))
     return frozenset(out)
+
+
+def _secret(key: str) -> bool:
+    """A librdkafka setting whose value is a credential (sasl.password, ssl.key.password...)."""
+    return any(word in key.lower() for word in ("password", "secret", "token"))
 
 
 def _bool(raw: str) -> bool:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from urllib.parse import urlsplit
 
 from confluent_kafka import KafkaError
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.redact import redact_url
 
 AUTHENTICATION_CODES: frozenset[int] = frozenset({
     KafkaError._AUTHENTICATION,
@@ -85,14 +85,6 @@ class RateLimitedLog:
                 return
             self._last[message] = now
         logger.error("rlmesh-stream: %s", message)
-
-
-def redact_url(url: str) -> str:
-    """The URL with its password, if any, replaced by ***, for a log line or an error."""
-    parsed = urlsplit(url)
-    if parsed.password:
-        return url.replace(f":{parsed.password}@", ":***@")
-    return url
 
 
 def registry_refusal(exc: BaseException) -> SchemaRegistryError | None:

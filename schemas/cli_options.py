@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 
@@ -15,6 +16,7 @@ from rlmesh_stream.schemas.config import (
     DEFAULT_TOPIC_PREFIX,
     StreamConfig,
 )
+from rlmesh_stream.schemas.redact import redact_url
 
 _OPTIONS: list[tuple[str, str, Any, str]] = [
     # (flag, env var, shown default, help)
@@ -40,6 +42,15 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
 ]
 
 
+def _check_registry_url(url: str) -> None:
+    """An http(s) URL with a host, named (password redacted) when it is not one."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise click.BadParameter(
+            f"{redact_url(url)!r} is not an http:// or https:// URL with a host",
+            param_hint="'--registry-url'")
+
+
 def stream_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add the connection options and pass them on as one `config: StreamConfig`.
 
@@ -50,6 +61,7 @@ def stream_options(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         values = {flag[2:].replace("-", "_"): kwargs.pop(flag[2:].replace("-", "_"))
                   for flag, *_ in _OPTIONS}
+        _check_registry_url(values["registry_url"])
         kwargs["config"] = StreamConfig.from_env(env={}, **values)
         return func(*args, **kwargs)
 

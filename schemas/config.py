@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from rlmesh_stream.schemas.redact import redact_url
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_REGISTRY_URL = "http://127.0.0.1:8081/apis/ccompat/v7"
 DEFAULT_TOPIC_PREFIX = "rlmesh.runtime"
@@ -29,7 +31,8 @@ class StreamConfig:
     """Where the stack is and how to talk to it.
 
     Secret fields (`sasl_password`, `registry_password`) are excluded from
-    `repr` so that logging a config never prints them.
+    `repr`, and a password inside a URL is shown as `***`, so that logging a
+    config never prints them.
     """
 
     bootstrap: str = DEFAULT_BOOTSTRAP
@@ -46,6 +49,11 @@ class StreamConfig:
     # Seconds one registry request may take. The client's own default is no limit, and a
     # registry that accepts a connection but never answers would hang its caller forever.
     registry_timeout: float = DEFAULT_REGISTRY_TIMEOUT
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={_shown(getattr(self, f.name))}" for f in fields(self)
+                          if f.repr)
+        return f"{type(self).__name__}({shown})"
 
     @classmethod
     def from_env(
@@ -100,3 +108,8 @@ def _parse(name: str, type_name: Any, raw: str) -> Any:
     if value <= 0:
         raise ValueError(f"{ENV_PREFIX}{name.upper()} must be > 0 seconds, got {raw!r}")
     return value
+
+
+def _shown(value: Any) -> str:
+    """A field's repr for `StreamConfig.__repr__`, with any URL password redacted."""
+    return redact_url(repr(value))

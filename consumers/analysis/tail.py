@@ -27,6 +27,7 @@ import click
 
 from rlmesh_stream.schemas.cli_options import stream_options
 from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.redact import redact_url
 from rlmesh_stream.schemas.topics import EventType
 
 
@@ -160,9 +161,9 @@ def run_tail(config: StreamConfig, event_type: EventType, emit: Callable[[str], 
     except KafkaException as exc:
         err = exc.args[0] if exc.args else exc
         text = err.str() if hasattr(err, "str") else str(err)
-        raise TailError(f"Kafka at {config.bootstrap}: {text}") from exc
+        raise TailError(redact_url(f"Kafka at {config.bootstrap}: {text}")) from exc
     except (RegistryUnavailableError, SchemaRegistryError) as exc:
-        raise TailError(f"schema registry at {config.registry_url}: {exc}") from exc
+        raise TailError(redact_url(f"schema registry at {config.registry_url}: {exc}")) from exc
 
 
 def _consume(config: StreamConfig, event_type: EventType, emit: Callable[[str], None], *,
@@ -252,6 +253,6 @@ def tail(config: StreamConfig, event: str, session_id: str | None, from_beginnin
                  count=count, exit_at_end=exit_at_end,
                  warn=lambda msg: click.echo(f"warning: {msg}", err=True))
     except TailError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(redact_url(str(exc))) from exc
     except KeyboardInterrupt:
         sys.exit(130)

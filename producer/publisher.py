@@ -1,0 +1,157 @@
+"""The hot path: one event in, encoded, stamped, and produced to librdkafka or held.
+
+`Publisher.publish` runs inline in the rollout up to three times per step,
+so it is one function on purpose (every call, attribute or dict lookup
+saved is saved per event; see benchmarks/). It makes the hold-or-produce
+decision once and has the hook's one produce site for new events: an
+event whose schema id is not known yet, or that arrives while the backlog
+holds anything, is held (order is kept); otherwise it goes to librdkafka,
+waiting at most `max_block_ms` for room in a full queue before the
+overflow policy applies (spool: hold it; drop: count it and shed until
+the queue takes one again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaException, Producer
+
+from rlmesh_stream.producer.config import ProducerSettings
+from rlmesh_stream.producer.delivery import Ledger
+from rlmesh_stream.producer.encoding import PayloadEncoder
+from rlmesh_stream.producer.outcomes import Outcomes
+from rlmesh_stream.producer.records import Headers, Record
+from rlmesh_stream.schemas import headers as h
+from rlmesh_stream.schemas.topics import EventType
+
+if TYPE_CHECKING:
+    from rlmesh_stream.producer.drainer import Drainer
+
+_SEQUENCE = h.SEQUENCE
+_OMITTED = h.LEAVES_OMITTED_BYTES
+_FULL_RETRY_SLEEP_S = 0.0005
+
+
+class Slot:
+    """Everything the hot path needs about one event type, looked up once (no enum hashing)."""
+
+    __slots__ = ("base_headers", "enabled", "encode", "et", "event_class", "leaf_cap",
+                 "leaf_fields", "prefix", "topic")
+
+    def __init__(self, et: EventType, topic: str, enabled: bool, base_headers: Headers,
+                 leaf_fields: tuple[str, ...] | None, leaf_cap: int,
+                 encode: Callable[[Any], bytes] | None) -> None:
+        self.et = et
+        self.event_class = et.event_class
+        self.encode = encode  # for an event of exactly event_class; None: the encoder's dispatch
+        self.topic = topic
+        self.enabled = enabled
+        # A tuple: unpacked into each record's fresh list, never shared or mutated.
+        self.base_headers: tuple[Any, ...] = tuple(base_headers)
+        self.leaf_fields = leaf_fields
+        self.leaf_cap = leaf_cap
+        self.prefix: bytes | None = None  # the wire-format prefix, once the schema id is known
+
+
+class Publisher:
+    """Encodes, sequences and produces (or holds) each event the runtime hands the hook."""
+
+    def __init__(self, settings: ProducerSettings, producer: Producer, ledger: Ledger,
+                 encoder: PayloadEncoder, outcomes: Outcomes, drainer: Drainer) -> None:
+        self.closed = False
+        self._shedding = False  # the queue stayed full past max_block_ms (drop policy)
+        self._spooling = settings.overflow == "spool"
+        self._max_block_s = settings.max_block_ms / 1000.0
+        self._ledger = ledger
+        self._outcomes = outcomes
+        # Bound once: the hot path calls them per event.
+        self._encode = encoder.encode
+        self._next_sequence = ledger.next_sequence
+        self._produce_now = producer.produce
+        self._report = drainer.on_delivery
+        self._refused = drainer.refused
+
+    def publish(self, slot: Slot, event: Any) -> None:
+        """The hot path (see the module docstring); never raises."""
+        if not slot.enabled:
+            with self._ledger.lock:
+                self._ledger.disabled += 1
+            return
+        if self.closed:
+            self._next_sequence()
+            self._outcomes.drop("after close")
+            return
+        omitted = 0
+        try:
+            leaf_fields = slot.leaf_fields
+            if leaf_fields is not None:
+                size = 0
+                for name in leaf_fields:
+                    leaves = getattr(event, name)
+                    if leaves:
+                        size += sum(map(len, leaves))
+                if size > slot.leaf_cap:
+                    # An oversized payload goes without its leaves, flagged, never cut or split.
+                    omitted = size
+                    event = dataclasses.replace(event, **dict.fromkeys(leaf_fields))
+            if type(event) is not slot.event_class:
+                # Never framed with another type's schema id: refused, counted as a contract
+                # failure.
+                raise TypeError(f"{slot.et.value} takes a {slot.event_class.__name__}, "
+                                f"not a {type(event).__name__}")
+            encode = slot.encode
+            payload = encode(event) if encode is not None else self._encode(event)
+        except Exception as exc:
+            self._outcomes.reject(slot.et, event, exc)
+            return
+        seq = self._next_sequence()
+        if omitted:
+            headers: Headers = [*slot.base_headers, (_SEQUENCE, b"%d" % seq),
+                                (_OMITTED, b"%d" % omitted)]
+            with self._ledger.lock:
+                self._ledger.leaves_omitted += 1
+        else:
+            headers = [*slot.base_headers, (_SEQUENCE, b"%d" % seq)]
+        key = event.session_id.encode("utf-8")
+        prefix = slot.prefix
+        # The hold-or-produce decision: no schema id yet, or the backlog holds something.
+        if prefix is None:
+            self._outcomes.hold(Record(slot.et, key, payload, False, headers, seq))
+            return
+        value = prefix + payload
+        if self._outcomes.active:
+            self._outcomes.hold(Record(slot.et, key, value, True, headers, seq))
+            return
+        deadline = 0.0
+        while True:
+            try:
+                # Positional (partition -1 = the partitioner's choice, timestamp 0 = now): the
+                # client parses keywords noticeably slower. Delivery reports carry no headers:
+                # the callback keeps them for a failure's account.
+                self._produce_now(slot.topic, value, key, -1,
+                                  functools.partial(self._report, headers), None, 0, headers)
+                if self._shedding:
+                    self._shedding = False
+                return
+            except BufferError:
+                # librdkafka's queue is full: wait (bounded) for room, unless already shedding.
+                if not deadline:
+                    if self._shedding and not self._spooling:
+                        break
+                    deadline = time.monotonic() + self._max_block_s
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(_FULL_RETRY_SLEEP_S)
+            except KafkaException as exc:
+                self._refused(Record(slot.et, key, value, True, headers, seq), exc)
+                return
+        if self._spooling:
+            self._outcomes.hold(Record(slot.et, key, value, True, headers, seq))
+            return
+        self._shedding = True
+        self._outcomes.drop("queue full")
