@@ -138,12 +138,13 @@ class Joiner:
         """What a restart needs besides re-reading from `resume_offsets` (small: no payloads)."""
         sessions = {sid: SessionState(s.ended, s.failed, s.caution, None, s.totals)
                     for sid, s in self.sessions.items()}
-        return {"sessions": sessions, "kept": set(self._first), "skipped": self.skipped,
+        return {"sessions": sessions, "first": self._first, "skipped": self.skipped,
                 "skip_examples": self.skip_examples}
 
     def restore(self, state: dict[str, Any], frontier: dict[TP, int]) -> None:
         self.sessions = state["sessions"]
-        self.kept = state["kept"]
+        self._first = state["first"]  # still the resume point until they are released
+        self.kept = set(self._first)
         self.skipped = state["skipped"]
         self.skip_examples = state["skip_examples"]
         self.frontier = frontier

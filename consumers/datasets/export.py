@@ -122,6 +122,7 @@ class DatasetSink:
 
     def _commit(self, batch: SinkBatch) -> None:
         # One exporter per directory (the manifest's lock): no fencing between writers.
+        self.certificate.merge()
         episodes = self.joiner.release(final=self.final)
         keep = []
         for e in episodes:

@@ -4,10 +4,12 @@ Each writer appends one batch of released episodes per commit, returns the
 state to keep in the manifest, and `recover(state)` removes whatever a crash
 left behind beyond the committed state.
 
-Parquet, under DIR (hive-partitioned by env, one file per commit and env):
+Parquet, under DIR (hive-partitioned by env, one file per commit and env; `<env>` is the
+env id with characters other than letters, digits, `-_.` as `_`; the rows hold the
+exact `env_id`):
 
-    steps/env_id=<env>/part-<gen>.parquet      one row per step
-    episodes/env_id=<env>/part-<gen>.parquet   one row per episode
+    steps/env=<env>/part-<gen>_<n>.parquet      one row per step
+    episodes/env=<env>/part-<gen>_0.parquet     one row per episode
 
 Minari: the dataset `DATASET_ID` under DIR (`MINARI_DATASETS_PATH=DIR`), in
 Minari's arrow storage (one directory per episode, written by Minari's own
@@ -73,7 +75,7 @@ class ParquetWriter:
         self.root = root
 
     def recover(self, state: dict[str, Any], generation: int) -> None:
-        for part in list(self.root.glob("*/env_id=*/part-*.parquet")):
+        for part in list(self.root.glob("*/env=*/part-*.parquet")):
             if int(part.stem.split("-")[1].split("_")[0]) > generation:
                 part.unlink()
 
@@ -82,7 +84,7 @@ class ParquetWriter:
         for e in episodes:
             by_env.setdefault(e.route["env_id"], []).append(e)
         for env_id, group in sorted(by_env.items()):
-            folder = f"env_id={_safe(env_id)}"
+            folder = f"env={_safe(env_id)}"
             self._write("episodes", folder, generation,
                         pa.Table.from_pylist([_episode_row(e) for e in group]))
             for i, spec_group in enumerate(_by_spaces(group)):
