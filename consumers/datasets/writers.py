@@ -177,7 +177,9 @@ class MinariWriter:
     def _open(self) -> None:
         from minari.dataset.minari_storage import MinariStorage
 
-        self.storage = MinariStorage.read(self.path)
+        read = MinariStorage.read(self.path)
+        self.storage = _storage_class()(self.path, read.observation_space, read.action_space,
+                                        jpeg_encoding=False)
 
     def _create(self, first: Episode) -> None:
         import minari
@@ -187,6 +189,8 @@ class MinariWriter:
         storage = MinariStorage.new(self.path, observation_space=gym_space(first.obs_spec),
                                     action_space=gym_space(first.act_spec), data_format="arrow",
                                     jpeg_encoding=False)
+        storage = _storage_class()(self.path, storage.observation_space, storage.action_space,
+                                   jpeg_encoding=False)
         storage.update_metadata({
             "dataset_id": self.dataset_id, "minari_version": minari.__version__,
             "algorithm_name": f"rlmesh model {first.route['model_component_id']}",
@@ -223,6 +227,7 @@ class MinariWriter:
         if buffers:
             self.storage.update_episodes(buffers)
             self.storage.update_episode_metadata(extra, range(start, start + len(buffers)))
+            self.storage.update_metadata({"dataset_size": self.storage.measured_size()})
         metadata = json.loads((self.path / "metadata.json").read_text())
         return {"total_episodes": self.storage.total_episodes, "metadata": metadata}
 
@@ -235,6 +240,21 @@ class MinariWriter:
                 or gym_space(e.act_spec) != self.storage.action_space):
             return "space_mismatch"
         return None
+
+
+def _storage_class() -> Any:
+    """Minari's arrow storage, but `dataset_size` measured once per commit: Minari walks
+    every file of the dataset after each episode it adds (quadratic in episodes)."""
+    from minari.dataset._storages.arrow_storage import ArrowStorage
+
+    class ExportStorage(ArrowStorage):  # type: ignore[misc]
+        def get_size(self) -> float:
+            return float(self.metadata.get("dataset_size", 0.0))
+
+        def measured_size(self) -> float:
+            return float(ArrowStorage.get_size(self))
+
+    return ExportStorage
 
 
 def _stack(values: list[Any], space: Any) -> Any:
