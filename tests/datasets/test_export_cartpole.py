@@ -167,3 +167,44 @@ def test_a_three_lane_vector_env_exports_each_lane_episode_whole(make_hooks, exp
         t1 = len(episode.rewards) + 1
         windows = [stream[i:i + t1].tobytes() for i in range(len(stream) - t1 + 1)]
         assert episode.observations.tobytes() in windows
+
+
+def test_what_a_killed_minari_commit_left_behind_is_undone_on_restart(
+    make_hooks, export, tmp_path,
+):
+    _run_cartpole(make_hooks, [51, 52])
+    export(tmp_path / "ds", "minari", "rlmesh/undo-v0")
+    data = tmp_path / "ds" / "rlmesh" / "undo-v0" / "data"
+    (data / "2").mkdir()  # an episode written by a commit that never completed
+    (data / "2" / "junk.arrow").write_bytes(b"half")
+    (data / "metadata.json").write_text('{"total_episodes": 3, "tota')  # cut mid-write
+
+    export(tmp_path / "ds", "minari", "rlmesh/undo-v0")
+    dataset = _load_minari(tmp_path / "ds", "rlmesh/undo-v0")
+
+    assert not (data / "2").exists()
+    assert dataset.total_episodes == 2
+    assert [len(e.rewards) for e in dataset.iterate_episodes()] == [
+        m["steps"] for m in dataset.storage.get_episode_metadata(range(2))]
+
+
+def test_the_cli_exports_a_minari_dataset_and_says_how_to_load_it(
+    make_hooks, stream_config, tmp_path,
+):
+    from click.testing import CliRunner
+
+    from rlmesh_stream.infra.cli import main
+
+    _, result = _run_cartpole(make_hooks, [61])
+    out = tmp_path / "ds"
+
+    run = CliRunner().invoke(main, [
+        "export", "trajectories", "--bootstrap", stream_config.bootstrap,
+        "--registry-url", stream_config.registry_url, "--topic-prefix",
+        stream_config.topic_prefix, "--out", str(out), "--format", "minari",
+        "--dataset-id", "rlmesh/cli-v0", "--from-beginning", "--until-end", "--quiet"])
+
+    assert run.exit_code == 0, run.output
+    assert f"MINARI_DATASETS_PATH={out}" in run.output
+    assert '"episodes_exported": 1' in run.output
+    assert _load_minari(out, "rlmesh/cli-v0").total_steps == result.total_steps
