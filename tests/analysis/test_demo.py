@@ -110,3 +110,17 @@ def test_the_html_report_and_both_plots_are_written(demo_run: tuple[Path, str]) 
     for name in ("advisories.html", "eval_vs_training.png", "eval_vs_training.svg",
                  "training_log.jsonl"):
         assert (out / name).stat().st_size > 0, name
+
+
+def test_the_demo_exports_its_cartpole_rollouts_as_a_loadable_minari_dataset(
+    demo_run: tuple[Path, str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import minari
+
+    out, stdout = demo_run
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str((out / "datasets").resolve()))
+
+    dataset = minari.load_dataset("rlmesh/cartpole-demo-v0")
+
+    assert dataset.total_episodes == EPISODES * CONCURRENT_SESSIONS * len(CHECKPOINTS)
+    assert f"MINARI_DATASETS_PATH={(out / 'datasets').resolve()}" in stdout
