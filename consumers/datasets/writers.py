@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from rlmesh_stream.consumers.datasets.episodes import Episode
 from rlmesh_stream.consumers.datasets.manifest import DatasetError, write_atomically
+from rlmesh_stream.consumers.records import meta_json
 from rlmesh_stream.schemas.leaves import gym_space, leaves_of
 
 
@@ -111,7 +112,7 @@ def _by_spaces(episodes: list[Episode]) -> list[list[Episode]]:
 def _steps_table(episodes: list[Episode]) -> pa.Table:
     cols: dict[str, list[Any]] = {k: [] for k in (
         "session_id", "episode_record_id", "model_component_id", "step", "reward",
-        "terminated", "truncated")}
+        "terminated", "truncated", "infos")}
     obs: list[Any] = []
     nxt: list[Any] = []
     has_next: list[bool] = []
@@ -125,6 +126,7 @@ def _steps_table(episodes: list[Episode]) -> pa.Table:
             cols["reward"].append(s.reward)
             cols["terminated"].append(s.terminated)
             cols["truncated"].append(s.truncated)
+            cols["infos"].append(meta_json(s.infos))
             obs.append(e.observations[t])
             acts.append(e.actions[t])
             present = t + 1 < len(e.observations)
@@ -187,8 +189,9 @@ class MinariWriter:
 
         self.path.mkdir(parents=True, exist_ok=True)
         storage = MinariStorage.new(self.path, observation_space=gym_space(first.obs_spec),
-                                    action_space=gym_space(first.act_spec), data_format="arrow",
-                                    jpeg_encoding=False)
+                                    action_space=gym_space(first.act_spec),
+                                    env_spec=_env_spec(first.route["env_id"]),
+                                    data_format="arrow", jpeg_encoding=False)
         storage = _storage_class()(self.path, storage.observation_space, storage.action_space,
                                    jpeg_encoding=False)
         storage.update_metadata({
@@ -239,6 +242,17 @@ class MinariWriter:
                 gym_space(e.obs_spec) != self.storage.observation_space
                 or gym_space(e.act_spec) != self.storage.action_space):
             return "space_mismatch"
+        return None
+
+
+def _env_spec(env_id: str) -> Any:
+    """The Gymnasium registration of `env_id`, when it names one (so that Minari's
+    `recover_environment()` works); None for an env Gymnasium does not know."""
+    import gymnasium as gym
+
+    try:
+        return gym.spec(env_id)
+    except Exception:  # gymnasium raises several error types for unknown or odd ids
         return None
 
 

@@ -69,6 +69,7 @@ def test_a_minari_export_replays_from_each_seed_bit_for_bit(make_hooks, export, 
         assert list(episode.truncations) == truncs
     cert = sink.store.committed.certificate
     assert (cert["gaps"], cert["duplicates"], cert["episodes_exported"]) == (0, 0, 3)
+    assert dataset.recover_environment().spec.id == "CartPole-v1"
 
 
 def test_the_minari_episode_metadata_names_session_env_model_and_record(
@@ -134,6 +135,7 @@ def test_a_three_lane_vector_env_exports_each_lane_episode_whole(make_hooks, exp
     hooks = make_hooks()
     bridge = rlmesh_bridge(hooks, env_id="CartPole-v1", model_component_id="numpy-policy")
     seen: dict[int, list[np.ndarray]] = {}
+    outcomes: dict[int, list[tuple[float, bool, bool]]] = {lane: [] for lane in range(3)}
 
     class Recorder(gym.vector.VectorWrapper):
         """Records every lane's observations as the env returned them."""
@@ -148,6 +150,8 @@ def test_a_three_lane_vector_env_exports_each_lane_episode_whole(make_hooks, exp
             out = self.env.step(actions)
             for lane in range(3):
                 seen[lane].append(out[0][lane].copy())
+                outcomes[lane].append((float(out[1][lane]), bool(out[2][lane]),
+                                       bool(out[3][lane])))
             return out
 
     venv = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 3)
@@ -162,11 +166,17 @@ def test_a_three_lane_vector_env_exports_each_lane_episode_whole(make_hooks, exp
     metas = list(dataset.storage.get_episode_metadata(range(dataset.total_episodes)))
     assert sorted(len(e.rewards) for e in episodes) == sorted(x.steps for x in result.episodes)
     for episode, meta in zip(episodes, metas, strict=True):
-        stream = np.stack(seen[meta["env_index"]])
-        # the lane's recorded observations contain the episode's T+1 as one contiguous run
+        lane = meta["env_index"]
+        stream = np.stack(seen[lane])
+        # the lane's recorded observations hold the episode's T+1 as one contiguous run,
+        # and the steps between them its rewards, terminations and truncations
         t1 = len(episode.rewards) + 1
-        windows = [stream[i:i + t1].tobytes() for i in range(len(stream) - t1 + 1)]
-        assert episode.observations.tobytes() in windows
+        starts = [i for i in range(len(stream) - t1 + 1)
+                  if stream[i:i + t1].tobytes() == episode.observations.tobytes()]
+        assert len(starts) == 1
+        assert outcomes[lane][starts[0]:starts[0] + t1 - 1] == list(zip(
+            episode.rewards.tolist(), episode.terminations.tolist(),
+            episode.truncations.tolist(), strict=True))
 
 
 def test_what_a_killed_minari_commit_left_behind_is_undone_on_restart(
