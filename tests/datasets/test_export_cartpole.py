@@ -218,3 +218,18 @@ def test_the_cli_exports_a_minari_dataset_and_says_how_to_load_it(
     assert f"MINARI_DATASETS_PATH={out}" in run.output
     assert '"episodes_exported": 1' in run.output
     assert _load_minari(out, "rlmesh/cli-v0").total_steps == result.total_steps
+
+
+def test_a_run_after_new_rollouts_appends_only_the_new_episodes(make_hooks, export, tmp_path):
+    _run_cartpole(make_hooks, [71])
+    export(tmp_path / "ds", "minari", "rlmesh/append-v0")
+    first = _load_minari(tmp_path / "ds", "rlmesh/append-v0")
+    before = next(first.iterate_episodes()).observations.tobytes()
+    _run_cartpole(make_hooks, [72, 73])
+
+    sink = export(tmp_path / "ds", "minari", "rlmesh/append-v0")
+    dataset = _load_minari(tmp_path / "ds", "rlmesh/append-v0")
+
+    assert [e.started["seed"] for e in sink.released] == [72, 73]
+    assert [m["seed"] for m in dataset.storage.get_episode_metadata(range(3))] == [71, 72, 73]
+    assert next(dataset.iterate_episodes()).observations.tobytes() == before
