@@ -74,6 +74,7 @@ class SessionState:
     caution: bool = False
     groups: GroupSession | None = None  # a vector-env session's group-step events
     totals: tuple[int, int] | None = None  # session_ended's (total_steps, total_episodes)
+    exported: int = 0  # episodes of this session released so far
 
 
 @dataclass
@@ -136,7 +137,7 @@ class Joiner:
 
     def state(self) -> dict[str, Any]:
         """What a restart needs besides re-reading from `resume_offsets` (small: no payloads)."""
-        sessions = {sid: SessionState(s.ended, s.failed, s.caution, None, s.totals)
+        sessions = {sid: SessionState(s.ended, s.failed, s.caution, None, s.totals, s.exported)
                     for sid, s in self.sessions.items()}
         return {"sessions": sessions, "first": self._first, "skipped": self.skipped,
                 "skip_examples": self.skip_examples}
@@ -203,7 +204,12 @@ class Joiner:
             session.ended = session.failed = True
         elif (isinstance(event, ev.RelayAdvisoryEvent)
               and event.advisory.severity is ev.AdvisorySeverity.CAUTION):
-            self._session(event.session_id).caution = True
+            session = self._session(event.session_id)
+            if not session.caution and session.exported:
+                # read after its session's episodes were written (other topics ran ahead):
+                # they went out untagged; say so in the certificate
+                self.skipped["exported_before_their_caution_advisory"] += session.exported
+            session.caution = True
 
     def _session(self, session_id: str) -> SessionState:
         state = self.sessions.get(session_id)
@@ -282,6 +288,13 @@ class Joiner:
             if session.groups is not None and (final or _all_read(session, self.pending,
                                                                    session_id)):
                 out.extend(self._release_groups(session_id, session, final))
+        out.extend(self._release_single(final))
+        for e in out:
+            self.sessions[e.session_id].exported += 1
+        return out
+
+    def _release_single(self, final: bool) -> list[Episode]:
+        out: list[Episode] = []
         for key in sorted(self.pending):
             ep = self.pending[key]
             session = self.sessions.get(ep.session_id) or SessionState()

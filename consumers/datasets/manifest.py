@@ -99,6 +99,8 @@ class Certificate:
             span[1] = max(span[1], offset + 1)
 
     def summary(self, skipped: dict[str, int]) -> dict[str, Any]:
+        skipped = dict(skipped)
+        late = skipped.pop("exported_before_their_caution_advisory", 0)
         producers = {}
         for pid, p in sorted(self.producers.items()):
             ranges = p["ranges"]
@@ -117,6 +119,8 @@ class Certificate:
             "episodes_tagged_caution": self.tagged_caution,
             "episodes_without_terminal_observation": self.without_terminal_observation,
             "episodes_abandoned_exported": self.abandoned_exported,
+            # a caution advisory read after its session's episodes were written: untagged
+            "episodes_exported_before_their_caution_advisory": late,
             "episodes_skipped": dict(sorted(skipped.items())),
         }
 

@@ -155,3 +155,17 @@ def test_a_vector_session_missing_its_last_observation_is_skipped_not_shifted():
 
     assert joiner.release(final=True) == []
     assert joiner.skipped == {"misaligned": len(manifest.episodes)}
+
+
+def test_a_caution_advisory_read_after_its_sessions_episodes_were_written_is_counted():
+    joiner = Joiner(Filters())
+    for e in _episode(2):
+        joiner.add(e)
+    (released,) = joiner.release()
+
+    joiner.add(ev.RelayAdvisoryEvent(
+        session_id="s1", route=ROUTE, leg=ev.Leg.OBSERVATION,
+        advisory=ev.Advisory(severity=ev.AdvisorySeverity.CAUTION, message="zeros")))
+
+    assert not released.caution
+    assert joiner.skipped["exported_before_their_caution_advisory"] == 1
