@@ -28,8 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from rlmesh_stream.consumers.datasets.episodes import Episode
 from rlmesh_stream.consumers.datasets.manifest import DatasetError, write_atomically
+from rlmesh_stream.consumers.datasets.model import Episode
 from rlmesh_stream.consumers.records import meta_json
 from rlmesh_stream.schemas.leaves import gym_space, leaves_of
 
