@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import duckdb
@@ -233,3 +234,37 @@ def test_a_run_after_new_rollouts_appends_only_the_new_episodes(make_hooks, expo
     assert [e.started["seed"] for e in sink.released] == [72, 73]
     assert [m["seed"] for m in dataset.storage.get_episode_metadata(range(3))] == [71, 72, 73]
     assert next(dataset.iterate_episodes()).observations.tobytes() == before
+
+
+def test_a_live_export_writes_each_run_as_its_session_ends(
+    make_hooks, stream_config, tmp_path,
+):
+    import threading
+
+    from rlmesh_stream.consumers.datasets.episodes import Filters
+    from rlmesh_stream.consumers.datasets.export import ExportOptions, make_export
+    from rlmesh_stream.consumers.runtime import RuntimeOptions
+
+    out = tmp_path / "live"
+    sink, runtime = make_export(
+        stream_config, ExportOptions(out, "parquet", "rlmesh/live-v0", Filters()),
+        RuntimeOptions(group_id=f"live-{tmp_path.name}", from_beginning=True,
+                       checkpoint_interval=0.2))
+    thread = threading.Thread(target=runtime.run)
+    thread.start()
+    try:
+        _run_cartpole(make_hooks, [81])
+        deadline = time.monotonic() + 60
+        while len(sink.released) < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _run_cartpole(make_hooks, [82, 83])
+        while len(sink.released) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        runtime.stop()
+        thread.join(30)
+        sink.close()
+
+    episodes = pads.dataset(out / "episodes", partitioning="hive").to_table()
+    assert sorted(episodes.column("seed").to_pylist()) == [81, 82, 83]
+    assert len({p.name for p in (out / "episodes").rglob("*.parquet")}) >= 2  # two commits
