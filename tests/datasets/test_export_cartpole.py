@@ -268,3 +268,25 @@ def test_a_live_export_writes_each_run_as_its_session_ends(
     episodes = pads.dataset(out / "episodes", partitioning="hive").to_table()
     assert sorted(episodes.column("seed").to_pylist()) == [81, 82, 83]
     assert len({p.name for p in (out / "episodes").rglob("*.parquet")}) >= 2  # two commits
+
+
+def test_an_undecodable_record_is_dead_lettered_and_counted_in_the_certificate(
+    make_hooks, export, stream_config, tmp_path,
+):
+    from confluent_kafka import Producer
+
+    from rlmesh_stream.schemas import headers as h
+    from rlmesh_stream.schemas.topics import EventType
+
+    _run_cartpole(make_hooks, [91])
+    producer = Producer(stream_config.kafka_config())
+    producer.produce(EventType.STEP_COMPLETED.topic(stream_config.topic_prefix), b"garbage",
+                     key=b"s-bad", headers=[(h.PRODUCER_ID, b"bad-producer"),
+                                            (h.SEQUENCE, b"0")])
+    producer.flush(10)
+
+    sink = export(tmp_path / "ds", "minari", "rlmesh/dlq-v0")
+
+    cert = sink.store.committed.certificate
+    assert (cert["dead_letters"], cert["producers"]["bad-producer"]["dead_letters"]) == (1, 1)
+    assert cert["episodes_exported"] == 1
