@@ -22,14 +22,10 @@ import numpy as np
 from rlmesh_stream.schemas._pb.rlmesh.spaces.v1 import spaces_pb2 as pb
 from rlmesh_stream.schemas.avro_writer import pin_space_spec
 from rlmesh_stream.schemas.events import SpaceSpec
+from rlmesh_stream.schemas.leaves import DTYPES
 
-_DTYPES: dict[str, int] = {
-    "bool": pb.DATA_TYPE_BOOL, "uint8": pb.DATA_TYPE_UINT8, "uint16": pb.DATA_TYPE_UINT16,
-    "uint32": pb.DATA_TYPE_UINT32, "uint64": pb.DATA_TYPE_UINT64, "int8": pb.DATA_TYPE_INT8,
-    "int16": pb.DATA_TYPE_INT16, "int32": pb.DATA_TYPE_INT32, "int64": pb.DATA_TYPE_INT64,
-    "float16": pb.DATA_TYPE_FLOAT16, "float32": pb.DATA_TYPE_FLOAT32,
-    "float64": pb.DATA_TYPE_FLOAT64,
-}
+# numpy dtype name -> DataType, from the contract's table (schemas.leaves, the decoding side).
+_DTYPES: dict[str, int] = {dtype.name: code for code, dtype in DTYPES.items()}
 
 LeafEncoder = Callable[[Any], bytes]
 

@@ -1,8 +1,10 @@
 """Trajectory datasets from the stream: whole episodes as Minari or Parquet, exactly once.
 
 `rlmesh-stream export trajectories` (cli.py) runs the consumers' runtime with
-the dataset as its sink (export.py): the joiner (episodes.py) assembles
-episodes from the step, action, observation and episode events, the writers
-(writers.py) append them in the chosen format, and the manifest (manifest.py)
-commits offsets, state and the completeness certificate with each batch.
+the dataset as its sink (export.py). The joiner (episodes.py, its data in
+model.py) assembles episodes from the step, action, observation and episode
+events; a vector-env session's group steps are split into lanes by groups.py
+and vector.py. The writers (writers.py) append the episodes in the chosen
+format, and the manifest (manifest.py) commits offsets, state and the
+completeness certificate atomically with each batch.
 """

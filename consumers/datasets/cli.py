@@ -39,13 +39,20 @@ def export() -> None:
               help="Also export the episodes of failed sessions, flagged abandoned.")
 @click.option("--exclude-caution", is_flag=True,
               help="Leave out sessions with a caution relay advisory (else they are tagged).")
+@click.option("--settle-time", default=None, type=float,
+              help="--until-end: a process holding no partitions this many seconds after "
+                   "joining stops [default: three session timeouts, 30 s].")
 @click.option("--checkpoint-interval", default=1.0, show_default=True,
               help="Seconds between commits.")
+@click.option("--max-batch", default=20_000, show_default=True,
+              help="Records per commit at most.")
+@click.option("--dlq-topic", default=None, help="Dead-letter topic [default: <prefix>.dlq]")
 @click.option("--quiet", is_flag=True, help="No progress output.")
 def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
                  group_id: str | None, from_beginning: bool, until_end: bool,
                  env_ids: tuple[str, ...], models: tuple[str, ...], include_abandoned: bool,
-                 exclude_caution: bool, checkpoint_interval: float, quiet: bool) -> None:
+                 exclude_caution: bool, settle_time: float | None, checkpoint_interval: float,
+                 max_batch: int, dlq_topic: str | None, quiet: bool) -> None:
     """Join the step, action, observation and episode events into whole episodes."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -69,14 +76,17 @@ def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
             exclude_caution=exclude_caution))
         runtime_options = RuntimeOptions(
             group_id=group_id or f"rlmesh-stream.export.{dataset_id}",
-            from_beginning=from_beginning, until_end=until_end,
-            checkpoint_interval=checkpoint_interval)
+            from_beginning=from_beginning, until_end=until_end, settle_time=settle_time,
+            checkpoint_interval=checkpoint_interval, max_batch=max_batch, dlq_topic=dlq_topic)
         progress = None if quiet else Progress("export trajectories")
-        sink, _ = run_export(config, options, runtime_options, progress=progress)
+        sink, runtime = run_export(config, options, runtime_options, progress=progress)
     except (DatasetError, AccessDeniedError) as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
         return
+    if runtime.dead_letters:
+        click.echo(f"{runtime.dead_letters} undecodable records sent to the dead-letter topic",
+                   err=True)
     cert = sink.store.committed.certificate
     click.echo(json.dumps({k: cert.get(k) for k in (
         "episodes_exported", "steps_exported", "episodes_skipped", "gaps", "duplicates",

@@ -14,106 +14,31 @@ abandoned. Every skip is counted by reason for the certificate.
 Single-lane events (the SDK bridge publishes every lane of a vector env as
 its own lane) place themselves: an observation's `step` is the step that
 produced it (the reset one has `is_reset`). Events carrying several lanes are
-a vector-env session's group steps, split into lanes by groups.py once the
-session has ended.
+a vector-env session's group steps, split into lanes (groups.py, vector.py)
+once the session has ended. The data classes are in model.py.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
-from rlmesh_stream.consumers.datasets.groups import GroupSession, LaneValues, assemble
+from rlmesh_stream.consumers.datasets.groups import GroupSession
+from rlmesh_stream.consumers.datasets.model import (
+    TP,
+    Episode,
+    Filters,
+    Key,
+    PendingEpisode,
+    SessionState,
+    StepRow,
+    Unit,
+    route_of,
+)
+from rlmesh_stream.consumers.datasets.vector import all_read, release_session
 from rlmesh_stream.schemas import events as ev
 from rlmesh_stream.schemas.errors import ContractError
 from rlmesh_stream.schemas.leaves import LeafDecoder
-
-Key = tuple[str, str]  # (session_id, episode_record_id)
-Unit = tuple[str, ...]  # ("e", session, record): an episode; ("s", session): a vector session
-TP = tuple[str, int]
-
-
-@dataclass
-class StepRow:
-    reward: float
-    terminated: bool
-    truncated: bool
-    infos: dict[str, Any] | None
-
-
-@dataclass
-class PendingEpisode:
-    """What has been read of one episode so far (pickled with the dataset's manifest)."""
-
-    session_id: str
-    record_id: str
-    route: dict[str, Any] | None = None
-    started: dict[str, Any] | None = None
-    completed: dict[str, Any] | None = None
-    observations: dict[int, list[bytes]] = field(default_factory=dict)
-    actions: dict[int, list[bytes]] = field(default_factory=dict)
-    steps: dict[int, StepRow] = field(default_factory=dict)
-    obs_spec: bytes | None = None
-    act_spec: bytes | None = None
-    problem: str | None = None  # a reason this episode can never be released
-
-    def note_spec(self, which: str, spec: ev.SpaceSpec) -> None:
-        raw = spec.SerializeToString(deterministic=True)
-        old = getattr(self, which)
-        if old is None:
-            setattr(self, which, raw)
-        elif old != raw and self.problem is None:
-            self.problem = "space_changed"
-
-
-@dataclass
-class SessionState:
-    ended: bool = False
-    failed: bool = False
-    caution: bool = False
-    groups: GroupSession | None = None  # a vector-env session's group-step events
-    totals: tuple[int, int] | None = None  # session_ended's (total_steps, total_episodes)
-
-
-@dataclass
-class Episode:
-    """A released episode, decoded: T+1 observations (T if `terminal_observation` is False)."""
-
-    session_id: str
-    record_id: str
-    route: dict[str, Any]
-    started: dict[str, Any]
-    completed: dict[str, Any] | None
-    observations: list[Any]
-    actions: list[Any]
-    steps: list[StepRow]
-    obs_spec: ev.SpaceSpec
-    act_spec: ev.SpaceSpec
-    terminal_observation: bool
-    abandoned: bool
-    caution: bool
-
-    @property
-    def length(self) -> int:
-        return len(self.steps)
-
-
-def _route(route: ev.RuntimeEnvContext) -> dict[str, Any]:
-    return {"env_id": route.env_id, "env_component_id": route.env_component_id,
-            "model_component_id": route.model_component_id, "lane": route.lane}
-
-
-@dataclass
-class Filters:
-    env_ids: tuple[str, ...] = ()
-    models: tuple[str, ...] = ()
-    include_abandoned: bool = False
-    exclude_caution: bool = False
-
-    def wants(self, route: dict[str, Any]) -> bool:
-        return ((not self.env_ids or route["env_id"] in self.env_ids)
-                and (not self.models or route["model_component_id"] in self.models))
 
 
 class Joiner:
@@ -136,14 +61,15 @@ class Joiner:
 
     def state(self) -> dict[str, Any]:
         """What a restart needs besides re-reading from `resume_offsets` (small: no payloads)."""
-        sessions = {sid: SessionState(s.ended, s.failed, s.caution, None, s.totals)
+        sessions = {sid: SessionState(s.ended, s.failed, s.caution, None, s.totals, s.exported)
                     for sid, s in self.sessions.items()}
-        return {"sessions": sessions, "kept": set(self._first), "skipped": self.skipped,
+        return {"sessions": sessions, "first": self._first, "skipped": self.skipped,
                 "skip_examples": self.skip_examples}
 
     def restore(self, state: dict[str, Any], frontier: dict[TP, int]) -> None:
         self.sessions = state["sessions"]
-        self.kept = state["kept"]
+        self._first = state["first"]  # still the resume point until they are released
+        self.kept = set(self._first)
         self.skipped = state["skipped"]
         self.skip_examples = state["skip_examples"]
         self.frontier = frontier
@@ -202,7 +128,12 @@ class Joiner:
             session.ended = session.failed = True
         elif (isinstance(event, ev.RelayAdvisoryEvent)
               and event.advisory.severity is ev.AdvisorySeverity.CAUTION):
-            self._session(event.session_id).caution = True
+            session = self._session(event.session_id)
+            if not session.caution and session.exported:
+                # read after its session's episodes were written (other topics ran ahead):
+                # they went out untagged; say so in the certificate
+                self.skipped["exported_before_their_caution_advisory"] += session.exported
+            session.caution = True
 
     def _session(self, session_id: str) -> SessionState:
         state = self.sessions.get(session_id)
@@ -218,7 +149,7 @@ class Joiner:
             ep = self.pending[key] = PendingEpisode(session_id, record_id)
             self._session(session_id)
         if ep.route is None:
-            ep.route = _route(route)
+            ep.route = route_of(route)
         return ep
 
     def _groups(self, session_id: str, lanes: int, records: list[str],
@@ -278,9 +209,16 @@ class Joiner:
         """Episodes that are whole now; with `final`, also decide on everything else."""
         out: list[Episode] = []
         for session_id, session in sorted(self.sessions.items()):
-            if session.groups is not None and (final or _all_read(session, self.pending,
+            if session.groups is not None and (final or all_read(session, self.pending,
                                                                    session_id)):
-                out.extend(self._release_groups(session_id, session, final))
+                out.extend(release_session(self, session_id, session))
+        out.extend(self._release_single(final))
+        for e in out:
+            self.sessions[e.session_id].exported += 1
+        return out
+
+    def _release_single(self, final: bool) -> list[Episode]:
+        out: list[Episode] = []
         for key in sorted(self.pending):
             ep = self.pending[key]
             session = self.sessions.get(ep.session_id) or SessionState()
@@ -322,98 +260,6 @@ class Joiner:
         if whole and final:
             return "release"  # released without its terminal observation, flagged
         return "skip:incomplete" if final else None
-
-    def _release_groups(self, session_id: str, session: SessionState,
-                        final: bool) -> list[Episode]:
-        """Every episode of an ended vector-env session (or of any at the end of a run)."""
-        groups = session.groups
-        assert groups is not None
-        mine = {k[1]: ep for k, ep in self.pending.items() if k[0] == session_id}
-        if not session.ended and any(ep.completed is None for ep in mine.values()):
-            return []  # still running at the end of the history: a later run decides
-        lane_order: dict[int, list[str]] = {}
-        for record, ep in sorted(mine.items(), key=lambda kv: (
-                (kv[1].started or {}).get("episode_index") or 0, kv[0])):
-            if ep.started is not None:
-                lane_order.setdefault(int(ep.started["env_index"]), []).append(record)
-        found = assemble(groups, lane_order)
-        values = LaneValues(groups)
-        out = []
-        for record, ep in sorted(mine.items()):
-            del self.pending[(session_id, record)]
-            self._first.pop(("e", session_id, record), None)
-            verdict = self._group_verdict(ep, session, found.problem)
-            if verdict is not None:
-                self._skip(verdict, ep)
-                continue
-            lane_ep = found.episodes.get(record)
-            built = self._build_lane(ep, session, lane_ep, found.bad_groups, values)
-            if built is not None:
-                out.append(built)
-        session.groups = None
-        self._first.pop(("s", session_id), None)
-        return out
-
-    def _group_verdict(self, ep: PendingEpisode, session: SessionState,
-                       problem: str | None) -> str | None:
-        if ep.route is not None and not self.filters.wants(ep.route):
-            return "filtered"
-        if problem is not None:
-            return problem
-        if ep.completed is None:
-            if session.failed:
-                return None if self.filters.include_abandoned else "abandoned"
-            return "incomplete"
-        if session.caution and self.filters.exclude_caution:
-            return "caution"
-        return None
-
-    def _build_lane(self, ep: PendingEpisode, session: SessionState, lane_ep: Any,
-                    bad: set[int], values: LaneValues) -> Episode | None:
-        groups = session.groups
-        assert groups is not None
-        if lane_ep is None or ep.route is None or ep.started is None:
-            self._skip("incomplete", ep)
-            return None
-        abandoned = ep.completed is None
-        steps = len(lane_ep.groups) if ep.completed is None else int(ep.completed["step_count"])
-        if len(lane_ep.groups) != steps or any(k in bad for k in lane_ep.groups):
-            self._skip("incomplete", ep)
-            return None
-        if steps == 0:
-            self._skip("empty", ep)
-            return None
-        if lane_ep.reset is None:
-            self._skip("no_reset_observation", ep)
-            return None
-        specs = {groups.actions[k].spec for k in lane_ep.groups}
-        obs_specs = {groups.observations[k].spec for k in lane_ep.groups}
-        first_obs = groups.reset if lane_ep.reset[0] < 0 else groups.observations[lane_ep.reset[0]]
-        assert first_obs is not None
-        obs_specs.add(first_obs.spec)
-        if len(specs) > 1 or len(obs_specs) > 1:
-            self._skip("space_changed", ep)
-            return None
-        lane = lane_ep.lane
-        try:
-            observations = [values.observation(lane_ep.reset[0], lane)]
-            observations += [values.observation(k, lane) for k in lane_ep.groups]
-            actions = [values.action(k, lane) for k in lane_ep.groups]
-        except ContractError as exc:
-            self._skip("bad_leaves", ep)
-            self.skip_examples.setdefault("bad_leaves_error", str(exc))
-            return None
-        rows = [StepRow(groups.steps[k].rewards[lane], groups.steps[k].terminated[lane],
-                        groups.steps[k].truncated[lane], None) for k in lane_ep.groups]
-        obs_spec, act_spec = ev.SpaceSpec(), ev.SpaceSpec()
-        obs_spec.ParseFromString(obs_specs.pop())
-        if specs:
-            act_spec.ParseFromString(specs.pop())
-        return Episode(
-            session_id=ep.session_id, record_id=ep.record_id, route=ep.route,
-            started=ep.started, completed=ep.completed, observations=observations,
-            actions=actions, steps=rows, obs_spec=obs_spec, act_spec=act_spec,
-            terminal_observation=True, abandoned=abandoned, caution=session.caution)
 
     def _skip(self, reason: str, ep: PendingEpisode) -> None:
         self.skipped[reason] += 1
@@ -464,27 +310,6 @@ def _unit_of(event: Any) -> Unit | None:
             return ("s", event.session_id)
         return ("e", event.session_id, event.episode_record_id)
     return None
-
-
-def _all_read(session: SessionState, pending: dict[Key, PendingEpisode], session_id: str) -> bool:
-    """An ended vector-env session whose events have all been read (its end event can be
-    read before them): its totals match the groups and the episodes read."""
-    groups = session.groups
-    if groups is None or session.totals is None:
-        return False  # running, or failed (no totals): decided at the end of a run
-    total_steps, total_episodes = session.totals
-    if not len(groups.actions) == len(groups.steps) == len(groups.observations):
-        return False
-    real = 0
-    for k, step in groups.steps.items():
-        action = groups.actions.get(k)
-        if action is None:
-            return False
-        real += sum(1 for lane, roll in enumerate(step.rolls)
-                    if not roll and lane < len(action.records) and action.records[lane])
-    completed = sum(1 for (sid, _), ep in pending.items()
-                    if sid == session_id and ep.completed is not None)
-    return real == total_steps and completed == total_episodes
 
 
 def _contiguous(*parts: dict[int, Any]) -> int:

@@ -122,6 +122,7 @@ class DatasetSink:
 
     def _commit(self, batch: SinkBatch) -> None:
         # One exporter per directory (the manifest's lock): no fencing between writers.
+        self.certificate.merge()
         episodes = self.joiner.release(final=self.final)
         keep = []
         for e in episodes:
@@ -164,12 +165,19 @@ class DatasetSink:
         self.store.close()
 
 
-def run_export(config: StreamConfig, options: ExportOptions, runtime_options: RuntimeOptions,
-               *, progress: Progress | None = None) -> tuple[DatasetSink, ConsumerRuntime]:
+def make_export(config: StreamConfig, options: ExportOptions, runtime_options: RuntimeOptions,
+                *, progress: Progress | None = None) -> tuple[DatasetSink, ConsumerRuntime]:
+    """The dataset sink and the consumer runtime feeding it (not started: `runtime.run()`)."""
     sink = DatasetSink(options, config.topic_prefix)
     builders: list[Builder] = [TrajectoryBuilder(sink), CertificateBuilder(sink)]
-    runtime = ConsumerRuntime(config, builders, cast(Sink, sink), runtime_options,
-                              progress=progress)
+    return sink, ConsumerRuntime(config, builders, cast(Sink, sink), runtime_options,
+                                 progress=progress)
+
+
+def run_export(config: StreamConfig, options: ExportOptions, runtime_options: RuntimeOptions,
+               *, progress: Progress | None = None) -> tuple[DatasetSink, ConsumerRuntime]:
+    """Export until stopped (or, with `until_end`, until the end seen at start)."""
+    sink, runtime = make_export(config, options, runtime_options, progress=progress)
     try:
         runtime.run()
         if runtime_options.until_end:
@@ -190,4 +198,4 @@ def check_dataset_id(dataset_id: str) -> str:
     return dataset_id
 
 
-__all__ = ["DatasetError", "DatasetSink", "ExportOptions", "run_export"]
+__all__ = ["DatasetError", "DatasetSink", "ExportOptions", "make_export", "run_export"]

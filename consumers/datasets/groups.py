@@ -7,8 +7,10 @@ primary lane's, so it cannot place other lanes' steps; what does is order:
 a session's events of one type sit in one partition, in publishing order, so
 the k-th action, the k-th step and the k-th non-reset observation of a session
 are its group step k. The primary lane's (record, step) must agree between
-the k-th action and step: if not (a record lost), the session's episodes are
-skipped as `misaligned` rather than assembled wrongly.
+the k-th action and step, and the k-th observation must name the action's
+lanes (a roll's observation keeps the ended episode's id): if not (a record
+lost or dead-lettered), the session's episodes are skipped as `misaligned`
+rather than assembled wrongly.
 
 Per lane, a group step is a step of the episode named in the action's
 `episode_record_ids[lane]`, unless `autoreset_roll[lane]`: under NEXT_STEP a
@@ -106,9 +108,16 @@ def assemble(session: GroupSession, lane_order: dict[int, list[str]]) -> Assembl
     total = max(len(session.actions), len(session.steps))
     bad = {k for k in range(total) if k not in session.actions or k not in session.steps
            or k not in session.observations}
+    if len(session.observations) != len(session.steps) or not (
+            0 <= len(session.actions) - len(session.steps) <= 1):
+        # an event missing somewhere (only a failed session's last action may lack its step):
+        # which group it was cannot be known, so no lane can be placed with certainty
+        return Assembly({}, "misaligned", bad, None)
     for k in range(total):
-        if k in session.actions and k in session.steps and (
-                session.actions[k].primary != session.steps[k].primary):
+        action, step, obs = (session.actions.get(k), session.steps.get(k),
+                             session.observations.get(k))
+        if action is not None and ((step is not None and action.primary != step.primary)
+                                   or (obs is not None and obs.records != action.records)):
             return Assembly({}, "misaligned", bad, None)
     episodes: dict[str, LaneEpisode] = {}
 

@@ -16,6 +16,7 @@ again, so a SIGKILL at any instant is as if the batch never ran.
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import json
 import os
@@ -45,30 +46,48 @@ class Certificate:
     tagged_caution: int = 0
     without_terminal_observation: int = 0
     abandoned_exported: int = 0
+    _batch: dict[str, list[int]] = field(default_factory=dict, repr=False)
+    _dead: dict[str, int] = field(default_factory=dict, repr=False)
 
     def saw(self, producer: str, seq: int, dead_letter: bool) -> None:
-        p = self.producers.setdefault(producer, {"ranges": [], "duplicates": 0,
-                                                 "dead_letters": 0})
+        """One record's (producer, sequence); merged into the ranges by `merge` (per batch:
+        records of different topics interleave, so sequences arrive out of order)."""
+        self._batch.setdefault(producer, []).append(seq)
         if dead_letter:
-            p["dead_letters"] += 1
-        ranges: list[list[int]] = p["ranges"]
-        # Usually the sequence extends the last range: O(1); otherwise insert in order.
-        if ranges and ranges[-1][1] + 1 == seq:
-            ranges[-1][1] = seq
-            return
-        for r in ranges:
-            if r[0] <= seq <= r[1]:
-                p["duplicates"] += 1
-                return
-        ranges.append([seq, seq])
-        ranges.sort()
-        merged: list[list[int]] = []
-        for r in ranges:
-            if merged and merged[-1][1] + 1 >= r[0]:
-                merged[-1][1] = max(merged[-1][1], r[1])
-            else:
-                merged.append(r)
-        p["ranges"] = merged
+            self._dead[producer] = self._dead.get(producer, 0) + 1
+
+    def merge(self) -> None:
+        """Fold the batch's sequences into each producer's sorted, disjoint ranges."""
+        for producer, seqs in self._batch.items():
+            p = self.producers.setdefault(producer, {"ranges": [], "duplicates": 0,
+                                                     "dead_letters": 0})
+            p["dead_letters"] += self._dead.get(producer, 0)
+            ranges: list[list[int]] = p["ranges"]
+            starts = [r[0] for r in ranges]
+            new: list[list[int]] = []
+            last = None
+            for seq in sorted(seqs):
+                if seq == last:
+                    p["duplicates"] += 1
+                    continue
+                last = seq
+                at = bisect.bisect_right(starts, seq) - 1
+                if at >= 0 and ranges[at][0] <= seq <= ranges[at][1]:
+                    p["duplicates"] += 1
+                    continue
+                if new and new[-1][1] + 1 == seq:
+                    new[-1][1] = seq
+                else:
+                    new.append([seq, seq])
+            merged: list[list[int]] = []
+            for r in sorted(ranges + new):
+                if merged and merged[-1][1] + 1 >= r[0]:
+                    merged[-1][1] = max(merged[-1][1], r[1])
+                else:
+                    merged.append(list(r))
+            p["ranges"] = merged
+        self._batch = {}
+        self._dead = {}
 
     def covered(self, topic: str, partition: int, offset: int) -> None:
         key = f"{topic}[{partition}]"
@@ -80,6 +99,8 @@ class Certificate:
             span[1] = max(span[1], offset + 1)
 
     def summary(self, skipped: dict[str, int]) -> dict[str, Any]:
+        skipped = dict(skipped)
+        late = skipped.pop("exported_before_their_caution_advisory", 0)
         producers = {}
         for pid, p in sorted(self.producers.items()):
             ranges = p["ranges"]
@@ -98,6 +119,8 @@ class Certificate:
             "episodes_tagged_caution": self.tagged_caution,
             "episodes_without_terminal_observation": self.without_terminal_observation,
             "episodes_abandoned_exported": self.abandoned_exported,
+            # a caution advisory read after its session's episodes were written: untagged
+            "episodes_exported_before_their_caution_advisory": late,
             "episodes_skipped": dict(sorted(skipped.items())),
         }
 

@@ -4,10 +4,12 @@ Each writer appends one batch of released episodes per commit, returns the
 state to keep in the manifest, and `recover(state)` removes whatever a crash
 left behind beyond the committed state.
 
-Parquet, under DIR (hive-partitioned by env, one file per commit and env):
+Parquet, under DIR (hive-partitioned by env, one file per commit and env; `<env>` is the
+env id with characters other than letters, digits, `-_.` as `_`; the rows hold the
+exact `env_id`):
 
-    steps/env_id=<env>/part-<gen>.parquet      one row per step
-    episodes/env_id=<env>/part-<gen>.parquet   one row per episode
+    steps/env=<env>/part-<gen>_<n>.parquet      one row per step
+    episodes/env=<env>/part-<gen>_0.parquet     one row per episode
 
 Minari: the dataset `DATASET_ID` under DIR (`MINARI_DATASETS_PATH=DIR`), in
 Minari's arrow storage (one directory per episode, written by Minari's own
@@ -26,8 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from rlmesh_stream.consumers.datasets.episodes import Episode
 from rlmesh_stream.consumers.datasets.manifest import DatasetError, write_atomically
+from rlmesh_stream.consumers.datasets.model import Episode
+from rlmesh_stream.consumers.records import meta_json
 from rlmesh_stream.schemas.leaves import gym_space, leaves_of
 
 
@@ -73,7 +76,7 @@ class ParquetWriter:
         self.root = root
 
     def recover(self, state: dict[str, Any], generation: int) -> None:
-        for part in list(self.root.glob("*/env_id=*/part-*.parquet")):
+        for part in list(self.root.glob("*/env=*/part-*.parquet")):
             if int(part.stem.split("-")[1].split("_")[0]) > generation:
                 part.unlink()
 
@@ -82,7 +85,7 @@ class ParquetWriter:
         for e in episodes:
             by_env.setdefault(e.route["env_id"], []).append(e)
         for env_id, group in sorted(by_env.items()):
-            folder = f"env_id={_safe(env_id)}"
+            folder = f"env={_safe(env_id)}"
             self._write("episodes", folder, generation,
                         pa.Table.from_pylist([_episode_row(e) for e in group]))
             for i, spec_group in enumerate(_by_spaces(group)):
@@ -109,7 +112,7 @@ def _by_spaces(episodes: list[Episode]) -> list[list[Episode]]:
 def _steps_table(episodes: list[Episode]) -> pa.Table:
     cols: dict[str, list[Any]] = {k: [] for k in (
         "session_id", "episode_record_id", "model_component_id", "step", "reward",
-        "terminated", "truncated")}
+        "terminated", "truncated", "infos")}
     obs: list[Any] = []
     nxt: list[Any] = []
     has_next: list[bool] = []
@@ -123,6 +126,7 @@ def _steps_table(episodes: list[Episode]) -> pa.Table:
             cols["reward"].append(s.reward)
             cols["terminated"].append(s.terminated)
             cols["truncated"].append(s.truncated)
+            cols["infos"].append(meta_json(s.infos))
             obs.append(e.observations[t])
             acts.append(e.actions[t])
             present = t + 1 < len(e.observations)
@@ -175,7 +179,9 @@ class MinariWriter:
     def _open(self) -> None:
         from minari.dataset.minari_storage import MinariStorage
 
-        self.storage = MinariStorage.read(self.path)
+        read = MinariStorage.read(self.path)
+        self.storage = _storage_class()(self.path, read.observation_space, read.action_space,
+                                        jpeg_encoding=False)
 
     def _create(self, first: Episode) -> None:
         import minari
@@ -183,8 +189,11 @@ class MinariWriter:
 
         self.path.mkdir(parents=True, exist_ok=True)
         storage = MinariStorage.new(self.path, observation_space=gym_space(first.obs_spec),
-                                    action_space=gym_space(first.act_spec), data_format="arrow",
-                                    jpeg_encoding=False)
+                                    action_space=gym_space(first.act_spec),
+                                    env_spec=_env_spec(first.route["env_id"]),
+                                    data_format="arrow", jpeg_encoding=False)
+        storage = _storage_class()(self.path, storage.observation_space, storage.action_space,
+                                   jpeg_encoding=False)
         storage.update_metadata({
             "dataset_id": self.dataset_id, "minari_version": minari.__version__,
             "algorithm_name": f"rlmesh model {first.route['model_component_id']}",
@@ -221,6 +230,7 @@ class MinariWriter:
         if buffers:
             self.storage.update_episodes(buffers)
             self.storage.update_episode_metadata(extra, range(start, start + len(buffers)))
+            self.storage.update_metadata({"dataset_size": self.storage.measured_size()})
         metadata = json.loads((self.path / "metadata.json").read_text())
         return {"total_episodes": self.storage.total_episodes, "metadata": metadata}
 
@@ -233,6 +243,32 @@ class MinariWriter:
                 or gym_space(e.act_spec) != self.storage.action_space):
             return "space_mismatch"
         return None
+
+
+def _env_spec(env_id: str) -> Any:
+    """The Gymnasium registration of `env_id`, when it names one (so that Minari's
+    `recover_environment()` works); None for an env Gymnasium does not know."""
+    import gymnasium as gym
+
+    try:
+        return gym.spec(env_id)
+    except Exception:  # gymnasium raises several error types for unknown or odd ids
+        return None
+
+
+def _storage_class() -> Any:
+    """Minari's arrow storage, but `dataset_size` measured once per commit: Minari walks
+    every file of the dataset after each episode it adds (quadratic in episodes)."""
+    from minari.dataset._storages.arrow_storage import ArrowStorage
+
+    class ExportStorage(ArrowStorage):  # type: ignore[misc]
+        def get_size(self) -> float:
+            return float(self.metadata.get("dataset_size", 0.0))
+
+        def measured_size(self) -> float:
+            return float(ArrowStorage.get_size(self))
+
+    return ExportStorage
 
 
 def _stack(values: list[Any], space: Any) -> Any:

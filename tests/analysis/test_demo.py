@@ -125,3 +125,17 @@ def test_the_training_log_is_a_tensorboard_run_and_the_eval_curve_is_written_nex
     eval_steps = [t.step for t in mux.Tensors("ppo_demo_eval", "eval/success_rate")]
     assert eval_steps == [ck.step for ck in CHECKPOINTS]
     assert "eval curve written back" in stdout
+
+
+def test_the_demo_exports_its_cartpole_rollouts_as_a_loadable_minari_dataset(
+    demo_run: tuple[Path, str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import minari
+
+    out, stdout = demo_run
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str((out / "datasets").resolve()))
+
+    dataset = minari.load_dataset("rlmesh/cartpole-demo-v0")
+
+    assert dataset.total_episodes == EPISODES * CONCURRENT_SESSIONS * len(CHECKPOINTS)
+    assert f"MINARI_DATASETS_PATH={(out / 'datasets').resolve()}" in stdout

@@ -97,3 +97,75 @@ def test_an_episode_of_a_session_still_running_waits_instead_of_being_skipped():
 
     assert joiner.released == [] and not joiner.skipped  # type: ignore[attr-defined]
     assert list(joiner.pending) == [("s1", "ep-000001")]
+
+
+class _Events:
+    """Hooks that keep what the simulator emits, in order (no Kafka)."""
+
+    def __init__(self) -> None:
+        self.events: list[object] = []
+
+    def __getattr__(self, name: str):
+        return self.events.append
+
+
+def _fleet() -> tuple[list[object], object]:
+    from rlmesh_stream.producer.simulator import simulate_fleet
+
+    sink = _Events()
+    manifest = simulate_fleet(sink, sessions=1, lanes=3, episodes=6, seed=4, failure_rate=0.0,
+                              next_step_fraction=1.0)
+    return sink.events, manifest
+
+
+def test_a_vector_session_is_split_into_its_lanes_episodes_as_the_manifest_says():
+    events, manifest = _fleet()
+
+    joiner = Joiner(Filters())
+    for e in events:
+        joiner.add(e)
+    released = joiner.release()
+
+    assert sorted((e.record_id, e.length, sum(s.reward for s in e.steps)) for e in released) == (
+        sorted((m.episode_record_id, m.steps, m.reward) for m in manifest.episodes))
+
+
+def test_a_vector_session_missing_one_observation_is_skipped_not_shifted():
+    events, manifest = _fleet()
+    observations = [i for i, e in enumerate(events)
+                    if isinstance(e, ev.ObservationEmittedEvent) and not e.is_reset]
+    del events[observations[len(observations) // 2]]
+
+    joiner = Joiner(Filters())
+    for e in events:
+        joiner.add(e)
+
+    assert joiner.release(final=True) == []
+    assert joiner.skipped == {"misaligned": len(manifest.episodes)}
+
+
+def test_a_vector_session_missing_its_last_observation_is_skipped_not_shifted():
+    events, manifest = _fleet()
+    last = max(i for i, e in enumerate(events) if isinstance(e, ev.ObservationEmittedEvent))
+    del events[last]
+
+    joiner = Joiner(Filters())
+    for e in events:
+        joiner.add(e)
+
+    assert joiner.release(final=True) == []
+    assert joiner.skipped == {"misaligned": len(manifest.episodes)}
+
+
+def test_a_caution_advisory_read_after_its_sessions_episodes_were_written_is_counted():
+    joiner = Joiner(Filters())
+    for e in _episode(2):
+        joiner.add(e)
+    (released,) = joiner.release()
+
+    joiner.add(ev.RelayAdvisoryEvent(
+        session_id="s1", route=ROUTE, leg=ev.Leg.OBSERVATION,
+        advisory=ev.Advisory(severity=ev.AdvisorySeverity.CAUTION, message="zeros")))
+
+    assert not released.caution
+    assert joiner.skipped["exported_before_their_caution_advisory"] == 1

@@ -152,3 +152,22 @@ def test_exclude_caution_leaves_out_the_sessions_with_a_caution_advisory(fleet, 
     assert cautious
     assert not cautious & set(episodes.column("session_id").to_pylist())
     assert set(episodes.column("session_id").to_pylist())
+
+
+def test_lane_driven_one_lane_sessions_are_skipped_as_incomplete_never_misassembled(
+    stack, tmp_path,
+):
+    config = StreamConfig.from_env(env={}, bootstrap=stack.bootstrap,
+                                   registry_url=stack.registry_url,
+                                   topic_prefix=f"t{uuid.uuid4().hex[:10]}.rlmesh.runtime")
+    ensure_topics(config, partitions=1)
+    hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False)
+    manifest = simulate_fleet(hooks, sessions=0, lane_driven=2, episodes=3, seed=2,
+                              failure_rate=0.0)
+    hooks.close()
+
+    sink = _export(Fleet(config, manifest, {}), tmp_path / "pq", "parquet")
+
+    cert = sink.store.committed.certificate
+    assert cert["episodes_exported"] == 0
+    assert cert["episodes_skipped"] == {"incomplete": len(manifest.episodes)}

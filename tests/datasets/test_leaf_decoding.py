@@ -96,8 +96,21 @@ def test_decoding_an_n_lane_slab_gives_back_each_lanes_value(
     slab = LeafCodec(space, batched=True).encode(batched)
     decoder = LeafDecoder(LeafCodec(space).spec)
 
+    batch = decoder.decode_batch(slab, lanes)
+
+    for lane, value in enumerate(values):
+        _assert_same(_row(batch, lane), value)
     for got, value in zip(decoder.decode_lanes(slab, lanes), values, strict=True):
         _assert_same(got, value)
+
+
+def _row(batch: Any, lane: int) -> Any:
+    """Lane `lane` of a decoded batch: (N, *shape) arrays and lists of N strings, nested."""
+    if isinstance(batch, dict):
+        return {k: _row(v, lane) for k, v in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_row(v, lane) for v in batch)
+    return batch[lane]
 
 
 @_settings

@@ -1,0 +1,101 @@
+"""The joiner's data: what has been read of an episode, a session's flags, a whole episode.
+
+Plain dataclasses, so the joiner's small state pickles into the dataset's manifest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlmesh_stream.consumers.datasets.groups import GroupSession
+from rlmesh_stream.schemas import events as ev
+
+Key = tuple[str, str]  # (session_id, episode_record_id)
+Unit = tuple[str, ...]  # ("e", session, record): an episode; ("s", session): a vector session
+TP = tuple[str, int]
+
+
+@dataclass
+class StepRow:
+    reward: float
+    terminated: bool
+    truncated: bool
+    infos: dict[str, Any] | None
+
+
+@dataclass
+class PendingEpisode:
+    """What has been read of one episode so far (pickled with the dataset's manifest)."""
+
+    session_id: str
+    record_id: str
+    route: dict[str, Any] | None = None
+    started: dict[str, Any] | None = None
+    completed: dict[str, Any] | None = None
+    observations: dict[int, list[bytes]] = field(default_factory=dict)
+    actions: dict[int, list[bytes]] = field(default_factory=dict)
+    steps: dict[int, StepRow] = field(default_factory=dict)
+    obs_spec: bytes | None = None
+    act_spec: bytes | None = None
+    problem: str | None = None  # a reason this episode can never be released
+
+    def note_spec(self, which: str, spec: ev.SpaceSpec) -> None:
+        raw = spec.SerializeToString(deterministic=True)
+        old = getattr(self, which)
+        if old is None:
+            setattr(self, which, raw)
+        elif old != raw and self.problem is None:
+            self.problem = "space_changed"
+
+
+@dataclass
+class SessionState:
+    ended: bool = False
+    failed: bool = False
+    caution: bool = False
+    groups: GroupSession | None = None  # a vector-env session's group-step events
+    totals: tuple[int, int] | None = None  # session_ended's (total_steps, total_episodes)
+    exported: int = 0  # episodes of this session released so far
+
+
+@dataclass
+class Episode:
+    """A released episode, decoded: T+1 observations (T if `terminal_observation` is False)."""
+
+    session_id: str
+    record_id: str
+    route: dict[str, Any]
+    started: dict[str, Any]
+    completed: dict[str, Any] | None
+    observations: list[Any]
+    actions: list[Any]
+    steps: list[StepRow]
+    obs_spec: ev.SpaceSpec
+    act_spec: ev.SpaceSpec
+    terminal_observation: bool
+    abandoned: bool
+    caution: bool
+
+    @property
+    def length(self) -> int:
+        return len(self.steps)
+
+
+def route_of(route: ev.RuntimeEnvContext) -> dict[str, Any]:
+    return {"env_id": route.env_id, "env_component_id": route.env_component_id,
+            "model_component_id": route.model_component_id, "lane": route.lane}
+
+
+@dataclass
+class Filters:
+    env_ids: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    include_abandoned: bool = False
+    exclude_caution: bool = False
+
+    def wants(self, route: dict[str, Any]) -> bool:
+        return ((not self.env_ids or route["env_id"] in self.env_ids)
+                and (not self.models or route["model_component_id"] in self.models))
+
+

@@ -1,0 +1,138 @@
+"""Releasing a vector-env session: its group steps split into each lane's whole episodes.
+
+Called by the joiner once the session has ended and all its events were read
+(`all_read`), or at the end of an offline run. The placement rules are in
+groups.py; here each episode record of the session gets its verdict (skipped
+with a reason, or built from its lane's observations, actions and steps).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rlmesh_stream.consumers.datasets.groups import LaneValues, assemble
+from rlmesh_stream.consumers.datasets.model import (
+    Episode,
+    Key,
+    PendingEpisode,
+    SessionState,
+    StepRow,
+)
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.errors import ContractError
+
+if TYPE_CHECKING:
+    from rlmesh_stream.consumers.datasets.episodes import Joiner
+
+
+def release_session(joiner: Joiner, session_id: str, session: SessionState) -> list[Episode]:
+    """Every episode of an ended vector-env session (or of any at the end of a run)."""
+    groups = session.groups
+    assert groups is not None
+    mine = {k[1]: ep for k, ep in joiner.pending.items() if k[0] == session_id}
+    if not session.ended and any(ep.completed is None for ep in mine.values()):
+        return []  # still running at the end of the history: a later run decides
+    lane_order: dict[int, list[str]] = {}
+    for record, ep in sorted(mine.items(), key=lambda kv: (
+            (kv[1].started or {}).get("episode_index") or 0, kv[0])):
+        if ep.started is not None:
+            lane_order.setdefault(int(ep.started["env_index"]), []).append(record)
+    found = assemble(groups, lane_order)
+    values = LaneValues(groups)
+    out = []
+    for record, ep in sorted(mine.items()):
+        del joiner.pending[(session_id, record)]
+        joiner._first.pop(("e", session_id, record), None)
+        verdict = _verdict(joiner, ep, session, found.problem)
+        if verdict is not None:
+            joiner._skip(verdict, ep)
+            continue
+        lane_ep = found.episodes.get(record)
+        built = _build_lane(joiner, ep, session, lane_ep, found.bad_groups, values)
+        if built is not None:
+            out.append(built)
+    session.groups = None
+    joiner._first.pop(("s", session_id), None)
+    return out
+
+def _verdict(joiner: Joiner, ep: PendingEpisode, session: SessionState,
+                   problem: str | None) -> str | None:
+    if ep.route is not None and not joiner.filters.wants(ep.route):
+        return "filtered"
+    if problem is not None:
+        return problem
+    if ep.completed is None:
+        if session.failed:
+            return None if joiner.filters.include_abandoned else "abandoned"
+        return "incomplete"
+    if session.caution and joiner.filters.exclude_caution:
+        return "caution"
+    return None
+
+def _build_lane(joiner: Joiner, ep: PendingEpisode, session: SessionState, lane_ep: Any,
+                bad: set[int], values: LaneValues) -> Episode | None:
+    groups = session.groups
+    assert groups is not None
+    if lane_ep is None or ep.route is None or ep.started is None:
+        joiner._skip("incomplete", ep)
+        return None
+    abandoned = ep.completed is None
+    steps = len(lane_ep.groups) if ep.completed is None else int(ep.completed["step_count"])
+    if len(lane_ep.groups) != steps or any(k in bad for k in lane_ep.groups):
+        joiner._skip("incomplete", ep)
+        return None
+    if steps == 0:
+        joiner._skip("empty", ep)
+        return None
+    if lane_ep.reset is None:
+        joiner._skip("no_reset_observation", ep)
+        return None
+    specs = {groups.actions[k].spec for k in lane_ep.groups}
+    obs_specs = {groups.observations[k].spec for k in lane_ep.groups}
+    first_obs = groups.reset if lane_ep.reset[0] < 0 else groups.observations[lane_ep.reset[0]]
+    assert first_obs is not None
+    obs_specs.add(first_obs.spec)
+    if len(specs) > 1 or len(obs_specs) > 1:
+        joiner._skip("space_changed", ep)
+        return None
+    lane = lane_ep.lane
+    try:
+        observations = [values.observation(lane_ep.reset[0], lane)]
+        observations += [values.observation(k, lane) for k in lane_ep.groups]
+        actions = [values.action(k, lane) for k in lane_ep.groups]
+    except ContractError as exc:
+        joiner._skip("bad_leaves", ep)
+        joiner.skip_examples.setdefault("bad_leaves_error", str(exc))
+        return None
+    rows = [StepRow(groups.steps[k].rewards[lane], groups.steps[k].terminated[lane],
+                    groups.steps[k].truncated[lane], None) for k in lane_ep.groups]
+    obs_spec, act_spec = ev.SpaceSpec(), ev.SpaceSpec()
+    obs_spec.ParseFromString(obs_specs.pop())
+    if specs:
+        act_spec.ParseFromString(specs.pop())
+    return Episode(
+        session_id=ep.session_id, record_id=ep.record_id, route=ep.route,
+        started=ep.started, completed=ep.completed, observations=observations,
+        actions=actions, steps=rows, obs_spec=obs_spec, act_spec=act_spec,
+        terminal_observation=True, abandoned=abandoned, caution=session.caution)
+
+
+def all_read(session: SessionState, pending: dict[Key, PendingEpisode], session_id: str) -> bool:
+    """An ended vector-env session whose events have all been read (its end event can be
+    read before them): its totals match the groups and the episodes read."""
+    groups = session.groups
+    if groups is None or session.totals is None:
+        return False  # running, or failed (no totals): decided at the end of a run
+    total_steps, total_episodes = session.totals
+    if not len(groups.actions) == len(groups.steps) == len(groups.observations):
+        return False
+    real = 0
+    for k, step in groups.steps.items():
+        action = groups.actions.get(k)
+        if action is None:
+            return False
+        real += sum(1 for lane, roll in enumerate(step.rolls)
+                    if not roll and lane < len(action.records) and action.records[lane])
+    completed = sum(1 for (sid, _), ep in pending.items()
+                    if sid == session_id and ep.completed is not None)
+    return real == total_steps and completed == total_episodes

@@ -1,0 +1,54 @@
+"""`rlmesh-stream export trajectories`: what a user types that is wrong gets one Error line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from rlmesh_stream.consumers.datasets.manifest import ManifestStore
+from rlmesh_stream.infra.cli import main
+
+
+def _export(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["export", "trajectories", "--quiet", *args])
+    return result.exit_code, result.output
+
+
+def test_a_dataset_id_without_namespace_and_version_is_refused(tmp_path: Path) -> None:
+    code, output = _export("--out", str(tmp_path), "--format", "minari",
+                           "--dataset-id", "cartpole")
+
+    assert code != 0
+    assert output.strip().splitlines() == [
+        "Error: dataset id 'cartpole' is not NAMESPACE/NAME-vN "
+        "(for example rlmesh/cartpole-v0)"]
+
+
+def test_a_directory_holding_another_format_is_refused_not_overwritten(tmp_path: Path) -> None:
+    ManifestStore(tmp_path, fmt="parquet", dataset_id="rlmesh/a-v0").commit(
+        offsets={}, writer={}, joiner_state={}, certificate={})
+
+    code, output = _export("--out", str(tmp_path), "--format", "minari",
+                           "--dataset-id", "rlmesh/a-v0")
+
+    assert code != 0
+    assert output.strip() == f"Error: {tmp_path} holds a parquet dataset, not minari"
+
+
+def test_a_directory_another_export_is_writing_is_refused(tmp_path: Path) -> None:
+    running = ManifestStore(tmp_path, fmt="parquet", dataset_id="rlmesh/a-v0")
+
+    code, output = _export("--out", str(tmp_path), "--format", "parquet",
+                           "--dataset-id", "rlmesh/a-v0")
+    running.close()
+
+    assert code != 0
+    assert output.strip() == f"Error: {tmp_path} is being exported into by another process"
+
+
+def test_an_unknown_format_is_refused_by_name(tmp_path: Path) -> None:
+    code, output = _export("--out", str(tmp_path), "--format", "hdf5")
+
+    assert code != 0
+    assert "Invalid value for '--format'" in output
