@@ -19,7 +19,9 @@ from pathlib import Path
 from rlmesh_stream.infra.errors import StartupError
 from rlmesh_stream.infra.java import Java
 
-HEAP = "-Xmx512m"
+# Every topic partition costs broker heap; a test run creates thousands (a prefix per test):
+# a shared dev broker with 10 844 partitions ran out of 512 MiB on 2026-12-03.
+HEAP = "-Xmx1g"
 FORMAT_TIMEOUT_S = 180.0  # a JVM start and a few files: seconds, normally
 
 
