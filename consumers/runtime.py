@@ -35,13 +35,17 @@ from confluent_kafka import (
 )
 
 from rlmesh_stream.consumers.builders import Builder, Reduced, reduce
-from rlmesh_stream.consumers.deadletter import DeadLetter, DeadLetterQueue
+from rlmesh_stream.consumers.deadletter import DeadLetter, DeadLetterQueue, LetterId
 from rlmesh_stream.consumers.progress import Progress
 from rlmesh_stream.consumers.records import Record, timestamp_of
 from rlmesh_stream.consumers.sinks import OffsetConflict, OffsetUpdate, Sink, SinkBatch
 from rlmesh_stream.schemas.access import AccessDeniedError, kafka_access_message
 from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.errors import DecodeError, RegistryUnavailableError
+from rlmesh_stream.schemas.errors import (
+    DecodeError,
+    RegistryUnavailableError,
+    WrongEventTypeError,
+)
 from rlmesh_stream.schemas.topics import EventType, event_type_of_topic
 
 log = logging.getLogger(__name__)
@@ -340,10 +344,12 @@ class ConsumerRuntime:
         event = None
         if self._needs_decode[topic]:
             try:
-                event = self._decoder_().decode(value if isinstance(value, bytes) else b"")
+                event = self._decoder_().decode(value)  # type: ignore[arg-type]
+                _check_event_type(event, self._event_type[topic], topic)
             except RegistryUnavailableError as exc:
                 raise _RegistryDown(str(exc)) from exc
             except DecodeError as exc:
+                event = None
                 # dead-lettered, yet still a delivered record: header-only builders
                 # (delivery checks) see it as a Record with no event
                 self._buffer.append(DeadLetter(
@@ -376,10 +382,13 @@ class ConsumerRuntime:
         self._last_flush = time.monotonic()
         if not self._buffer:
             return
-        batch, by_builder, progress = self._build_batch()
         dead = [d for d in self._buffer if isinstance(d, DeadLetter)]
-        if dead:
-            self.dlq.send(dead)  # before the offsets move: at least once in the topic
+        # before the offsets move: at least once in the topic, or its refusal recorded
+        refused = self.dlq.send(dead) if dead else {}
+        for letter_id, reason in refused.items():
+            log.error("dead-letter topic %s refused %s[%d]@%d for good (%s); recorded in "
+                      "dead_letters and skipped", self.dlq.topic, *letter_id, reason)
+        batch, by_builder, progress = self._build_batch(refused)
         for attempt in range(1, 6):
             try:
                 self.sink.apply(batch)
@@ -405,7 +414,8 @@ class ConsumerRuntime:
         if self.on_checkpoint:
             self.on_checkpoint(CheckpointInfo(count - len(dead), committed_at, by_builder))
 
-    def _build_batch(self) -> tuple[SinkBatch, dict[str, list[Record]], dict[TP, int]]:
+    def _build_batch(self, refused: dict[LetterId, str]
+                     ) -> tuple[SinkBatch, dict[str, list[Record]], dict[TP, int]]:
         batch = SinkBatch(group_id=self.options.group_id)
         progress: dict[TP, int] = {}
         for item in self._buffer:
@@ -432,7 +442,14 @@ class ConsumerRuntime:
         for d in self._buffer:
             if isinstance(d, DeadLetter):
                 names = ",".join(b.name for b in self._builders_of[d.topic])
-                batch.add_dead_letter(names, d.topic, d.partition, d.offset, d.error)
+                why = refused.get(d.id)
+                if why is None:
+                    batch.add_dead_letter(names, d.topic, d.partition, d.offset, d.error,
+                                          self.dlq.topic)
+                else:
+                    batch.add_dead_letter(names, d.topic, d.partition, d.offset,
+                                          f"{d.error}; not copied to the dead-letter topic "
+                                          f"{self.dlq.topic}, which refused it: {why}", None)
         return batch, by_builder, progress
 
     def _commit_to_kafka(self, progress: dict[TP, int], wait: bool = False) -> None:
@@ -563,6 +580,14 @@ def _watermarks(
                 raise
             log.info("waiting for %s[%d]'s leader: %s", tp.topic, tp.partition, err)
             time.sleep(0.5)
+
+
+def _check_event_type(event: Any, expected: EventType, topic: str) -> None:
+    """A valid event of another type than its topic's is a bad record, not a silent skip."""
+    if type(event) is not expected.event_class:
+        raise WrongEventTypeError(
+            f"{topic} carries {expected.value} events, this record holds "
+            f"{EventType.of(event).value}")
 
 
 def _transient(exc: Exception) -> bool:

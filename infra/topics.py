@@ -24,12 +24,13 @@ from confluent_kafka.admin import (
 )
 
 from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import MAX_MESSAGE_BYTES
 
 DEFAULT_PARTITIONS = 12
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
-# Observation payloads (image frames, batched vectors) can run to megabytes; the broker's
-# 1 MiB default would reject them. The local broker accepts batches up to 16 MiB.
-DEFAULT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+# The contract's limit (see schemas.topics.MAX_MESSAGE_BYTES); the local broker accepts
+# batches up to 16 MiB.
+DEFAULT_MAX_MESSAGE_BYTES = MAX_MESSAGE_BYTES
 MAX_REPLICATION_FACTOR = 3
 
 

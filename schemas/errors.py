@@ -39,6 +39,10 @@ class CorruptPayloadError(DecodeError):
     """The payload does not decode with the schema its header names."""
 
 
+class WrongEventTypeError(DecodeError):
+    """A valid event of another type than the topic it was read from carries."""
+
+
 class RegistryUnavailableError(ConnectionError):
     """The schema registry could not be reached; retry later."""
 
@@ -60,4 +64,5 @@ __all__ = [
     "SchemaNotRegisteredError",
     "SubjectFormatError",
     "UnknownSchemaIdError",
+    "WrongEventTypeError",
 ]

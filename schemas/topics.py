@@ -68,6 +68,14 @@ _BY_CLASS: dict[type, EventType] = {cls: et for et, cls in _CLASSES.items()}
 EVENT_TYPES: tuple[EventType, ...] = tuple(EventType)
 
 
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+"""The largest record batch an event topic accepts (its `max.message.bytes`).
+
+Observation payloads (image frames, batched vectors) can run to megabytes; the broker's
+1 MiB default would reject them. Every client that copies a record of an event topic
+elsewhere (the consumers' dead-letter producer) must accept as much."""
+
+
 def topic_name(prefix: str, event_type: EventType) -> str:
     return f"{prefix}.{event_type.value}"
 
