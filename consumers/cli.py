@@ -14,17 +14,28 @@ from datetime import timedelta
 import click
 
 from rlmesh_stream.consumers.builders import BUILDER_NAMES, make_builders
+from rlmesh_stream.consumers.builders.telemetry import MIN_WINDOW_S
 from rlmesh_stream.consumers.progress import Progress
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import DEFAULT_SINK, open_sink
 from rlmesh_stream.schemas.access import AccessDeniedError
 from rlmesh_stream.schemas.cli_options import stream_options
 from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import check_topic_name
 
 
 @click.group()
 def consume() -> None:
     """Build tables from the event topics (DuckDB file or PostgreSQL)."""
+
+
+def _topic_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        try:
+            check_topic_name(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return value
 
 
 def _builder_command(name: str) -> click.Command:
@@ -41,20 +52,23 @@ def _builder_command(name: str) -> click.Command:
                   help="Start partitions the sink has no offset for at the earliest record.")
     @click.option("--until-end", is_flag=True,
                   help="Stop once every assigned partition reaches the end seen at start.")
-    @click.option("--settle-time", default=None, type=float,
+    @click.option("--settle-time", default=None, type=click.FloatRange(min=0),
                   help="--until-end: a process holding no partitions this many seconds after "
                        "joining, while the group's other members own them all, stops "
                        "[default: three session timeouts, 30 s].")
     @click.option("--steps", is_flag=True, help="episodes: also build the per-lane-step table.")
     @click.option("--window", "window_s", default=60.0, show_default=True,
+                  type=click.FloatRange(min=MIN_WINDOW_S),
                   help="telemetry: tumbling window, seconds.")
     @click.option("--checkpoint-interval", default=1.0, show_default=True,
+                  type=click.FloatRange(min=0),
                   help="Seconds between checkpoints (one sink transaction each).")
-    @click.option("--max-batch", default=20_000, show_default=True,
+    @click.option("--max-batch", default=20_000, show_default=True, type=click.IntRange(min=1),
                   help="Records per checkpoint at most.")
     @click.option("--instance-id", default=None,
                   help="Static group membership id: a restarted process takes over at once.")
-    @click.option("--dlq-topic", default=None, help="Dead-letter topic [default: <prefix>.dlq]")
+    @click.option("--dlq-topic", default=None, callback=_topic_name,
+                  help="Dead-letter topic [default: <prefix>.dlq]")
     @click.option("--quiet", is_flag=True, help="No progress output.")
     def command(config: StreamConfig, sink: str, group_id: str | None, from_beginning: bool,
                 until_end: bool, settle_time: float | None, steps: bool, window_s: float,

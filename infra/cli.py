@@ -25,8 +25,33 @@ COMMANDS: dict[str, str] = {
 }
 
 
+class OneLineUsageError(click.UsageError):
+    """A usage error shown as one `Error:` line (what was wrong, and where help is)."""
+
+    def show(self, file: Any = None) -> None:
+        hint = f" (see '{self.ctx.command_path} --help')" if self.ctx is not None else ""
+        click.echo(f"Error: {self.format_message()}{hint}", file=file, err=file is None)
+
+
 class LazyGroup(click.Group):
-    """A group whose subcommands are imported on first use."""
+    """A group whose subcommands are imported on first use.
+
+    Bad input on the command line of any command is one line on stderr: click's usage
+    block above the error is left out (the line says where help is).
+    """
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -44,6 +69,14 @@ class LazyGroup(click.Group):
             return _unavailable(cmd_name, target)
         command: Any = getattr(module, attr)
         return command
+
+
+def _one_line(exc: click.UsageError) -> click.UsageError:
+    if isinstance(exc, OneLineUsageError):
+        return exc
+    one = OneLineUsageError(exc.format_message(), exc.ctx)
+    one.exit_code = exc.exit_code
+    return one
 
 
 def _unavailable(name: str, target: str) -> click.Command:

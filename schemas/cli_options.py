@@ -1,13 +1,20 @@
-"""The connection options every CLI command that talks to the stack takes."""
+"""The connection options every CLI command that talks to the stack takes.
+
+Each is checked when the command line is parsed (a registry URL without a scheme, a
+topic prefix Kafka cannot name topics with, a security protocol librdkafka does not
+know): one `Error:` line naming the option, before any connection is tried.
+"""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 
+from rlmesh_stream.schemas.access import redact_url
 from rlmesh_stream.schemas.config import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_REGISTRY_TIMEOUT,
@@ -15,6 +22,46 @@ from rlmesh_stream.schemas.config import (
     DEFAULT_TOPIC_PREFIX,
     StreamConfig,
 )
+from rlmesh_stream.schemas.topics import check_topic_prefix
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")  # librdkafka's
+
+
+def _check(check: Callable[[str], object]) -> Callable[[click.Context, click.Parameter, Any],
+                                                        Any]:
+    """A click callback running `check` on a given value; its ValueError is a bad parameter."""
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return value
+        try:
+            check(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+        return value
+    return callback
+
+
+def check_registry_url(url: str) -> str:
+    """`url` if each of its comma-separated URLs is http(s)://host[:port][/path]."""
+    for one in url.split(","):
+        parts = urlsplit(one.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{redact_url(one.strip())!r} is not an http:// or https:// URL "
+                             "with a host (e.g. http://127.0.0.1:8081/apis/ccompat/v7)")
+        try:
+            parts.port  # noqa: B018 - raises ValueError for a port outside 0..65535
+        except ValueError:
+            raise ValueError(f"{redact_url(one.strip())!r} has an invalid port") from None
+    return url
+
+
+# Per option: the click type or a check of the given value (ValueError: a bad parameter).
+_VALIDATION: dict[str, dict[str, Any]] = {
+    "--registry-url": {"callback": _check(check_registry_url)},
+    "--topic-prefix": {"callback": _check(check_topic_prefix)},
+    "--security-protocol": {"type": click.Choice(SECURITY_PROTOCOLS, case_sensitive=False),
+                            "callback": lambda _c, _p, v: v.upper() if v else v},
+}
 
 _OPTIONS: list[tuple[str, str, Any, str]] = [
     # (flag, env var, shown default, help)
@@ -54,13 +101,15 @@ def stream_options(func: Callable[..., Any]) -> Callable[..., Any]:
         return func(*args, **kwargs)
 
     for flag, envvar, default, help_text in reversed(_OPTIONS):
+        checks = {"type": click.FloatRange(min=0, min_open=True)
+                  if isinstance(default, float) else None, **_VALIDATION.get(flag, {})}
         wrapper = click.option(
             flag,
             envvar=envvar,
             default=default,
-            type=click.FloatRange(min=0, min_open=True) if isinstance(default, float) else None,
             show_default=default is not None,
             show_envvar=True,
             help=help_text,
+            **checks,
         )(wrapper)
     return wrapper
