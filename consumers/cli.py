@@ -16,7 +16,7 @@ import click
 from rlmesh_stream.consumers.builders import BUILDER_NAMES, make_builders
 from rlmesh_stream.consumers.builders.telemetry import MIN_WINDOW_S
 from rlmesh_stream.consumers.progress import Progress
-from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
+from rlmesh_stream.consumers.runtime import ConsumerError, ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import DEFAULT_SINK, open_sink
 from rlmesh_stream.schemas.access import AccessDeniedError
 from rlmesh_stream.schemas.cli_options import stream_options
@@ -89,7 +89,7 @@ def _builder_command(name: str) -> click.Command:
             runtime.run()
         except KeyboardInterrupt:
             pass
-        except AccessDeniedError as exc:  # names the principal and the resource; no traceback
+        except (AccessDeniedError, ConsumerError) as exc:  # says what to do; no traceback
             raise click.ClickException(str(exc)) from None
         finally:
             store.close()

@@ -39,7 +39,12 @@ from rlmesh_stream.consumers.deadletter import DeadLetter, DeadLetterQueue, Lett
 from rlmesh_stream.consumers.progress import Progress
 from rlmesh_stream.consumers.records import Record, timestamp_of
 from rlmesh_stream.consumers.sinks import OffsetConflict, OffsetUpdate, Sink, SinkBatch
-from rlmesh_stream.schemas.access import AccessDeniedError, kafka_access_message
+from rlmesh_stream.schemas.access import (
+    AccessDeniedError,
+    RateLimitedLog,
+    kafka_access_message,
+)
+from rlmesh_stream.schemas.client_errors import LIBRDKAFKA_LOG
 from rlmesh_stream.schemas.config import StreamConfig
 from rlmesh_stream.schemas.errors import (
     DecodeError,
@@ -71,6 +76,8 @@ class RuntimeOptions:
     # --until-end with no partitions: how long after its first assignment a process waits
     # for the group to settle before it stops (None: three session timeouts)
     settle_time: float | None = None
+    # --until-end: how long to wait for Kafka's metadata before giving up with an error
+    connect_timeout: float = 15.0
     kafka_overrides: dict[str, Any] = field(default_factory=dict)
 
 
@@ -85,6 +92,13 @@ class CheckpointInfo:
 
 class _RegistryDown(Exception):
     pass
+
+
+class ConsumerError(Exception):
+    """An offline run (--until-end) cannot go on; the message says why and what to check.
+
+    Nothing is skipped: the sink holds the offsets of the last checkpoint, so running
+    again resumes there."""
 
 
 class ConsumerRuntime:
@@ -138,6 +152,9 @@ class ConsumerRuntime:
         self.first_record_at: float | None = None  # monotonic time of the first record read
         self.dead_letters = 0
         self.consumer: Consumer | None = None
+        self._last_error = ""  # the last client-level error, to explain a failure
+        self._error_log = RateLimitedLog()
+        self._checking_topics = False
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -162,6 +179,8 @@ class ConsumerRuntime:
             handlers = {sig: signal.signal(sig, self.stop)
                         for sig in (signal.SIGTERM, signal.SIGINT)}
         self.consumer = Consumer(self._kafka_config())
+        if self.options.until_end:
+            self._check_topics()
         self.consumer.subscribe(self.topics, on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         backoff = 0.5
@@ -201,6 +220,31 @@ class ConsumerRuntime:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
 
+    def _check_topics(self) -> None:
+        """--until-end: Kafka answers and at least one of the topics exists, or an error.
+
+        Without it an offline run waits forever for an assignment that cannot come: a
+        broker that is not there, or a topic prefix no producer has written under."""
+        assert self.consumer is not None
+        timeout = self.options.connect_timeout
+        try:
+            metadata = self.consumer.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else exc
+            self._checking_topics = True
+            self.consumer.poll(0)  # serves the queued client errors: the last one says why
+            raise ConsumerError(
+                f"cannot reach Kafka at {self.config.bootstrap} within {timeout:g} s "
+                f"({err.str() if isinstance(err, KafkaError) else err}"
+                f"{'; ' + self._last_error if self._last_error else ''}): check --bootstrap "
+                "and --security-protocol") from exc
+        if not any(t in metadata.topics for t in self.topics):
+            raise ConsumerError(
+                f"none of the {len(self.topics)} topics under prefix "
+                f"{self.config.topic_prefix!r} exists in Kafka at {self.config.bootstrap} "
+                f"(e.g. {self.topics[0]}): check --topic-prefix, and that producers have "
+                "published or `rlmesh-stream topics create` has run")
+
     def _kafka_config(self) -> dict[str, Any]:
         conf = {
             **self.config.kafka_config(),
@@ -214,6 +258,9 @@ class ConsumerRuntime:
             "session.timeout.ms": 10_000,
             "heartbeat.interval.ms": 1_000,
             "error_cb": self._on_kafka_error,
+            # librdkafka's lines stay off the terminal (a broker that is down repeats them
+            # every few ms); its errors reach `error_cb`, logged once per kind and 30 s
+            "logger": LIBRDKAFKA_LOG,
         }
         if self.options.instance_id:
             conf["group.instance.id"] = self.options.instance_id
@@ -228,7 +275,13 @@ class ConsumerRuntime:
             raise AccessDeniedError(denied)
         if err.fatal():
             raise KafkaException(err)
-        log.warning("consumer error: %s", err)
+        if err.code() != KafkaError._ALL_BROKERS_DOWN or not self._last_error:
+            self._last_error = err.str()  # the transport error says more than "all down"
+        if self._checking_topics:
+            return  # reported once, in the ConsumerError of the failed check
+        # a broker that is down repeats its error every few ms: once per code and 30 s
+        self._error_log.warning(log, f"consumer error: {err.str()} [{err.name()}]",
+                                key=err.name())
 
     # -- rebalancing ----------------------------------------------------------------
 
@@ -555,6 +608,7 @@ _RETRIABLE_METADATA = {
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,  # the client's own metadata lags during a broker stall
     KafkaError._TIMED_OUT,
     KafkaError._TRANSPORT,
 }

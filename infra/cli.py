@@ -74,9 +74,7 @@ class LazyGroup(click.Group):
 def _one_line(exc: click.UsageError) -> click.UsageError:
     if isinstance(exc, OneLineUsageError):
         return exc
-    one = OneLineUsageError(exc.format_message(), exc.ctx)
-    one.exit_code = exc.exit_code
-    return one
+    return OneLineUsageError(exc.format_message(), exc.ctx)
 
 
 def _unavailable(name: str, target: str) -> click.Command:

@@ -23,6 +23,7 @@ from confluent_kafka.admin import (
     TopicMetadata,
 )
 
+from rlmesh_stream.schemas.client_errors import ClientErrors
 from rlmesh_stream.schemas.config import StreamConfig
 from rlmesh_stream.schemas.topics import MAX_MESSAGE_BYTES
 
@@ -86,12 +87,14 @@ def ensure_topics(
     _check_settings(partitions, replication_factor, retention_ms, max_message_bytes)
     names = list(topics) if topics is not None else event_topics(config.topic_prefix)
     # log_level 4: keep librdkafka's warnings and errors, drop its shutdown notices.
-    admin = AdminClient({**config.kafka_config(), "log_level": 4})
+    errors = ClientErrors()
+    admin = AdminClient({**config.kafka_config(), "log_level": 4, **errors.config()})
     try:
         metadata = admin.list_topics(timeout=timeout)
     except KafkaException as exc:
+        admin.poll(0)  # serves the queued client errors: the last one says why
         raise TopicsError(f"cannot reach Kafka at {config.bootstrap} within {timeout:g} s "
-                          f"({_kafka_text(exc)}): check --bootstrap and "
+                          f"({errors.explain(_kafka_text(exc))}): check --bootstrap and "
                           "--security-protocol") from exc
     rf = replication_factor or min(MAX_REPLICATION_FACTOR, len(metadata.brokers))
     if rf > len(metadata.brokers):

@@ -79,12 +79,21 @@ class RateLimitedLog:
         self._lock = threading.Lock()
 
     def error(self, logger: logging.Logger, message: str) -> None:
+        if self._due(message):
+            logger.error("rlmesh-stream: %s", message)
+
+    def warning(self, logger: logging.Logger, message: str, key: str | None = None) -> None:
+        """Log at WARNING, at most once per `every` seconds per `key` (default: message)."""
+        if self._due(message if key is None else key):
+            logger.warning("%s", message)
+
+    def _due(self, key: str) -> bool:
         now = time.monotonic()
         with self._lock:
-            if now - self._last.get(message, -self.every) < self.every:
-                return
-            self._last[message] = now
-        logger.error("rlmesh-stream: %s", message)
+            if now - self._last.get(key, -self.every) < self.every:
+                return False
+            self._last[key] = now
+        return True
 
 
 def redact_url(url: str) -> str:
