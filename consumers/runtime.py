@@ -48,6 +48,7 @@ from rlmesh_stream.schemas.client_errors import LIBRDKAFKA_LOG
 from rlmesh_stream.schemas.config import StreamConfig
 from rlmesh_stream.schemas.errors import (
     DecodeError,
+    RegistryProtocolError,
     RegistryUnavailableError,
     WrongEventTypeError,
 )
@@ -95,7 +96,8 @@ class _RegistryDown(Exception):
 
 
 class ConsumerError(Exception):
-    """An offline run (--until-end) cannot go on; the message says why and what to check.
+    """The run cannot go on (no Kafka or no topics for --until-end, a registry URL that
+    leads to something else); the message says why and what to check.
 
     Nothing is skipped: the sink holds the offsets of the last checkpoint, so running
     again resumes there."""
@@ -401,6 +403,8 @@ class ConsumerRuntime:
                 _check_event_type(event, self._event_type[topic], topic)
             except RegistryUnavailableError as exc:
                 raise _RegistryDown(str(exc)) from exc
+            except RegistryProtocolError as exc:  # a wrong URL: waiting cannot help
+                raise ConsumerError(str(exc)) from exc
             except DecodeError as exc:
                 event = None
                 # dead-lettered, yet still a delivered record: header-only builders

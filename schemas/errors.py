@@ -4,6 +4,7 @@
 `DecodeError` and its subclasses: a record cannot be read: dead-letter it.
 `RegistryUnavailableError`: the registry cannot be reached right now: wait and
 retry, never dead-letter, so it is deliberately *not* a `DecodeError`.
+`RegistryProtocolError`: the registry URL leads to something else: fix the URL.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ class RegistryUnavailableError(ConnectionError):
     """The schema registry could not be reached; retry later."""
 
 
+class RegistryProtocolError(RuntimeError):
+    """The server at the registry URL answers, but not as a Confluent-API schema registry
+    (an HTML page, a 404 without a registry error code): the URL is wrong; never retried."""
+
+
 class SubjectFormatError(ValueError):
     """The subject already holds schemas of the other wire format (a topic carries one)."""
 
@@ -60,6 +66,7 @@ __all__ = [
     "ContractError",
     "CorruptPayloadError",
     "DecodeError",
+    "RegistryProtocolError",
     "RegistryUnavailableError",
     "SchemaNotRegisteredError",
     "SubjectFormatError",

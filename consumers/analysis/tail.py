@@ -151,7 +151,8 @@ def run_tail(config: StreamConfig, event_type: EventType, emit: Callable[[str], 
     from confluent_kafka import KafkaException
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-    from rlmesh_stream.schemas.errors import RegistryUnavailableError
+    from rlmesh_stream.schemas.access import redact_url
+    from rlmesh_stream.schemas.errors import RegistryProtocolError, RegistryUnavailableError
 
     try:
         return _consume(config, event_type, emit, session_id=session_id,
@@ -161,8 +162,8 @@ def run_tail(config: StreamConfig, event_type: EventType, emit: Callable[[str], 
         err = exc.args[0] if exc.args else exc
         text = err.str() if hasattr(err, "str") else str(err)
         raise TailError(f"Kafka at {config.bootstrap}: {text}") from exc
-    except (RegistryUnavailableError, SchemaRegistryError) as exc:
-        raise TailError(f"schema registry at {config.registry_url}: {exc}") from exc
+    except (RegistryUnavailableError, RegistryProtocolError, SchemaRegistryError) as exc:
+        raise TailError(f"schema registry at {redact_url(config.registry_url)}: {exc}") from exc
 
 
 def _consume(config: StreamConfig, event_type: EventType, emit: Callable[[str], None], *,
