@@ -56,6 +56,17 @@ def duckdb_path(url: str) -> Path:
     return Path(url)
 
 
+def duckdb_open_message(path: Path, exc: Exception, *, writing: bool) -> str:
+    """Why a DuckDB file cannot be opened, with the hint that fits the cause."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "lock" in text.lower():  # another process holds the file for writing
+        hint = ("DuckDB allows one writing process: stop the consumer" +
+                (", or leave out --table (a join without it only reads)." if writing
+                 else ", or point the report at a copy of the file."))
+        return f"cannot open {path}: {text}. {hint}"
+    return f"cannot open {path} as a DuckDB store: {text}"
+
+
 def is_postgres(url: str) -> bool:
     return urlparse(url).scheme in ("postgresql", "postgres")
 
@@ -70,18 +81,20 @@ class DuckDBStore:
             raise StoreError(f"no DuckDB store at {path} (has `rlmesh-stream consume` run?)")
         try:
             self._con = duckdb.connect(str(path), read_only=True)
-        except duckdb.IOException as exc:
-            raise StoreError(
-                f"cannot open {path} read-only: {exc}. DuckDB allows one writing process; "
-                "stop the consumer or point the report at a copy of the file."
-            ) from exc
+        except duckdb.Error as exc:
+            raise StoreError(duckdb_open_message(path, exc, writing=False)) from exc
         # Reports show instants in UTC, whatever the machine's zone.
         self._con.execute("SET TimeZone = 'UTC'")
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> Rows:
-        cur = self._con.execute(sql.replace("%s", "?"), list(params))
-        columns = [d[0] for d in cur.description or []]
-        return Rows(columns, [tuple(r) for r in cur.fetchall()])
+        import duckdb
+
+        try:
+            cur = self._con.execute(sql.replace("%s", "?"), list(params))
+            columns = [d[0] for d in cur.description or []]
+            return Rows(columns, [tuple(r) for r in cur.fetchall()])
+        except duckdb.Error as exc:
+            raise StoreError(_shape_message(exc)) from exc
 
     def has_table(self, name: str) -> bool:
         rows = self.query(
@@ -107,9 +120,14 @@ class PostgresStore:
         self._con.execute("SET default_transaction_read_only = on")
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> Rows:
-        cur = self._con.execute(sql, list(params))  # type: ignore[arg-type]
-        columns = [d.name for d in cur.description or []]
-        return Rows(columns, [tuple(r) for r in cur.fetchall()])
+        import psycopg
+
+        try:
+            cur = self._con.execute(sql, list(params))  # type: ignore[arg-type]
+            columns = [d.name for d in cur.description or []]
+            return Rows(columns, [tuple(r) for r in cur.fetchall()])
+        except psycopg.Error as exc:
+            raise StoreError(_shape_message(exc)) from exc
 
     def has_table(self, name: str) -> bool:
         rows = self.query(
@@ -119,6 +137,14 @@ class PostgresStore:
 
     def close(self) -> None:
         self._con.close()
+
+
+def _shape_message(exc: Exception) -> str:
+    """A failed report query: in a store consume writes, the tables have another shape."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return (f"the store's tables are not the shape `rlmesh-stream consume` writes ({first}): "
+            "point --sink at a store the consumers built, or run `rlmesh-stream consume` "
+            "into it")
 
 
 @contextmanager
