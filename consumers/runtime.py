@@ -16,6 +16,7 @@ last checkpoint and retry with back-off, never skip.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
@@ -35,7 +36,12 @@ from confluent_kafka import (
 )
 
 from rlmesh_stream.consumers.builders import Builder, Reduced, reduce
-from rlmesh_stream.consumers.deadletter import DeadLetter, DeadLetterQueue, LetterId
+from rlmesh_stream.consumers.deadletter import (
+    DeadLetter,
+    DeadLetterQueue,
+    DeadLetterQueueError,
+    LetterId,
+)
 from rlmesh_stream.consumers.progress import Progress
 from rlmesh_stream.consumers.records import Record, timestamp_of
 from rlmesh_stream.consumers.sinks import OffsetConflict, OffsetUpdate, Sink, SinkBatch
@@ -441,7 +447,19 @@ class ConsumerRuntime:
             return
         dead = [d for d in self._buffer if isinstance(d, DeadLetter)]
         # before the offsets move: at least once in the topic, or its refusal recorded
-        refused = self.dlq.send(dead) if dead else {}
+        try:
+            refused = self.dlq.send(dead) if dead else {}
+        except (DeadLetterQueueError, KafkaException) as exc:
+            if final:  # an offline run must not end as if everything was applied
+                raise ConsumerError(f"{exc}; the last checkpoint was not written, run again "
+                                    "to resume from the one before") from exc
+            # Kafka is away: nothing moves until the letters are in; read again from the
+            # stored offsets (the next attempt waits for Kafka as long as `send` does)
+            log.warning("checkpoint not written, the dead-letter topic did not take its "
+                        "letters (%s); rewinding to the last checkpoint", exc)
+            self._buffer.clear()
+            self._rewind = True
+            return
         for letter_id, reason in refused.items():
             log.error("dead-letter topic %s refused %s[%d]@%d for good (%s); recorded in "
                       "dead_letters and skipped", self.dlq.topic, *letter_id, reason)
@@ -624,7 +642,9 @@ def _watermarks(
     """A partition's (low, high) offsets, retried while leadership settles.
 
     Right after a topic is created, or while a leader moves, the broker answers
-    NOT_LEADER / LEADER_NOT_AVAILABLE for a moment; that is a wait, not a failure.
+    NOT_LEADER / LEADER_NOT_AVAILABLE for a moment; during a broker stall (or right after
+    partitions are added) the client's own metadata may not know the partition
+    (_UNKNOWN_PARTITION) until it is refreshed. That is a wait, not a failure.
     """
     deadline = time.monotonic() + deadline_s
     while True:
@@ -638,6 +658,9 @@ def _watermarks(
                 raise
             log.info("waiting for %s[%d]'s leader: %s", tp.topic, tp.partition, err)
             time.sleep(0.5)
+            if code == KafkaError._UNKNOWN_PARTITION:  # the client's metadata is behind
+                with contextlib.suppress(KafkaException):
+                    consumer.list_topics(tp.topic, timeout=5)  # refreshes it
 
 
 def _check_event_type(event: Any, expected: EventType, topic: str) -> None:
