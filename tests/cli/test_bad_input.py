@@ -83,6 +83,11 @@ CASES: list[BadInput] = [
              ("consume", "episodes", "--until-end", "--quiet", SINK,
               "--bootstrap", "127.0.0.1:{closed_port}"),
              ("cannot reach Kafka", "--bootstrap"), timeout=40),
+    BadInput("consume with SASL against a listener that speaks none",
+             ("consume", "episodes", "--until-end", "--quiet", SINK, "--bootstrap",
+              "{bootstrap}", "--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism",
+              "PLAIN", "--sasl-username", "u", "--sasl-password", "p"),
+             ("offers no SASL mechanism", "--security-protocol"), timeout=40),
     # -- tail
     BadInput("tail with a prefix no topic has",
              ("tail", "log", "-e", "--bootstrap", "{bootstrap}", "--topic-prefix",
