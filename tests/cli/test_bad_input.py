@@ -96,6 +96,9 @@ CASES: list[BadInput] = [
     BadInput("tail with Kafka unreachable",
              ("tail", "log", "-e", "--bootstrap", "127.0.0.1:{closed_port}"), ("Kafka",),
              timeout=40),
+    BadInput("tail with a protocol the broker does not speak",
+             ("tail", "log", "-e", "--bootstrap", "{bootstrap}", "--security-protocol", "SSL"),
+             ("Kafka", "PLAINTEXT broker listener"), timeout=30),
     # -- a registry that hangs: bounded by --registry-timeout, not by 4 of them and more
     BadInput("schemas register against a hung registry",
              ("schemas", "register", "--registry-url", "{hung_registry}",
