@@ -46,7 +46,9 @@ def _echo_err(msg: str) -> None:
 
 def _print_info(info: StackInfo) -> None:
     for s in info.servers.values():
-        where = f"pid {s.pid}, {s.rss_mib} MiB RSS" if s.running else "not running"
+        where = (f"pid {s.pid}, {s.rss_mib} MiB RSS" if s.running
+                 else f"not running from {info.home}, but another process (another home's "
+                      "server?) holds its port" if s.port_taken else "not running")
         click.echo(f"{s.name:9} {s.address:45} {where}")
     click.echo(f"bootstrap:    {info.bootstrap}")
     click.echo(f"registry_url: {info.registry_url}")
