@@ -71,8 +71,13 @@ class LazyGroup(click.Group):
         return command
 
 
+# A group run without a command shows its help: that is not an error to shorten.
+_HELP_ERRORS: tuple[type[Exception], ...] = tuple(
+    t for t in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if t is not None)
+
+
 def _one_line(exc: click.UsageError) -> click.UsageError:
-    if isinstance(exc, OneLineUsageError):
+    if isinstance(exc, (OneLineUsageError, *_HELP_ERRORS)):
         return exc
     return OneLineUsageError(exc.format_message(), exc.ctx)
 
