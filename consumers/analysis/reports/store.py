@@ -62,7 +62,7 @@ def duckdb_open_message(path: Path, exc: Exception, *, writing: bool) -> str:
     if "lock" in text.lower():  # another process holds the file for writing
         hint = ("DuckDB allows one writing process: stop the consumer" +
                 (", or leave out --table (a join without it only reads)." if writing
-                 else ", or point the report at a copy of the file."))
+                 else ", or read a copy of the file."))
         return f"cannot open {path}: {text}. {hint}"
     return f"cannot open {path} as a DuckDB store: {text}"
 
