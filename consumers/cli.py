@@ -14,18 +14,29 @@ from datetime import timedelta
 import click
 
 from rlmesh_stream.consumers.builders import BUILDER_NAMES, make_builders
+from rlmesh_stream.consumers.builders.telemetry import MIN_WINDOW_S
 from rlmesh_stream.consumers.metrics import ConsumerMetrics
 from rlmesh_stream.consumers.progress import Progress
-from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
+from rlmesh_stream.consumers.runtime import ConsumerError, ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import SinkError, open_sink, sink_option
 from rlmesh_stream.schemas.access import AccessDeniedError
 from rlmesh_stream.schemas.cli_options import stream_options
 from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import check_topic_name
 
 
 @click.group()
 def consume() -> None:
     """Build tables from the event topics (DuckDB file or PostgreSQL)."""
+
+
+def _topic_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        try:
+            check_topic_name(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return value
 
 
 def _builder_command(name: str) -> click.Command:
@@ -41,20 +52,23 @@ def _builder_command(name: str) -> click.Command:
                   help="Start partitions the sink has no offset for at the earliest record.")
     @click.option("--until-end", is_flag=True,
                   help="Stop once every assigned partition reaches the end seen at start.")
-    @click.option("--settle-time", default=None, type=float,
+    @click.option("--settle-time", default=None, type=click.FloatRange(min=0),
                   help="--until-end: a process holding no partitions this many seconds after "
                        "joining, while the group's other members own them all, stops "
                        "[default: three session timeouts, 30 s].")
     @click.option("--steps", is_flag=True, help="episodes: also build the per-lane-step table.")
     @click.option("--window", "window_s", default=60.0, show_default=True,
+                  type=click.FloatRange(min=MIN_WINDOW_S),
                   help="telemetry: tumbling window, seconds.")
     @click.option("--checkpoint-interval", default=1.0, show_default=True,
+                  type=click.FloatRange(min=0),
                   help="Seconds between checkpoints (one sink transaction each).")
-    @click.option("--max-batch", default=20_000, show_default=True,
+    @click.option("--max-batch", default=20_000, show_default=True, type=click.IntRange(min=1),
                   help="Records per checkpoint at most.")
     @click.option("--instance-id", default=None,
                   help="Static group membership id: a restarted process takes over at once.")
-    @click.option("--dlq-topic", default=None, help="Dead-letter topic [default: <prefix>.dlq]")
+    @click.option("--dlq-topic", default=None, callback=_topic_name,
+                  help="Dead-letter topic [default: <prefix>.dlq]")
     @click.option("--quiet", is_flag=True, help="No progress output.")
     @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
                   envvar="RLMESH_STREAM_METRICS_PORT",
@@ -84,7 +98,7 @@ def _builder_command(name: str) -> click.Command:
             runtime.run()
         except KeyboardInterrupt:
             pass
-        except AccessDeniedError as exc:  # names the principal and the resource; no traceback
+        except (AccessDeniedError, ConsumerError) as exc:  # says what to do; no traceback
             raise click.ClickException(str(exc)) from None
         finally:
             store.close()

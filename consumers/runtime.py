@@ -22,6 +22,7 @@ functions at the bottom. Splitting the class would pass that state between objec
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
@@ -41,14 +42,29 @@ from confluent_kafka import (
 )
 
 from rlmesh_stream.consumers.builders import Builder, Reduced, reduce
-from rlmesh_stream.consumers.deadletter import DeadLetter, DeadLetterQueue
+from rlmesh_stream.consumers.deadletter import (
+    DeadLetter,
+    DeadLetterQueue,
+    DeadLetterQueueError,
+    LetterId,
+)
 from rlmesh_stream.consumers.metrics import ConsumerMetrics
 from rlmesh_stream.consumers.progress import Progress
 from rlmesh_stream.consumers.records import Record, timestamp_of
 from rlmesh_stream.consumers.sinks import OffsetConflict, OffsetUpdate, Sink, SinkBatch
-from rlmesh_stream.schemas.access import AccessDeniedError, kafka_access_message
+from rlmesh_stream.schemas.access import (
+    AccessDeniedError,
+    RateLimitedLog,
+    kafka_access_message,
+)
+from rlmesh_stream.schemas.client_errors import LIBRDKAFKA_LOG
 from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.errors import DecodeError, RegistryUnavailableError
+from rlmesh_stream.schemas.errors import (
+    DecodeError,
+    RegistryProtocolError,
+    RegistryUnavailableError,
+    WrongEventTypeError,
+)
 from rlmesh_stream.schemas.topics import EventType, event_type_of_topic
 
 log = logging.getLogger(__name__)
@@ -74,6 +90,8 @@ class RuntimeOptions:
     # --until-end with no partitions: how long after its first assignment a process waits
     # for the group to settle before it stops (None: three session timeouts)
     settle_time: float | None = None
+    # --until-end: how long to wait for Kafka's metadata before giving up with an error
+    connect_timeout: float = 15.0
     kafka_overrides: dict[str, Any] = field(default_factory=dict)
 
 
@@ -88,6 +106,14 @@ class CheckpointInfo:
 
 class _RegistryDown(Exception):
     pass
+
+
+class ConsumerError(Exception):
+    """The run cannot go on (no Kafka or no topics for --until-end, a registry URL that
+    leads to something else); the message says why and what to check.
+
+    Nothing is skipped: the sink holds the offsets of the last checkpoint, so running
+    again resumes there."""
 
 
 class ConsumerRuntime:
@@ -150,6 +176,9 @@ class ConsumerRuntime:
         self.first_record_at: float | None = None  # monotonic time of the first record read
         self.dead_letters = 0
         self.consumer: Consumer | None = None
+        self._last_error = ""  # the last client-level error, to explain a failure
+        self._error_log = RateLimitedLog()
+        self._checking_topics = False
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -174,6 +203,8 @@ class ConsumerRuntime:
             handlers = {sig: signal.signal(sig, self.stop)
                         for sig in (signal.SIGTERM, signal.SIGINT)}
         self.consumer = Consumer(self._kafka_config())
+        if self.options.until_end:
+            self._check_topics()
         self.consumer.subscribe(self.topics, on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         backoff = 0.5
@@ -220,6 +251,31 @@ class ConsumerRuntime:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
 
+    def _check_topics(self) -> None:
+        """--until-end: Kafka answers and at least one of the topics exists, or an error.
+
+        Without it an offline run waits forever for an assignment that cannot come: a
+        broker that is not there, or a topic prefix no producer has written under."""
+        assert self.consumer is not None
+        timeout = self.options.connect_timeout
+        try:
+            metadata = self.consumer.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else exc
+            self._checking_topics = True
+            self.consumer.poll(0)  # serves the queued client errors: the last one says why
+            raise ConsumerError(
+                f"cannot reach Kafka at {self.config.bootstrap} within {timeout:g} s "
+                f"({err.str() if isinstance(err, KafkaError) else err}"
+                f"{'; ' + self._last_error if self._last_error else ''}): check --bootstrap "
+                "and --security-protocol") from exc
+        if not any(t in metadata.topics for t in self.topics):
+            raise ConsumerError(
+                f"none of the {len(self.topics)} topics under prefix "
+                f"{self.config.topic_prefix!r} exists in Kafka at {self.config.bootstrap} "
+                f"(e.g. {self.topics[0]}): check --topic-prefix, and that producers have "
+                "published or `rlmesh-stream topics create` has run")
+
     def _kafka_config(self) -> dict[str, Any]:
         conf = {
             **self.config.kafka_config(),
@@ -233,6 +289,9 @@ class ConsumerRuntime:
             "session.timeout.ms": 10_000,
             "heartbeat.interval.ms": 1_000,
             "error_cb": self._on_kafka_error,
+            # librdkafka's lines stay off the terminal (a broker that is down repeats them
+            # every few ms); its errors reach `error_cb`, logged once per kind and 30 s
+            "logger": LIBRDKAFKA_LOG,
         }
         if self.options.instance_id:
             conf["group.instance.id"] = self.options.instance_id
@@ -247,7 +306,13 @@ class ConsumerRuntime:
             raise AccessDeniedError(denied)
         if err.fatal():
             raise KafkaException(err)
-        log.warning("consumer error: %s", err)
+        if err.code() != KafkaError._ALL_BROKERS_DOWN or not self._last_error:
+            self._last_error = err.str()  # the transport error says more than "all down"
+        if self._checking_topics:
+            return  # reported once, in the ConsumerError of the failed check
+        # a broker that is down repeats its error every few ms: once per code and 30 s
+        self._error_log.warning(log, f"consumer error: {err.str()} [{err.name()}]",
+                                key=err.name())
 
     # -- rebalancing ----------------------------------------------------------------
 
@@ -372,9 +437,13 @@ class ConsumerRuntime:
                 value = message.value()
                 try:
                     event = decode(value if isinstance(value, bytes) else b"")  # type: ignore[misc]
+                    _check_event_type(event, event_type, topic)
                 except RegistryUnavailableError as exc:
                     raise _RegistryDown(str(exc)) from exc
+                except RegistryProtocolError as exc:  # a wrong URL: waiting cannot help
+                    raise ConsumerError(str(exc)) from exc
                 except DecodeError as exc:
+                    event = None
                     # dead-lettered, yet still a delivered record: header-only builders
                     # (delivery checks) see it as a Record with no event
                     append(DeadLetter(
@@ -434,10 +503,25 @@ class ConsumerRuntime:
         started = self._last_flush = time.monotonic()
         if not self._buffer:
             return
-        batch, by_builder, progress = self._build_batch()
         dead = [d for d in self._buffer if isinstance(d, DeadLetter)]
-        if dead:
-            self.dlq.send(dead)  # before the offsets move: at least once in the topic
+        # before the offsets move: at least once in the topic, or its refusal recorded
+        try:
+            refused = self.dlq.send(dead) if dead else {}
+        except (DeadLetterQueueError, KafkaException) as exc:
+            if final:  # an offline run must not end as if everything was applied
+                raise ConsumerError(f"{exc}; the last checkpoint was not written, run again "
+                                    "to resume from the one before") from exc
+            # Kafka is away: nothing moves until the letters are in; read again from the
+            # stored offsets (the next attempt waits for Kafka as long as `send` does)
+            log.warning("checkpoint not written, the dead-letter topic did not take its "
+                        "letters (%s); rewinding to the last checkpoint", exc)
+            self._buffer.clear()
+            self._rewind = True
+            return
+        for letter_id, reason in refused.items():
+            log.error("dead-letter topic %s refused %s[%d]@%d for good (%s); recorded in "
+                      "dead_letters and skipped", self.dlq.topic, *letter_id, reason)
+        batch, by_builder, progress = self._build_batch(refused)
         for attempt in range(1, 6):
             try:
                 self.sink.apply(batch)
@@ -466,7 +550,8 @@ class ConsumerRuntime:
         if self.on_checkpoint:
             self.on_checkpoint(CheckpointInfo(count - len(dead), committed_at, by_builder))
 
-    def _build_batch(self) -> tuple[SinkBatch, dict[str, list[Record]], dict[TP, int]]:
+    def _build_batch(self, refused: dict[LetterId, str]
+                     ) -> tuple[SinkBatch, dict[str, list[Record]], dict[TP, int]]:
         batch = SinkBatch(group_id=self.options.group_id)
         progress: dict[TP, int] = {}
         for item in self._buffer:
@@ -494,7 +579,14 @@ class ConsumerRuntime:
         for d in self._buffer:
             if isinstance(d, DeadLetter):
                 names = ",".join(b.name for b in self._builders_of[d.topic])
-                batch.add_dead_letter(names, d.topic, d.partition, d.offset, d.error)
+                why = refused.get(d.id)
+                if why is None:
+                    batch.add_dead_letter(names, d.topic, d.partition, d.offset, d.error,
+                                          self.dlq.topic)
+                else:
+                    batch.add_dead_letter(names, d.topic, d.partition, d.offset,
+                                          f"{d.error}; not copied to the dead-letter topic "
+                                          f"{self.dlq.topic}, which refused it: {why}", None)
         return batch, by_builder, progress
 
     def _commit_to_kafka(self, progress: dict[TP, int], wait: bool = False) -> None:
@@ -605,6 +697,7 @@ _RETRIABLE_METADATA = {
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,  # the client's own metadata lags during a broker stall
     KafkaError._TIMED_OUT,
     KafkaError._TRANSPORT,
 }
@@ -616,7 +709,9 @@ def _watermarks(
     """A partition's (low, high) offsets, retried while leadership settles.
 
     Right after a topic is created, or while a leader moves, the broker answers
-    NOT_LEADER / LEADER_NOT_AVAILABLE for a moment; that is a wait, not a failure.
+    NOT_LEADER / LEADER_NOT_AVAILABLE for a moment; during a broker stall (or right after
+    partitions are added) the client's own metadata may not know the partition
+    (_UNKNOWN_PARTITION) until it is refreshed. That is a wait, not a failure.
     """
     deadline = time.monotonic() + deadline_s
     while True:
@@ -630,6 +725,17 @@ def _watermarks(
                 raise
             log.info("waiting for %s[%d]'s leader: %s", tp.topic, tp.partition, err)
             time.sleep(0.5)
+            if code == KafkaError._UNKNOWN_PARTITION:  # the client's metadata is behind
+                with contextlib.suppress(KafkaException):
+                    consumer.list_topics(tp.topic, timeout=5)  # refreshes it
+
+
+def _check_event_type(event: Any, expected: EventType, topic: str) -> None:
+    """A valid event of another type than its topic's is a bad record, not a silent skip."""
+    if type(event) is not expected.event_class:
+        raise WrongEventTypeError(
+            f"{topic} carries {expected.value} events, this record holds "
+            f"{EventType.of(event).value}")
 
 
 def _transient(exc: Exception) -> bool:

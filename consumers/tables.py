@@ -527,6 +527,25 @@ DELIVERY_BATCH = Table(
 
 _TOUCHED = "producer_id IN (SELECT producer_id FROM {stage:delivery_batch})"
 
+INVALID_HEADERS = Table(
+    "invalid_headers",
+    (
+        Column("topic", "TEXT", nullable=False),
+        Column("partition_id", "INTEGER", nullable=False),
+        Column("record_offset", "BIGINT", nullable=False),
+        Column("header", "TEXT", nullable=False),
+        Column("producer_id", "TEXT"),
+        Column("header_value", "TEXT", doc="as read (UTF-8, invalid bytes replaced)"),
+        Column("reason", "TEXT"),
+        Column("record_time", "TIMESTAMPTZ", Merge.MIN),
+    ),
+    ("topic", "partition_id", "record_offset", "header"),
+    "Records whose delivery headers cannot be used (a `rlmesh.seq` that is not a decimal "
+    "number in [0, MAX_SEQUENCE]): left out of `delivery_sequences`, so they can neither "
+    "stop ingestion nor hide or invent a gap, and counted here by `report delivery`. The "
+    "record itself is applied by the other builders as usual.",
+)
+
 DELIVERY_MERGE_SQL: tuple[str, ...] = (
     # 1. the islands of (the touched producers' stored ranges + the batch's sequences) that
     # hold a sequence of the batch, written over the range each one starts at
@@ -600,9 +619,14 @@ DEAD_LETTERS = Table(
         Column("builder", "TEXT"),
         Column("error", "TEXT"),
         Column("seen_at", "TIMESTAMPTZ", Merge.MIN),
+        Column("dead_letter_topic", "TEXT", Merge.LAST,
+               doc="the topic holding the record's copy; NULL when that topic refused it "
+                   "for good (too large for it, say): then `error` ends with why, and "
+                   "the record is only in its source topic, at its offset"),
     ),
     ("topic", "partition_id", "record_offset"),
-    "Records that could not be decoded (also sent to the dead-letter topic).",
+    "Records no builder can apply: undecodable, or of another event type than their "
+    "topic's (each also copied to the dead-letter topic when it takes it).",
 )
 
 CONSUMER_OFFSETS = Table(
@@ -623,7 +647,8 @@ CONSUMER_OFFSETS = Table(
 
 TABLES: tuple[Table, ...] = (
     EPISODES, EPISODE_SESSION_ENDS, SESSIONS, ADVISORIES, TELEMETRY_ROLLUPS,
-    TELEMETRY_SESSIONS, STEPS, DELIVERY_SEQUENCES, DEAD_LETTERS, CONSUMER_OFFSETS,
+    TELEMETRY_SESSIONS, STEPS, DELIVERY_SEQUENCES, INVALID_HEADERS, DEAD_LETTERS,
+    CONSUMER_OFFSETS,
 )
 VIEWS: tuple[View, ...] = (DELIVERY_PRODUCERS,)
 TABLES_BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}

@@ -44,9 +44,10 @@ COMMANDS: dict[str, str] = {
     "report": "rlmesh_stream.consumers.analysis.report_cli:report",
     "tail": "rlmesh_stream.consumers.analysis.tail:tail",
     "join": "rlmesh_stream.consumers.analysis.join_cli:join",
+    # datasets (consumers/datasets/)
+    "export": "rlmesh_stream.consumers.datasets.cli:export",
     # everything at once (infra/)
     "demo": "rlmesh_stream.infra.demo:demo",
-    "export": "rlmesh_stream.consumers.datasets.cli:export",
 }
 
 # optional third-party module (top-level name) -> the extra that installs it
@@ -59,13 +60,17 @@ EXTRAS: dict[str, str] = {
     "gymnasium": "rlmesh",
     "numpy": "rlmesh",
     "matplotlib": "analysis",
+    "minari": "datasets",
+    "tensorboard": "training-logs",
+    "tensorboardX": "training-logs",
+    "mlflow": "training-logs",
     "cryptography": "stack",
     "testcontainers": "docker",
 }
 
 # command -> the extra that installs everything it needs, where that is more than the
 # extra of the one module found missing (join and the demo need `analysis` as a whole)
-COMMAND_EXTRAS: dict[str, str] = {"join": "analysis", "demo": "analysis"}
+COMMAND_EXTRAS: dict[str, str] = {"join": "analysis", "demo": "analysis", "export": "datasets"}
 
 
 def missing_extra(exc: ModuleNotFoundError) -> str | None:
@@ -79,14 +84,31 @@ def missing_extra_message(command: str, exc: ModuleNotFoundError) -> str:
             f"pip install 'rlmesh-stream[{extra}]'")
 
 
+class OneLineUsageError(click.UsageError):
+    """A usage error shown as one `Error:` line (what was wrong, and where help is)."""
+
+    def show(self, file: Any = None) -> None:
+        hint = f" (see '{self.ctx.command_path} --help')" if self.ctx is not None else ""
+        click.echo(f"Error: {self.format_message()}{hint}", file=file, err=file is None)
+
+
 class LazyGroup(click.Group):
     """The root group: subcommands imported on first use, and one `Error:` line for any failure.
 
     A missing extra is named; whatever else a command fails with is shown as one
     `Error:` line with every URL password redacted (a registry URL can carry one): a
     `ClickException`'s message, or for anything unexpected its type and message (the
-    traceback with RLMESH_STREAM_TRACEBACK=1).
+    traceback with RLMESH_STREAM_TRACEBACK=1). Bad input on the command line of any
+    command is one line on stderr too: click's usage block above the error is left out
+    (the line says where help is).
     """
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise _one_line_usage(exc) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
@@ -113,8 +135,9 @@ class LazyGroup(click.Group):
                 raise _one_line(exc) from None
             name = ctx.invoked_subcommand or ctx.info_name or "rlmesh-stream"
             raise click.ClickException(missing_extra_message(name, exc)) from None
-        except click.UsageError:
-            raise  # names an option or argument; --registry-url is checked without a password
+        except click.UsageError as exc:
+            # names an option or argument; --registry-url is checked without a password
+            raise _one_line_usage(exc) from None
         except click.ClickException as exc:
             message = exc.format_message()
             if redact_url(message) == message:
@@ -128,6 +151,17 @@ class LazyGroup(click.Group):
             raise _one_line(exc) from None
 
 
+# A group run without a command shows its help: that is not an error to shorten.
+_HELP_ERRORS: tuple[type[Exception], ...] = tuple(
+    t for t in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if t is not None)
+
+
+def _one_line_usage(exc: click.UsageError) -> click.UsageError:
+    if isinstance(exc, (OneLineUsageError, *_HELP_ERRORS)):
+        return exc
+    return OneLineUsageError(exc.format_message(), exc.ctx)
+
+
 def _one_line(exc: Exception) -> Exception:
     """What the user sees of an exception no command turned into a message of its own."""
     if os.environ.get("RLMESH_STREAM_TRACEBACK"):
@@ -135,6 +169,7 @@ def _one_line(exc: Exception) -> Exception:
     if _is_sink_error(exc):  # a --sink no command caught: its message is the whole story
         return click.ClickException(redact_url(str(exc)))
     return click.ClickException(redact_url(f"{type(exc).__name__}: {exc}"))
+
 
 def _is_sink_error(exc: Exception) -> bool:
     """Whether `exc` is a SinkError (`consumers.sinks.url`), without importing that module

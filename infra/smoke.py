@@ -18,9 +18,12 @@ from urllib.parse import urlparse
 
 import click
 
+from rlmesh_stream.schemas.access import redact_url
 from rlmesh_stream.schemas.cli_options import stream_options
+from rlmesh_stream.schemas.client_errors import ClientErrors
 from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.redact import redact_url
+from rlmesh_stream.schemas.errors import RegistryProtocolError, RegistryUnavailableError
+from rlmesh_stream.schemas.registry import call as registry_call
 from rlmesh_stream.schemas.topics import confluent_serde_conf
 
 SMOKE_SCHEMA = json.dumps({
@@ -31,6 +34,10 @@ SMOKE_SCHEMA = json.dumps({
         {"name": "note", "type": ["null", "string"], "default": None},
     ],
 })
+
+
+class SmokeError(Exception):
+    """A step of the smoke test failed; the message names the step, the server and why."""
 
 
 @dataclass(frozen=True)
@@ -49,21 +56,32 @@ def run_smoke(config: StreamConfig, timeout: float = 30.0) -> SmokeResult:
     from confluent_kafka.admin import AdminClient, NewTopic
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     started = time.monotonic()
     topic = f"{config.topic_prefix}.smoke"
     subject = f"{topic}-value"
-    admin = AdminClient(config.kafka_config())
-    future = admin.create_topics([NewTopic(topic, num_partitions=1)])[topic]
+    errors = ClientErrors()
+    admin = AdminClient({**config.kafka_config(), **errors.config()})
+    future = admin.create_topics([NewTopic(topic, num_partitions=1)],
+                                 request_timeout=timeout)[topic]
     try:
         future.result(timeout)
     except KafkaException as exc:
         if "TOPIC_ALREADY_EXISTS" not in str(exc):
-            raise
+            admin.poll(0)  # serves the queued client errors: the last one says why
+            raise SmokeError(f"cannot create {topic} on Kafka at {config.bootstrap}: "
+                             f"{errors.explain(str(exc.args[0] if exc.args else exc))}"
+                             ) from exc
 
     registry = SchemaRegistryClient(config.registry_config())
-    schema_id = registry.register_schema(subject, Schema(SMOKE_SCHEMA, "AVRO"))
+    try:
+        schema_id = registry_call(f"register {subject}", registry.register_schema, subject,
+                                  Schema(SMOKE_SCHEMA, "AVRO"))
+    except (RegistryUnavailableError, RegistryProtocolError, SchemaRegistryError) as exc:
+        raise SmokeError(f"schema registry at {redact_url(config.registry_url)}: {exc}"
+                         ) from exc
     ctx = SerializationContext(topic, MessageField.VALUE)
     record_id = uuid.uuid4().hex
     record: dict[str, Any] = {"id": record_id, "sent_at_ms": int(time.time() * 1000),
@@ -125,6 +143,8 @@ def smoke(config: StreamConfig, start: bool, home: Path | None) -> None:
     click.echo(redact_url(f"bootstrap {config.bootstrap}, registry {config.registry_url}"))
     try:
         result = run_smoke(config)
+    except SmokeError as exc:
+        raise click.ClickException(redact_url(str(exc))) from None
     except Exception as exc:  # any failure of the stack is the answer: one line, no password
         raise click.ClickException(
             redact_url(f"smoke failed: {str(exc) or type(exc).__name__}")) from None

@@ -48,6 +48,8 @@ class ServerStatus:
     log_file: str
     rss_mib: float | None = None
     java: str | None = None
+    # not running from this home, yet something (another home's server?) holds its port
+    port_taken: bool = False
 
 
 @dataclass
@@ -259,10 +261,12 @@ class LocalStack(proc.HomeState):
         state = self._load_state()
         info = StackInfo(home=str(self.home), bootstrap=self.bootstrap,
                          registry_url=self.registry_url)
-        for name, address in (("kafka", self.bootstrap), ("registry", self.registry_url)):
+        for name, address, port in (("kafka", self.bootstrap, self.kafka_port),
+                                    ("registry", self.registry_url, self.registry_port)):
             entry = state.get(name, {})
             pid = self._running_pid(state, name)
             info.servers[name] = ServerStatus(
+                port_taken=pid is None and proc.port_open(port, self.host),
                 name=name, running=pid is not None, pid=pid, address=address,
                 log_file=entry.get("log", str(self.home / name / f"{name}.log")),
                 rss_mib=round(r, 1) if pid is not None and (r := proc.rss_mib(pid)) else None,

@@ -31,6 +31,8 @@ def _stack_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+PORT = click.IntRange(1, 65535)  # a TCP port
+
 home_option = click.option(
     "--home", type=click.Path(file_okay=False, path_type=Path), envvar=HOME_ENV,
     show_envvar=True, default=None,
@@ -44,7 +46,9 @@ def _echo_err(msg: str) -> None:
 
 def _print_info(info: StackInfo) -> None:
     for s in info.servers.values():
-        where = f"pid {s.pid}, {s.rss_mib} MiB RSS" if s.running else "not running"
+        where = (f"pid {s.pid}, {s.rss_mib} MiB RSS" if s.running
+                 else f"not running from {info.home}, but another process (another home's "
+                      "server?) holds its port" if s.port_taken else "not running")
         click.echo(f"{s.name:9} {s.address:45} {where}")
     click.echo(f"bootstrap:    {info.bootstrap}")
     click.echo(f"registry_url: {info.registry_url}")
@@ -57,12 +61,12 @@ def infra() -> None:
 
 @infra.command()
 @home_option
-@click.option("--kafka-port", type=int, envvar="RLMESH_STREAM_KAFKA_PORT", show_envvar=True,
+@click.option("--kafka-port", type=PORT, envvar="RLMESH_STREAM_KAFKA_PORT", show_envvar=True,
               help="Kafka client port. [default: 9092, or the previous run's]")
-@click.option("--registry-port", type=int, envvar="RLMESH_STREAM_REGISTRY_PORT",
+@click.option("--registry-port", type=PORT, envvar="RLMESH_STREAM_REGISTRY_PORT",
               show_envvar=True, help="Schema registry port. [default: 8081, or the previous run's]")
-@click.option("--controller-port", type=int, help="KRaft controller port. [default: free port]")
-@click.option("--management-port", type=int,
+@click.option("--controller-port", type=PORT, help="KRaft controller port. [default: free port]")
+@click.option("--management-port", type=PORT,
               help="Registry management (health) port. [default: free port]")
 @click.option("--brokers", type=click.IntRange(min=1), default=1, show_default=True,
               envvar="RLMESH_STREAM_BROKERS", show_envvar=True,

@@ -23,14 +23,22 @@ from confluent_kafka.admin import (
     TopicMetadata,
 )
 
+from rlmesh_stream.schemas.client_errors import ClientErrors
 from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import MAX_MESSAGE_BYTES
 
 DEFAULT_PARTITIONS = 12
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
-# Observation payloads (image frames, batched vectors) can run to megabytes; the broker's
-# 1 MiB default would reject them. The local broker accepts batches up to 16 MiB.
-DEFAULT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+# The contract's limit (see schemas.topics.MAX_MESSAGE_BYTES); the local broker accepts
+# batches up to 16 MiB.
+DEFAULT_MAX_MESSAGE_BYTES = MAX_MESSAGE_BYTES
 MAX_REPLICATION_FACTOR = 3
+# The smallest --max-message-bytes: below it a topic would refuse ordinary events.
+MIN_MAX_MESSAGE_BYTES = 64 * 1024
+
+
+class TopicsError(Exception):
+    """The topics cannot be created as asked; the message says what and why."""
 
 
 def event_topics(prefix: str) -> list[str]:
@@ -76,11 +84,22 @@ def ensure_topics(
     `replication_factor` defaults to min(3, live brokers), so the same call works on
     the one-node local stack and on a production cluster.
     """
+    _check_settings(partitions, replication_factor, retention_ms, max_message_bytes)
     names = list(topics) if topics is not None else event_topics(config.topic_prefix)
     # log_level 4: keep librdkafka's warnings and errors, drop its shutdown notices.
-    admin = AdminClient({**config.kafka_config(), "log_level": 4})
-    metadata = admin.list_topics(timeout=timeout)
+    errors = ClientErrors()
+    admin = AdminClient({**config.kafka_config(), "log_level": 4, **errors.config()})
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        admin.poll(0)  # serves the queued client errors: the last one says why
+        raise TopicsError(f"cannot reach Kafka at {config.bootstrap} within {timeout:g} s "
+                          f"({errors.explain(_kafka_text(exc))}): check --bootstrap and "
+                          "--security-protocol") from exc
     rf = replication_factor or min(MAX_REPLICATION_FACTOR, len(metadata.brokers))
+    if rf > len(metadata.brokers):
+        raise TopicsError(f"replication factor {rf} needs {rf} brokers; Kafka at "
+                          f"{config.bootstrap} has {len(metadata.brokers)}")
     settings = {"retention.ms": str(retention_ms), "max.message.bytes": str(max_message_bytes)}
 
     report = TopicsReport()
@@ -98,7 +117,8 @@ def ensure_topics(
                 report.created.append(name)
             except KafkaException as exc:
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                    raise
+                    raise TopicsError(f"Kafka refused to create {name}: "
+                                      f"{_kafka_text(exc)}") from exc
                 existing.append(name)  # created concurrently by someone else: check it
     # Metadata lags creation by a moment; callers (and the drift check) need the topics
     # visible, so wait for that rather than hand back topics a producer cannot see yet.
@@ -113,6 +133,25 @@ def ensure_topics(
             if not found:
                 report.unchanged.append(name)
     return report
+
+
+def _check_settings(partitions: int, replication_factor: int | None, retention_ms: int,
+                    max_message_bytes: int) -> None:
+    """Settings Kafka would take but that make useless topics are refused up front."""
+    if partitions < 1:
+        raise TopicsError(f"partitions must be at least 1, got {partitions}")
+    if replication_factor is not None and replication_factor < 1:
+        raise TopicsError(f"replication factor must be at least 1, got {replication_factor}")
+    if retention_ms < -1:
+        raise TopicsError(f"retention.ms must be -1 (keep forever) or >= 0, got {retention_ms}")
+    if max_message_bytes < MIN_MAX_MESSAGE_BYTES:
+        raise TopicsError(f"max.message.bytes {max_message_bytes} would refuse ordinary "
+                          f"events: use at least {MIN_MAX_MESSAGE_BYTES}")
+
+
+def _kafka_text(exc: KafkaException) -> str:
+    err = exc.args[0] if exc.args else exc
+    return str(err.str()) if hasattr(err, "str") else str(err)
 
 
 def _wait_until_visible(admin: AdminClient, names: list[str], timeout: float) -> ClusterMetadata:

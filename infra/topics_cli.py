@@ -12,6 +12,8 @@ from rlmesh_stream.infra.topics import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_PARTITIONS,
     DEFAULT_RETENTION_MS,
+    MIN_MAX_MESSAGE_BYTES,
+    TopicsError,
     ensure_topics,
 )
 from rlmesh_stream.schemas.cli_options import stream_options
@@ -27,17 +29,24 @@ def topics() -> None:
 
 @topics.command()
 @stream_options
-@click.option("--partitions", type=int, default=DEFAULT_PARTITIONS, show_default=True)
-@click.option("--replication-factor", type=int, default=None,
+@click.option("--partitions", type=click.IntRange(min=1), default=DEFAULT_PARTITIONS,
+              show_default=True)
+@click.option("--replication-factor", type=click.IntRange(min=1), default=None,
               help="[default: min(3, live brokers)]")
-@click.option("--retention-ms", type=int, default=DEFAULT_RETENTION_MS, show_default=True)
-@click.option("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
-              show_default=True, help="Largest record batch a topic accepts.")
+@click.option("--retention-ms", type=click.IntRange(min=-1), default=DEFAULT_RETENTION_MS,
+              show_default=True, help="How long records are kept; -1: forever.")
+@click.option("--max-message-bytes", type=click.IntRange(min=MIN_MAX_MESSAGE_BYTES),
+              default=DEFAULT_MAX_MESSAGE_BYTES, show_default=True,
+              help="Largest record batch a topic accepts.")
 def create(config: StreamConfig, partitions: int, replication_factor: int | None,
            retention_ms: int, max_message_bytes: int) -> None:
     """Create the event topics under --topic-prefix; existing ones are checked, not changed."""
-    report = ensure_topics(config, partitions=partitions, replication_factor=replication_factor,
-                           retention_ms=retention_ms, max_message_bytes=max_message_bytes)
+    try:
+        report = ensure_topics(config, partitions=partitions,
+                               replication_factor=replication_factor,
+                               retention_ms=retention_ms, max_message_bytes=max_message_bytes)
+    except TopicsError as exc:
+        raise click.ClickException(str(exc)) from None
     for name in report.created:
         click.echo(f"created   {name}")
     for name in report.unchanged:

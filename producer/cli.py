@@ -14,17 +14,19 @@ from rlmesh_stream.schemas.config import StreamConfig
 
 
 @click.command("simulate")
-@click.option("--sessions", default=8, show_default=True, help="Sessions (routes) to simulate.")
-@click.option("--lanes", default=4, show_default=True, help="Vector env lanes per session.")
-@click.option("--episodes", default=5, show_default=True,
+@click.option("--sessions", default=8, show_default=True, type=click.IntRange(min=0),
+              help="Sessions (routes) to simulate.")
+@click.option("--lanes", default=4, show_default=True, type=click.IntRange(min=1),
+              help="Vector env lanes per session.")
+@click.option("--episodes", default=5, show_default=True, type=click.IntRange(min=0),
               help="Episode starts per session (its budget).")
-@click.option("--lane-driven", default=0, show_default=True,
+@click.option("--lane-driven", default=0, show_default=True, type=click.IntRange(min=0),
               help="Extra lane-driven sessions: one per lane of one shared endpoint "
                    "(route.lane set).")
 @click.option("--seed", default=0, show_default=True, help="Same seed, same events.")
-@click.option("--rate", type=float, default=None,
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Events per second to emit at (default: as fast as possible).")
-@click.option("--failure-rate", type=float, default=0.15, show_default=True,
+@click.option("--failure-rate", type=click.FloatRange(0, 1), default=0.15, show_default=True,
               help="Fraction of sessions that fail midway.")
 @click.option("--format", "fmt", type=click.Choice(["avro", "protobuf"]), default="avro",
               show_default=True, help="Wire format of the payloads.")
@@ -32,7 +34,7 @@ from rlmesh_stream.schemas.config import StreamConfig
               help="Spill to this directory when Kafka cannot keep up (default: drop).")
 @click.option("--manifest", "manifest_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Write the manifest JSON here (default: print a summary only).")
-@click.option("--flush-timeout", type=float, default=60.0, show_default=True,
+@click.option("--flush-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
               help="Seconds to wait for delivery at the end.")
 @stream_options
 def simulate(config: StreamConfig, sessions: int, lanes: int, episodes: int, lane_driven: int,

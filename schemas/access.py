@@ -51,6 +51,9 @@ def kafka_access_message(
     code = err.code()
     who = principal(config)
     if code in AUTHENTICATION_CODES:
+        mismatch = _sasl_mismatch(config, str(err.str()))
+        if mismatch is not None:
+            return mismatch
         return (f"Kafka at {config.bootstrap} rejected the credentials of {who} "
                 f"({config.sasl_mechanism or 'no SASL mechanism'}): check the user name and "
                 f"password (RLMESH_STREAM_SASL_USERNAME / RLMESH_STREAM_SASL_PASSWORD) "
@@ -70,6 +73,22 @@ def kafka_access_message(
             f"principal that has it")
 
 
+def _sasl_mismatch(config: StreamConfig, text: str) -> str | None:
+    """An authentication error that is not about the credentials: the broker's listener
+    speaks no SASL (it offers no mechanism) or not the mechanism configured."""
+    marker = "supported mechanisms:"
+    if "mechanism handshake failed" not in text or marker not in text:
+        return None
+    offered = text.split(marker, 1)[1].split("(after", 1)[0].strip()
+    if not offered:
+        return (f"Kafka at {config.bootstrap} offers no SASL mechanism on this listener: it "
+                f"does not speak {config.security_protocol}; check --security-protocol / "
+                "RLMESH_STREAM_SECURITY_PROTOCOL (the listener may be PLAINTEXT or SSL)")
+    return (f"Kafka at {config.bootstrap} does not enable SASL mechanism "
+            f"{config.sasl_mechanism} on this listener (it offers {offered}): check "
+            "--sasl-mechanism / RLMESH_STREAM_SASL_MECHANISM")
+
+
 class RateLimitedLog:
     """Log a repeated message at most once per `every` seconds (reconnects repeat errors)."""
 
@@ -79,12 +98,21 @@ class RateLimitedLog:
         self._lock = threading.Lock()
 
     def error(self, logger: logging.Logger, message: str) -> None:
+        if self._due(message):
+            logger.error("rlmesh-stream: %s", message)
+
+    def warning(self, logger: logging.Logger, message: str, key: str | None = None) -> None:
+        """Log at WARNING, at most once per `every` seconds per `key` (default: message)."""
+        if self._due(message if key is None else key):
+            logger.warning("%s", message)
+
+    def _due(self, key: str) -> bool:
         now = time.monotonic()
         with self._lock:
-            if now - self._last.get(message, -self.every) < self.every:
-                return
-            self._last[message] = now
-        logger.error("rlmesh-stream: %s", message)
+            if now - self._last.get(key, -self.every) < self.every:
+                return False
+            self._last[key] = now
+        return True
 
 
 def registry_refusal(exc: BaseException) -> SchemaRegistryError | None:

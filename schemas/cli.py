@@ -23,6 +23,7 @@ from rlmesh_stream.schemas.cli_options import stream_options
 from rlmesh_stream.schemas.compat import avro_incompatibilities, proto_incompatibilities
 from rlmesh_stream.schemas.config import StreamConfig
 from rlmesh_stream.schemas.errors import (
+    RegistryProtocolError,
     RegistryUnavailableError,
     SchemaNotRegisteredError,
     SubjectFormatError,
@@ -51,8 +52,8 @@ def register(config: StreamConfig, fmt: str) -> None:
         subject = registrar.subject(et)
         try:
             sid = registrar.schema_id(et)
-        except (RegistryUnavailableError, SubjectFormatError) as exc:
-            raise click.ClickException(str(exc)) from exc
+        except (RegistryUnavailableError, RegistryProtocolError, SubjectFormatError) as exc:
+            raise click.ClickException(str(exc)) from None
         except SchemaRegistryError as exc:
             raise click.ClickException(f"{subject}: registration refused: {exc}") from exc
         click.echo(f"{subject}\tid {sid}\tBACKWARD")
@@ -71,8 +72,8 @@ def check(config: StreamConfig, fmt: str) -> None:
         subject = registrar.subject(et)
         try:
             status, problems = _check_one(client, registrar, et, fmt)
-        except RegistryUnavailableError as exc:
-            raise click.ClickException(str(exc)) from exc
+        except (RegistryUnavailableError, RegistryProtocolError) as exc:
+            raise click.ClickException(str(exc)) from None
         click.echo(f"{subject}\t{status}")
         for problem in problems:
             click.echo(f"  {subject}: {problem}")

@@ -1,4 +1,9 @@
-"""The connection options every CLI command that talks to the stack takes."""
+"""The connection options every CLI command that talks to the stack takes.
+
+Each is checked when the command line is parsed (a registry URL without a scheme, a
+topic prefix Kafka cannot name topics with, a security protocol librdkafka does not
+know): one `Error:` line naming the option, before any connection is tried.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,46 @@ from rlmesh_stream.schemas.config import (
     StreamConfig,
 )
 from rlmesh_stream.schemas.redact import redact_url
+from rlmesh_stream.schemas.topics import check_topic_prefix
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")  # librdkafka's
+
+
+def _check(check: Callable[[str], object]) -> Callable[[click.Context, click.Parameter, Any],
+                                                        Any]:
+    """A click callback running `check` on a given value; its ValueError is a bad parameter."""
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return value
+        try:
+            check(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+        return value
+    return callback
+
+
+def check_registry_url(url: str) -> str:
+    """`url` if each of its comma-separated URLs is http(s)://host[:port][/path]."""
+    for one in url.split(","):
+        parts = urlsplit(one.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{redact_url(one.strip())!r} is not an http:// or https:// URL "
+                             "with a host (e.g. http://127.0.0.1:8081/apis/ccompat/v7)")
+        try:
+            parts.port  # noqa: B018 - raises ValueError for a port outside 0..65535
+        except ValueError:
+            raise ValueError(f"{redact_url(one.strip())!r} has an invalid port") from None
+    return url
+
+
+# Per option: the click type or a check of the given value (ValueError: a bad parameter).
+_VALIDATION: dict[str, dict[str, Any]] = {
+    "--registry-url": {"callback": _check(check_registry_url)},
+    "--topic-prefix": {"callback": _check(check_topic_prefix)},
+    "--security-protocol": {"type": click.Choice(SECURITY_PROTOCOLS, case_sensitive=False),
+                            "callback": lambda _c, _p, v: v.upper() if v else v},
+}
 
 _OPTIONS: list[tuple[str, str, Any, str]] = [
     # (flag, env var, shown default, help)
@@ -42,15 +87,6 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
 ]
 
 
-def _check_registry_url(url: str) -> None:
-    """An http(s) URL with a host, named (password redacted) when it is not one."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise click.BadParameter(
-            f"{redact_url(url)!r} is not an http:// or https:// URL with a host",
-            param_hint="'--registry-url'")
-
-
 def stream_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add the connection options and pass them on as one `config: StreamConfig`.
 
@@ -61,18 +97,19 @@ def stream_options(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         values = {flag[2:].replace("-", "_"): kwargs.pop(flag[2:].replace("-", "_"))
                   for flag, *_ in _OPTIONS}
-        _check_registry_url(values["registry_url"])
         kwargs["config"] = StreamConfig.from_env(env={}, **values)
         return func(*args, **kwargs)
 
     for flag, envvar, default, help_text in reversed(_OPTIONS):
+        checks = {"type": click.FloatRange(min=0, min_open=True)
+                  if isinstance(default, float) else None, **_VALIDATION.get(flag, {})}
         wrapper = click.option(
             flag,
             envvar=envvar,
             default=default,
-            type=click.FloatRange(min=0, min_open=True) if isinstance(default, float) else None,
             show_default=default is not None,
             show_envvar=True,
             help=help_text,
+            **checks,
         )(wrapper)
     return wrapper

@@ -87,7 +87,12 @@ class StreamConfig:
 
     def registry_config(self) -> dict[str, Any]:
         """Settings for `confluent_kafka.schema_registry.SchemaRegistryClient`."""
-        conf: dict[str, Any] = {"url": self.registry_url, "timeout": self.registry_timeout}
+        # `max.retries` 0: the client would otherwise try each request 4 times with back-off,
+        # so one call against a hung registry took 4 timeouts and more. A call is bounded by
+        # `registry_timeout`; retrying is the caller's decision (the consumers rewind and
+        # retry with back-off, the CLI reports the failure).
+        conf: dict[str, Any] = {"url": self.registry_url, "timeout": self.registry_timeout,
+                                "max.retries": 0}
         if self.registry_username is not None:
             conf["basic.auth.user.info"] = (
                 f"{self.registry_username}:{self.registry_password or ''}"

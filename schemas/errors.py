@@ -4,6 +4,7 @@
 `DecodeError` and its subclasses: a record cannot be read: dead-letter it.
 `RegistryUnavailableError`: the registry cannot be reached right now: wait and
 retry, never dead-letter, so it is deliberately *not* a `DecodeError`.
+`RegistryProtocolError`: the registry URL leads to something else: fix the URL.
 """
 
 from __future__ import annotations
@@ -39,8 +40,17 @@ class CorruptPayloadError(DecodeError):
     """The payload does not decode with the schema its header names."""
 
 
+class WrongEventTypeError(DecodeError):
+    """A valid event of another type than the topic it was read from carries."""
+
+
 class RegistryUnavailableError(ConnectionError):
     """The schema registry could not be reached; retry later."""
+
+
+class RegistryProtocolError(RuntimeError):
+    """The server at the registry URL answers, but not as a Confluent-API schema registry
+    (an HTML page, a 404 without a registry error code): the URL is wrong; never retried."""
 
 
 class SubjectFormatError(ValueError):
@@ -56,8 +66,10 @@ __all__ = [
     "ContractError",
     "CorruptPayloadError",
     "DecodeError",
+    "RegistryProtocolError",
     "RegistryUnavailableError",
     "SchemaNotRegisteredError",
     "SubjectFormatError",
     "UnknownSchemaIdError",
+    "WrongEventTypeError",
 ]

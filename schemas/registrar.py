@@ -75,9 +75,11 @@ class SchemaRegistrar:
         try:
             sid = registry.call(f"register {subject}", self.client.register_schema, subject,
                                 schema)
-        except (RegistryUnavailableError, SchemaRegistryError):
-            self._refuse_other_format(subject)  # Apicurio answers 500 to a format switch
-            raise
+        except (RegistryUnavailableError, SchemaRegistryError) as exc:
+            if isinstance(exc, SchemaRegistryError) or isinstance(exc.__cause__,
+                                                                  SchemaRegistryError):
+                self._refuse_other_format(subject)  # Apicurio answers 500 to a format switch
+            raise  # unreachable or hung: asking again would only wait again
         current = registry.call(f"read compatibility of {subject}", self._compatibility, subject)
         if current != COMPATIBILITY:
             registry.call(f"set compatibility of {subject}", self.client.set_compatibility,

@@ -7,12 +7,13 @@ the caller to what it means there (unknown id, unregistered subject).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from rlmesh_stream.schemas.errors import RegistryUnavailableError
+from rlmesh_stream.schemas.errors import RegistryProtocolError, RegistryUnavailableError
 
 T = TypeVar("T")
 
@@ -39,7 +40,8 @@ def is_not_found(exc: SchemaRegistryError) -> bool:
 
 
 def call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run one registry call; unreachable registry -> RegistryUnavailableError."""
+    """Run one registry call; unreachable registry -> RegistryUnavailableError, a server
+    that is not a registry -> RegistryProtocolError."""
     try:
         return fn(*args, **kwargs)
     except SchemaRegistryError as exc:
@@ -47,7 +49,19 @@ def call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
             408, 429,
         ):
             raise RegistryUnavailableError(f"schema registry failed to {what}: {exc}") from exc
+        if exc.http_status_code == 404 and exc.error_code in (None, -1):
+            # a registry's own 404s carry an error code (40401 subject, 40403 schema...)
+            raise RegistryProtocolError(
+                f"no schema registry API at the registry URL (HTTP 404 without a registry "
+                f"error code, to {what}): check the path of --registry-url / "
+                "RLMESH_STREAM_REGISTRY_URL (Apicurio: http://host:port/apis/ccompat/v7)"
+            ) from exc
         raise
+    except json.JSONDecodeError as exc:
+        raise RegistryProtocolError(
+            f"the server at the registry URL answered {what} with something other than "
+            "JSON (an HTML page?): check --registry-url / RLMESH_STREAM_REGISTRY_URL points "
+            "at a Confluent-API schema registry") from exc
     except TRANSPORT_ERRORS as exc:
         raise RegistryUnavailableError(
             f"schema registry unreachable ({what}): {exc!r}") from exc

@@ -9,6 +9,7 @@ TopicNameStrategy, `{topic}-value`.
 from __future__ import annotations
 
 import enum
+import re
 from typing import Any
 
 from rlmesh_stream.schemas import events as ev
@@ -68,8 +69,48 @@ _BY_CLASS: dict[type, EventType] = {cls: et for et, cls in _CLASSES.items()}
 EVENT_TYPES: tuple[EventType, ...] = tuple(EventType)
 
 
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+"""The largest record batch an event topic accepts (its `max.message.bytes`).
+
+Observation payloads (image frames, batched vectors) can run to megabytes; the broker's
+1 MiB default would reject them. Every client that copies a record of an event topic
+elsewhere (the consumers' dead-letter producer) must accept as much."""
+
+
 def topic_name(prefix: str, event_type: EventType) -> str:
     return f"{prefix}.{event_type.value}"
+
+
+MAX_TOPIC_NAME_CHARS = 249  # Kafka's limit
+_LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def check_topic_name(name: str) -> str:
+    """`name` if Kafka accepts it as a topic name; else ValueError saying what is wrong."""
+    if not name:
+        raise ValueError("a topic name cannot be empty")
+    if name in (".", ".."):
+        raise ValueError(f"{name!r} cannot be a topic name")
+    if len(name) > MAX_TOPIC_NAME_CHARS:
+        raise ValueError(f"topic name {name[:40]!r}... is {len(name)} characters long; "
+                         f"Kafka allows {MAX_TOPIC_NAME_CHARS}")
+    if not _LEGAL_TOPIC.fullmatch(name):
+        bad = sorted({c for c in name if not _LEGAL_TOPIC.fullmatch(c)})
+        raise ValueError(f"topic name {name!r} contains {''.join(bad)!r}: Kafka allows only "
+                         "ASCII letters, digits, '.', '_' and '-'")
+    return name
+
+
+def check_topic_prefix(prefix: str) -> str:
+    """`prefix` if every event topic under it is a legal topic name; else ValueError."""
+    if not prefix:
+        raise ValueError("the topic prefix cannot be empty")
+    longest = max(EVENT_TYPES, key=lambda et: len(et.value))
+    try:
+        check_topic_name(topic_name(prefix, longest))
+    except ValueError as exc:
+        raise ValueError(f"topic prefix {prefix!r} makes illegal topic names: {exc}") from None
+    return prefix
 
 
 def all_topics(prefix: str = DEFAULT_TOPIC_PREFIX) -> list[str]:

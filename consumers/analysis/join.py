@@ -293,6 +293,18 @@ def _tool_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> str | None:
     return "training_log_source"
 
 
+def _position(spec: JoinSpec, row: int) -> str:
+    """Where data row `row` (1-based) is in the log file, as its reader would look for it."""
+    if spec.log is None or spec.log.is_dir() or spec.log.name.startswith("events.out.tfevents"):
+        return f"row {row}"  # an MLflow run or a TensorBoard log: rows, not lines
+    fmt = log_format_of(spec.log, spec.log_format)
+    if fmt == "csv":
+        return f"line {row + 1}"  # below the header line
+    if fmt == "jsonl" and spec.log.suffix.lower() in (".jsonl", ".ndjson"):
+        return f"line {row}"  # one object per line
+    return f"row {row}"
+
+
 def _is_texty(type_name: str) -> bool:
     return type_name in ("VARCHAR", "DATE", "TIME") or type_name.startswith("TIMESTAMP")
 
@@ -332,6 +344,14 @@ def _epoch_sql(con: duckdb.DuckDBPyConnection, spec: JoinSpec, col: str) -> str:
     except duckdb.Error as exc:
         raise JoinError(f"time column {spec.columns.time!r} is neither a timestamp nor "
                         f"a number: {exc}") from exc
+    infinite = con.execute(
+        f"SELECT COUNT(*), MIN(_row), arg_min({col}, _row) FROM training_log_raw "
+        f"WHERE NOT isfinite(TRY_CAST({col} AS DOUBLE))").fetchone()
+    if infinite and infinite[0]:
+        raise JoinError(
+            f"{infinite[0]} time(s) in column {spec.columns.time!r} are not finite numbers "
+            f"(first: {_position(spec, infinite[1])}, {infinite[2]!r}): a time must be a "
+            "finite epoch or a timestamp")
     if biggest and biggest[0] is not None and biggest[0] / divisor > _MAX_EPOCH_SECONDS:
         raise JoinError(
             f"time column {spec.columns.time!r} holds numbers up to {biggest[0]:.0f}, too "
@@ -361,15 +381,16 @@ def _text_time_sql(con: duckdb.DuckDBPyConnection, spec: JoinSpec, col: str,
             f"AND TRY_CAST({text} AS TIMESTAMP) IS NOT NULL").fetchone()
         if naive and naive[0]:
             raise JoinError(
-                f"{naive[0]} timestamp(s) in column {name!r} have no UTC offset (first: row "
-                f"{naive[1]}, {naive[2]!r}), so they are ambiguous. Write them with an "
-                "offset (e.g. 2026-03-01T12:00:00Z) or pass --log-timezone to name the "
-                "zone the log was written in.")
+                f"{naive[0]} timestamp(s) in column {name!r} have no UTC offset (first: "
+                f"{_position(spec, naive[1])}, {naive[2]!r}), so they are ambiguous. Write "
+                "them with an offset (e.g. 2026-03-01T12:00:00Z) or pass --log-timezone to "
+                "name the zone the log was written in.")
     bad = con.execute(
         f"SELECT COUNT(*), list(_row ORDER BY _row)[1:3], list({col} ORDER BY _row)[1:3] "
         f"FROM training_log_raw WHERE {col} IS NOT NULL AND ({expr}) IS NULL").fetchone()
     if bad and bad[0]:
-        examples = ", ".join(f"row {r}: {v!r}" for r, v in zip(bad[1], bad[2], strict=True))
+        examples = ", ".join(f"{_position(spec, r)}: {v!r}"
+                             for r, v in zip(bad[1], bad[2], strict=True))
         raise JoinError(f"{bad[0]} timestamp(s) in column {name!r} cannot be parsed "
                         f"({examples}); use ISO 8601 with an offset, or epoch seconds")
     return expr
@@ -407,7 +428,8 @@ def _local_sql(con: duckdb.DuckDBPyConnection, spec: JoinSpec, naive: str, tz: s
         if found and found[0]:
             raise JoinError(
                 f"{found[0]} local time(s) in column {name!r} are {label} in {tz} (first: "
-                f"row {found[1]}, {str(found[2])!r}); write the log with UTC offsets")
+                f"{_position(spec, found[1])}, {str(found[2])!r}); write the log with UTC "
+                "offsets")
     return f"CASE WHEN {ok1} THEN {u1} ELSE {u2} END"
 
 

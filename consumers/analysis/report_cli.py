@@ -6,6 +6,7 @@ transactions, so running one next to a live consumer can never corrupt it.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -35,8 +36,25 @@ pipeline can tell "the model saw converted data" from "the report broke".
 """
 
 
+def _writable_file(ctx: click.Context, param: click.Parameter, value: Path | None
+                   ) -> Path | None:
+    """--output: a file whose folder exists and can be written, checked before any query."""
+    if value is None:
+        return value
+    folder = value.parent
+    if not folder.is_dir():
+        raise click.BadParameter(f"folder {str(folder)!r} does not exist", ctx=ctx,
+                                 param=param)
+    if not os.access(folder, os.W_OK | os.X_OK) or (value.exists()
+                                                    and not os.access(value, os.W_OK)):
+        raise click.BadParameter(f"{str(value)!r} cannot be written (permission denied)",
+                                 ctx=ctx, param=param)
+    return value
+
+
 def _common(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+                        callback=_writable_file,
                         help="Write the report to FILE instead of standard output.")(func)
     func = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                         show_default=True, help="Output format.")(func)
@@ -54,7 +72,11 @@ def _run(sink: str, build: Callable[[Store], Report]) -> Report:
 
 def _emit(report: Report, fmt: str, output: Path | None) -> None:
     if output is not None:
-        output.write_text(render(report, fmt), encoding="utf-8")
+        try:
+            output.write_text(render(report, fmt), encoding="utf-8")
+        except OSError as exc:
+            raise click.ClickException(f"cannot write the report to {output}: "
+                                       f"{exc.strerror or exc}") from None
         click.echo(f"wrote {fmt} report to {output}", err=True)
     else:
         color = fmt == "table" and sys.stdout.isatty()

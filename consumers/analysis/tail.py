@@ -152,23 +152,28 @@ def run_tail(config: StreamConfig, event_type: EventType, emit: Callable[[str], 
     from confluent_kafka import KafkaException
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-    from rlmesh_stream.schemas.errors import RegistryUnavailableError
+    from rlmesh_stream.schemas.access import redact_url
+    from rlmesh_stream.schemas.client_errors import ClientErrors
+    from rlmesh_stream.schemas.errors import RegistryProtocolError, RegistryUnavailableError
 
+    errors = ClientErrors()
     try:
         return _consume(config, event_type, emit, session_id=session_id,
                         from_beginning=from_beginning, as_json=as_json, count=count,
-                        exit_at_end=exit_at_end, warn=warn, metadata_timeout=metadata_timeout)
+                        exit_at_end=exit_at_end, warn=warn, metadata_timeout=metadata_timeout,
+                        errors=errors)
     except KafkaException as exc:
         err = exc.args[0] if exc.args else exc
         text = err.str() if hasattr(err, "str") else str(err)
-        raise TailError(redact_url(f"Kafka at {config.bootstrap}: {text}")) from exc
-    except (RegistryUnavailableError, SchemaRegistryError) as exc:
+        raise TailError(redact_url(f"Kafka at {config.bootstrap}: {errors.explain(text)}")) from exc
+    except (RegistryUnavailableError, RegistryProtocolError, SchemaRegistryError) as exc:
         raise TailError(redact_url(f"schema registry at {config.registry_url}: {exc}")) from exc
 
 
 def _consume(config: StreamConfig, event_type: EventType, emit: Callable[[str], None], *,
              session_id: str | None, from_beginning: bool, as_json: bool, count: int | None,
-             exit_at_end: bool, warn: Callable[[str], None], metadata_timeout: float) -> int:
+             exit_at_end: bool, warn: Callable[[str], None], metadata_timeout: float,
+             errors: Any) -> int:
     from confluent_kafka import Consumer, KafkaError, KafkaException
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
@@ -185,12 +190,17 @@ def _consume(config: StreamConfig, event_type: EventType, emit: Callable[[str], 
         # librdkafka's own retries and connection logs go to Python logging, not the
         # terminal: a failure reaches the user once, as a TailError.
         "logger": _LIBRDKAFKA_LOG,
+        "error_cb": errors.on_error,  # the last one explains a failure
     })
     decoder = EventDecoder(SchemaRegistryClient(config.registry_config()))
     key = session_id.encode("utf-8") if session_id is not None else None
     printed = 0
     try:
-        meta = consumer.list_topics(topic, timeout=metadata_timeout).topics.get(topic)
+        try:
+            meta = consumer.list_topics(topic, timeout=metadata_timeout).topics.get(topic)
+        except KafkaException:
+            consumer.poll(0)  # serves the queued client errors: the last one says why
+            raise
         if meta is None or meta.error is not None:
             raise TailError(
                 f"topic {topic} does not exist: check --topic-prefix "

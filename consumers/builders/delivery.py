@@ -4,7 +4,9 @@ Reads headers only (no decoding), over every event topic. A batch's sequences
 are staged per (producer_id, seq) and merged into the contiguous ranges of
 `delivery_sequences` in the shared store, in the batch's transaction, so
 processes that each read a share of the partitions still add up to one
-fleet-wide view (`delivery_producers`). The merge reads and rewrites a
+fleet-wide view (`delivery_producers`). A sequence header that is not a number in
+[0, MAX_SEQUENCE] goes to `invalid_headers` instead: one bad header must neither stop
+the batch's transaction nor hide a gap. The merge reads and rewrites a
 producer's ranges, so batches of one producer take a lock on it and apply one
 after the other.
 """
@@ -16,7 +18,12 @@ from typing import ClassVar
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow, Reduced
 from rlmesh_stream.consumers.records import Record
-from rlmesh_stream.consumers.tables import DELIVERY_BATCH, DELIVERY_MERGE_SQL, Table
+from rlmesh_stream.consumers.tables import (
+    DELIVERY_BATCH,
+    DELIVERY_MERGE_SQL,
+    INVALID_HEADERS,
+    Table,
+)
 from rlmesh_stream.schemas import headers as h
 from rlmesh_stream.schemas.topics import EventType
 
@@ -24,7 +31,7 @@ from rlmesh_stream.schemas.topics import EventType
 class DeliveryBuilder(Builder):
     name = "delivery"
     event_types: ClassVar[frozenset[EventType]] = frozenset(EventType)
-    tables: ClassVar[tuple[Table, ...]] = (DELIVERY_BATCH,)
+    tables: ClassVar[tuple[Table, ...]] = (DELIVERY_BATCH, INVALID_HEADERS)
     needs_decode = False
     after_sql = DELIVERY_MERGE_SQL
 
@@ -38,10 +45,15 @@ class DeliveryBuilder(Builder):
         seq = record.headers.get(h.SEQUENCE)
         if producer is None or seq is None:
             return
+        producer_id = producer.decode("utf-8", "replace")
         try:
-            number = int(seq)
-        except ValueError:
+            number = h.parse_sequence(seq)
+        except ValueError as exc:  # counted, never stored as a sequence: see INVALID_HEADERS
+            yield INVALID_HEADERS, {
+                "topic": record.topic, "partition_id": record.partition,
+                "record_offset": record.offset, "header": h.SEQUENCE,
+                "producer_id": producer_id, "header_value": seq.decode("utf-8", "replace"),
+                "reason": str(exc), "record_time": record.timestamp,
+            }
             return
-        yield DELIVERY_BATCH, {
-            "producer_id": producer.decode("utf-8", "replace"), "seq": number, "copies": 1,
-        }
+        yield DELIVERY_BATCH, {"producer_id": producer_id, "seq": number, "copies": 1}

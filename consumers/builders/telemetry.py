@@ -35,6 +35,10 @@ def weighted(count: int, value: float) -> Decimal | None:
     return (Decimal(count) * Decimal(value)).quantize(_NANO)
 
 
+MIN_WINDOW_S = 0.001
+"""The shortest tumbling window: a window must be a positive span the tables can hold."""
+
+
 def window_start(ts: datetime, window: timedelta) -> datetime:
     """The start of the tumbling window holding `ts` (windows aligned to the epoch)."""
     return _EPOCH + ((ts - _EPOCH) // window) * window
@@ -46,6 +50,9 @@ class TelemetryBuilder(Builder):
     tables: ClassVar[tuple[Table, ...]] = (TELEMETRY_ROLLUPS, TELEMETRY_SESSIONS)
 
     def __init__(self, window: timedelta = DEFAULT_WINDOW) -> None:
+        if window.total_seconds() < MIN_WINDOW_S:
+            raise ValueError(f"the telemetry window must be at least {MIN_WINDOW_S} s, "
+                             f"got {window.total_seconds()} s")
         self.window = window
 
     def rows(self, record: Record) -> Iterator[PartialRow]:

@@ -77,10 +77,11 @@ class SinkBatch:
     locks: list[str] = field(default_factory=list)
 
     def add_dead_letter(self, builder: str, topic: str, partition: int, offset: int,
-                        error: str) -> None:
+                        error: str, dead_letter_topic: str | None) -> None:
         self.rows.setdefault(DEAD_LETTERS, []).append({
             "topic": topic, "partition_id": partition, "record_offset": offset,
             "builder": builder, "error": error, "seen_at": datetime.now(UTC),
+            "dead_letter_topic": dead_letter_topic,
         })
 
 

@@ -161,7 +161,7 @@ def test_timestamps_with_an_offset_are_compared_as_instants(tmp_path: Path) -> N
 def test_timestamps_without_an_offset_are_refused_as_ambiguous(tmp_path: Path) -> None:
     naive = [dict(r, time=r["time"].removesuffix("Z")) for r in LOG]
     sink = make_sink(tmp_path, timeline_episodes())
-    with pytest.raises(JoinError, match=r"3 timestamp\(s\) .* have no UTC offset .*row 1"):
+    with pytest.raises(JoinError, match=r"3 timestamp\(s\) .* have no UTC offset .*line 1"):
         joined(sink, JoinSpec("asof", write_log(tmp_path / "log.jsonl", naive)))
 
 
@@ -213,8 +213,24 @@ def test_an_unknown_log_timezone_is_refused(tmp_path: Path) -> None:
 def test_unparseable_timestamps_are_reported_with_their_rows(tmp_path: Path) -> None:
     rows = [LOG[0], dict(LOG[1], time="yesterday-ish"), LOG[2]]
     sink = make_sink(tmp_path, timeline_episodes())
-    with pytest.raises(JoinError, match=r"1 timestamp\(s\) .* cannot be parsed \(row 2: "
+    with pytest.raises(JoinError, match=r"1 timestamp\(s\) .* cannot be parsed \(line 2: "
                                         r"'yesterday-ish'\)"):
+        joined(sink, JoinSpec("asof", write_log(tmp_path / "log.jsonl", rows)))
+
+
+def test_a_csv_logs_bad_timestamp_is_reported_at_its_line_below_the_header(
+        tmp_path: Path) -> None:
+    rows = [LOG[0], dict(LOG[1], time="yesterday-ish"), LOG[2]]
+    sink = make_sink(tmp_path, timeline_episodes())
+    with pytest.raises(JoinError, match=r"cannot be parsed \(line 3: 'yesterday-ish'\)"):
+        joined(sink, JoinSpec("asof", write_log(tmp_path / "log.csv", rows)))
+
+
+def test_a_time_that_is_not_a_finite_number_is_refused_with_its_line(tmp_path: Path) -> None:
+    base = T0.timestamp()
+    rows = [dict(LOG[0], time=base), dict(LOG[1], time=float("nan")), dict(LOG[2], time=base)]
+    sink = make_sink(tmp_path, timeline_episodes())
+    with pytest.raises(JoinError, match=r"1 time\(s\) .* not finite numbers \(first: line 2"):
         joined(sink, JoinSpec("asof", write_log(tmp_path / "log.jsonl", rows)))
 
 

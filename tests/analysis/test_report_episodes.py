@@ -85,3 +85,13 @@ def test_a_store_locked_by_a_writer_is_a_clear_error(sink: str) -> None:
         writer.wait()
     assert result.exit_code == 1
     assert "DuckDB allows one writing process" in result.stderr
+
+
+def test_a_file_that_is_not_duckdb_is_named_as_such_without_the_one_writer_hint(
+        tmp_path: Path) -> None:
+    path = tmp_path / "notes.duckdb"
+    path.write_text("not a database\n")
+    result = CliRunner().invoke(report, ["episodes", "--sink", f"duckdb://{path}"])
+    assert result.exit_code == 1
+    assert f"cannot open {path} as a DuckDB store" in result.stderr
+    assert "one writing process" not in result.stderr

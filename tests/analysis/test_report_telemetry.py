@@ -72,3 +72,10 @@ def test_units_follow_the_metric_kind(sink: str) -> None:
 def test_op_and_metric_filters(sink: str) -> None:
     rows = _rows(sink, "--op", "env.step", "--metric", "rpc.total")
     assert [(r["op"], r["metric"]) for r in rows] == [("env.step", "rpc.total")]
+
+
+def test_an_op_that_matches_nothing_names_the_known_ops(sink: str) -> None:
+    out = CliRunner().invoke(report, ["telemetry", "--sink", sink, "--op", "model.predcit"])
+    assert out.exit_code == 0, out.output
+    assert ("No telemetry rows for --op model.predcit. Known ops: env.step, model.predict."
+            in out.stdout)

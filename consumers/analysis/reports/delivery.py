@@ -5,7 +5,8 @@ Producers stamp each record with their id and a per-producer sequence number
 ranges, in `delivery_sequences` and summarise them in the `delivery_producers` view. This
 report reads that view, so it counts exactly what the consumers define as a
 gap or a duplicate. A loss after a producer's last received record cannot be
-seen from sequence numbers alone, which the report says.
+seen from sequence numbers alone, which the report says. Records whose sequence header
+is unusable (`invalid_headers`) are counted and listed apart.
 """
 
 from __future__ import annotations
@@ -19,6 +20,19 @@ SELECT producer_id, records, distinct_sequences, min_seq, max_seq, gaps, duplica
 FROM {DELIVERY_PRODUCERS.name}
 ORDER BY (gaps > 0 OR duplicates > 0) DESC, gaps DESC, duplicates DESC, producer_id
 """
+
+_INVALID_SQL = """
+SELECT producer_id, topic, partition_id, record_offset, header, header_value, reason
+FROM invalid_headers ORDER BY producer_id, topic, partition_id, record_offset
+"""
+MAX_INVALID_SHOWN = 5
+
+
+def _invalid_note(r: dict[str, object]) -> str:
+    return (f"Invalid {r['header']} header, left out of the counts above: producer "
+            f"{r['producer_id']}, {r['topic']}[{r['partition_id']}]@{r['record_offset']}: "
+            f"{r['header_value']!r} ({r['reason']})")
+
 
 COLUMNS = [
     Column("producer_id", "Producer"),
@@ -44,6 +58,15 @@ def delivery_report(store: Store) -> Report:
     }
     if store.has_table("dead_letters"):
         summary["dead letters"] = int(store.query("SELECT COUNT(*) FROM dead_letters").rows[0][0])
+    notes = ["Gaps are missing sequence numbers below a producer's last received one; "
+             "records lost after it cannot be detected here."]
+    if store.has_table("invalid_headers"):
+        invalid = store.query(_INVALID_SQL).dicts()
+        summary["invalid headers"] = len(invalid)
+        notes.extend(_invalid_note(r) for r in invalid[:MAX_INVALID_SHOWN])
+        if len(invalid) > MAX_INVALID_SHOWN:
+            notes.append(f"... and {len(invalid) - MAX_INVALID_SHOWN} more records with an "
+                         "invalid header (table `invalid_headers`).")
     return Report(
         name="delivery",
         title="Delivery check per producer",
@@ -51,7 +74,6 @@ def delivery_report(store: Store) -> Report:
         rows=rows,
         row_classes=["caution" if r["gaps"] or r["duplicates"] else "" for r in rows],
         summary=summary,
-        notes=["Gaps are missing sequence numbers below a producer's last received one; "
-               "records lost after it cannot be detected here."],
+        notes=notes,
         empty_message="No producer records in the store yet.",
     )

@@ -59,9 +59,14 @@ class DuckDBStore:
         self._con.execute("SET TimeZone = 'UTC'")
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> Rows:
-        cur = self._con.execute(sql.replace("%s", "?"), list(params))
-        columns = [d[0] for d in cur.description or []]
-        return Rows(columns, [tuple(r) for r in cur.fetchall()])
+        import duckdb
+
+        try:
+            cur = self._con.execute(sql.replace("%s", "?"), list(params))
+            columns = [d[0] for d in cur.description or []]
+            return Rows(columns, [tuple(r) for r in cur.fetchall()])
+        except duckdb.Error as exc:
+            raise StoreError(_shape_message(exc)) from exc
 
     def has_table(self, name: str) -> bool:
         rows = self.query(
@@ -82,9 +87,14 @@ class PostgresStore:
         self._con.execute("SET default_transaction_read_only = on")
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> Rows:
-        cur = self._con.execute(sql, list(params))  # type: ignore[arg-type]
-        columns = [d.name for d in cur.description or []]
-        return Rows(columns, [tuple(r) for r in cur.fetchall()])
+        import psycopg
+
+        try:
+            cur = self._con.execute(sql, list(params))  # type: ignore[arg-type]
+            columns = [d.name for d in cur.description or []]
+            return Rows(columns, [tuple(r) for r in cur.fetchall()])
+        except psycopg.Error as exc:
+            raise StoreError(_shape_message(exc)) from exc
 
     def has_table(self, name: str) -> bool:
         rows = self.query(
@@ -94,6 +104,14 @@ class PostgresStore:
 
     def close(self) -> None:
         self._con.close()
+
+
+def _shape_message(exc: Exception) -> str:
+    """A failed report query: in a store consume writes, the tables have another shape."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return (f"the store's tables are not the shape `rlmesh-stream consume` writes ({first}): "
+            "point --sink at a store the consumers built, or run `rlmesh-stream consume` "
+            "into it")
 
 
 @contextmanager

@@ -76,5 +76,22 @@ def telemetry_report(store: Store, *, ops: Sequence[str] = (),
                      params).rows[0][0])},
         notes=["Mean is exact; p50/p95 are count-weighted estimates across sessions; "
                "p99 (max) is the largest session p99, an upper bound."],
-        empty_message="No telemetry snapshots in the store yet.",
+        empty_message=_empty_message(store, ops, metrics),
     )
+
+
+def _empty_message(store: Store, ops: Sequence[str], metrics: Sequence[str]) -> str:
+    """Why there are no rows: no snapshots at all, or none of the asked ops or metrics."""
+    if not ops and not metrics:
+        return "No telemetry snapshots in the store yet."
+    asked = [f"{name} {', '.join(values)}" for name, values in
+             (("--op", ops), ("--metric", metrics)) if values]
+    known = [f"{column}s: {', '.join(_known(store, column)) or 'none'}"
+             for column, values in (("op", ops), ("metric", metrics)) if values]
+    return f"No telemetry rows for {' and '.join(asked)}. Known {'; '.join(known)}."
+
+
+def _known(store: Store, column: str, limit: int = 20) -> list[str]:
+    rows = store.query(f"SELECT DISTINCT {column} FROM telemetry_sessions ORDER BY 1 "
+                       f"LIMIT {limit}").rows
+    return [str(r[0]) for r in rows]

@@ -1,0 +1,188 @@
+"""The CLI bad-input table: every command fed bad input ends at once with one `Error:` line.
+
+Each row is a command line, the words its one error line must contain, and how long it may
+take. `{name}` in a row's arguments is the value of the fixture `name` (tests/cli/conftest.py
+and tests/conftest.py): a row names the servers, stores and files it needs and nothing else
+is started. To add a row, append a `BadInput` to `CASES` (add a fixture for a new
+placeholder).
+
+Asserted for every row: a non-zero exit, exactly one non-empty line on stderr, starting
+with `Error:` and naming what was wrong, no traceback, and an end within the row's timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CLI = str(Path(sys.executable).parent / "rlmesh-stream")
+
+
+@dataclass(frozen=True)
+class BadInput:
+    name: str
+    args: tuple[str, ...]
+    words: tuple[str, ...]  # each must appear in the error line (case-insensitive)
+    timeout: float = 20.0  # seconds the command may take
+
+
+SINK = "--sink=duckdb://{tmp_path}/store.duckdb"
+
+CASES: list[BadInput] = [
+    # -- consume: options checked when the command line is parsed
+    BadInput("consume --window negative", ("consume", "telemetry", "--window", "-5"),
+             ("--window", "-5")),
+    BadInput("consume all --window 0", ("consume", "all", "--window", "0"), ("--window", "0")),
+    BadInput("consume --max-batch 0", ("consume", "episodes", "--max-batch", "0"),
+             ("--max-batch",)),
+    BadInput("consume --dlq-topic illegal", ("consume", "episodes", "--dlq-topic", "bad name!!"),
+             ("--dlq-topic", "bad name!!")),
+    BadInput("consume --security-protocol BOGUS",
+             ("consume", "episodes", "--security-protocol", "BOGUS"),
+             ("--security-protocol", "BOGUS")),
+    # -- connection options every command shares
+    BadInput("registry URL without a scheme",
+             ("schemas", "register", "--registry-url", "127.0.0.1:8081"),
+             ("--registry-url", "http")),
+    BadInput("topic prefix Kafka cannot name topics with",
+             ("topics", "create", "--topic-prefix", "bad/prefix"), ("--topic-prefix", "'/'")),
+    # -- topics create
+    BadInput("topics create --partitions 0", ("topics", "create", "--partitions", "0"),
+             ("--partitions",)),
+    BadInput("topics create --partitions -3", ("topics", "create", "--partitions", "-3"),
+             ("--partitions", "-3")),
+    BadInput("topics create --retention-ms -5", ("topics", "create", "--retention-ms", "-5"),
+             ("--retention-ms", "-5")),
+    BadInput("topics create --max-message-bytes 0",
+             ("topics", "create", "--max-message-bytes", "0"), ("--max-message-bytes",)),
+    BadInput("topics create --replication-factor above the brokers",
+             ("topics", "create", "--bootstrap", "{bootstrap}", "--topic-prefix",
+              "{fresh_prefix}", "--replication-factor", "5"),
+             ("replication factor 5", "brokers")),
+    BadInput("topics create with a protocol the broker does not speak",
+             ("topics", "create", "--bootstrap", "{bootstrap}", "--topic-prefix",
+              "{fresh_prefix}", "--security-protocol", "SSL"),
+             ("cannot reach Kafka", "PLAINTEXT"), timeout=60),
+    # -- other commands' options
+    BadInput("infra up --kafka-port 99999", ("infra", "up", "--kafka-port", "99999"),
+             ("--kafka-port", "99999")),
+    BadInput("simulate --sessions -1", ("simulate", "--sessions", "-1"), ("--sessions", "-1")),
+    # -- consume --until-end that could never end
+    BadInput("consume --until-end with a prefix no topic has",
+             ("consume", "episodes", "--until-end", "--quiet", SINK, "--bootstrap",
+              "{bootstrap}", "--topic-prefix", "{fresh_prefix}"),
+             ("none of the", "--topic-prefix")),
+    BadInput("consume --until-end with Kafka unreachable",
+             ("consume", "episodes", "--until-end", "--quiet", SINK,
+              "--bootstrap", "127.0.0.1:{closed_port}"),
+             ("cannot reach Kafka", "--bootstrap"), timeout=40),
+    BadInput("consume with SASL against a listener that speaks none",
+             ("consume", "episodes", "--until-end", "--quiet", SINK, "--bootstrap",
+              "{bootstrap}", "--security-protocol", "SASL_PLAINTEXT", "--sasl-mechanism",
+              "PLAIN", "--sasl-username", "u", "--sasl-password", "p"),
+             ("offers no SASL mechanism", "--security-protocol"), timeout=40),
+    # -- tail
+    BadInput("tail with a prefix no topic has",
+             ("tail", "log", "-e", "--bootstrap", "{bootstrap}", "--topic-prefix",
+              "{fresh_prefix}"),
+             ("does not exist", "--topic-prefix")),
+    BadInput("tail with Kafka unreachable",
+             ("tail", "log", "-e", "--bootstrap", "127.0.0.1:{closed_port}"), ("Kafka",),
+             timeout=40),
+    BadInput("tail with a protocol the broker does not speak",
+             ("tail", "log", "-e", "--bootstrap", "{bootstrap}", "--security-protocol", "SSL"),
+             ("Kafka", "PLAINTEXT broker listener"), timeout=30),
+    # -- a registry that hangs: bounded by --registry-timeout, not by 4 of them and more
+    BadInput("schemas register against a hung registry",
+             ("schemas", "register", "--registry-url", "{hung_registry}",
+              "--registry-timeout", "3"),
+             ("unreachable", "timed out"), timeout=12),
+    BadInput("tail against a hung registry",
+             ("tail", "session_started", "--from-beginning", "-e", "--bootstrap", "{bootstrap}",
+              "--topic-prefix", "{published_prefix}", "--registry-url", "{hung_registry}",
+              "--registry-timeout", "3"),
+             ("schema registry", "timed out"), timeout=15),
+    # -- a registry URL that leads to something else
+    BadInput("schemas register against an HTML page",
+             ("schemas", "register", "--registry-url", "{html_registry}"),
+             ("JSON", "--registry-url")),
+    BadInput("schemas check against an HTML page",
+             ("schemas", "check", "--registry-url", "{html_registry}"),
+             ("JSON", "--registry-url")),
+    BadInput("tail against an HTML page",
+             ("tail", "session_started", "--from-beginning", "-e", "--bootstrap", "{bootstrap}",
+              "--topic-prefix", "{published_prefix}", "--registry-url", "{html_registry}"),
+             ("JSON", "--registry-url")),
+    BadInput("consume against an HTML page",
+             ("consume", "sessions", "--until-end", "--from-beginning", "--quiet", SINK,
+              "--bootstrap", "{bootstrap}", "--topic-prefix", "{published_prefix}",
+              "--registry-url", "{html_registry}"),
+             ("JSON", "--registry-url")),
+    BadInput("schemas register at a path with no registry API",
+             ("schemas", "register", "--registry-url", "{registry_root}/wrong/path"),
+             ("HTTP 404", "path of --registry-url")),
+    BadInput("infra smoke --no-up with the registry down",
+             ("infra", "smoke", "--no-up", "--bootstrap", "{bootstrap}", "--topic-prefix",
+              "{fresh_prefix}", "--registry-url",
+              "http://127.0.0.1:{closed_port}/apis/ccompat/v7"),
+             ("schema registry", "unreachable")),
+    # -- analysis
+    BadInput("report on an episodes table of another shape",
+             ("report", "episodes", "--sink", "duckdb://{wrong_store}"),
+             ("shape", "env_id")),
+    BadInput("report --output into a missing folder",
+             ("report", "delivery", "--sink", "duckdb://{empty_store}", "--output",
+              "{tmp_path}/missing/report.txt"),
+             ("--output", "does not exist")),
+    BadInput("report --output into a folder that cannot be written",
+             ("report", "delivery", "--sink", "duckdb://{empty_store}", "--output",
+              "{unwritable_dir}/report.txt"),
+             ("permission denied",)),
+    BadInput("join --by asof with a NaN time",
+             ("join", "--by", "asof", "--sink", "duckdb://{empty_store}", "--log", "{nan_log}"),
+             ("not finite", "line 2")),
+]
+
+
+class _Fixtures(dict[str, Any]):
+    """`{name}` -> the fixture `name`'s value, requested only when a row uses it."""
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        super().__init__()
+        self.request = request
+
+    def __missing__(self, name: str) -> Any:
+        self[name] = value = self.request.getfixturevalue(name)
+        return value
+
+
+def _environment() -> dict[str, str]:
+    """This process's environment without RLMESH_STREAM_* settings: each row says it all."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("RLMESH_STREAM_")}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_ends_with_one_error_line(case: BadInput, request: pytest.FixtureRequest,
+                                            tmp_path: Path) -> None:
+    fixtures = _Fixtures(request)
+    args = [a.format_map(fixtures) for a in case.args]
+    started = time.monotonic()
+    result = subprocess.run([CLI, *args], capture_output=True, text=True, cwd=tmp_path,
+                            env=_environment(), timeout=case.timeout + 10)
+    took = time.monotonic() - started
+
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode != 0, result.stdout
+    assert "Traceback" not in result.stderr, result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: "), lines[0]
+    for word in case.words:
+        assert word.lower() in lines[0].lower(), (word, lines[0])
+    assert took < case.timeout, f"took {took:.1f} s"

@@ -1,0 +1,211 @@
+"""Poison pills: no single record, however large, misplaced or badly stamped, stops ingestion.
+
+Each test publishes good records around one hostile record and checks that the good ones
+are applied, the hostile one is dead-lettered or counted where the docs say, and that a
+second run over the same store starts cleanly (no crash loop).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+from consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
+
+from rlmesh_stream.consumers.deadletter import (
+    MAX_DEAD_LETTER_BYTES,
+    DeadLetter,
+    DeadLetterQueue,
+)
+from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas import headers as h
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.topics import MAX_MESSAGE_BYTES, EventType
+
+pytestmark = pytest.mark.stack
+
+ROUTE = ev.RuntimeEnvContext(env_id="e", env_component_id="ec", model_component_id="m")
+INT64_MAX = 2**63 - 1
+
+
+def _started(session_id: str) -> ev.SessionStartedEvent:
+    return ev.SessionStartedEvent(session_id=session_id, route=ROUTE, env_id="e")
+
+
+def _produce(config: StreamConfig, topic: str, value: bytes) -> None:
+    """A record from a raw client, as a foreign or broken producer would write it."""
+    producer = Producer({**config.kafka_config(), "message.max.bytes": MAX_MESSAGE_BYTES})
+    producer.produce(topic, key=b"raw", value=value)
+    assert producer.flush(30) == 0
+
+
+def test_an_undecodable_record_larger_than_a_megabyte_is_dead_lettered(
+    stream_config: StreamConfig, duckdb_url: str,
+) -> None:
+    create_topics(stream_config, partitions=1)
+    hooks = PlainKafkaHooks(stream_config)
+    et = EventType.SESSION_STARTED
+    hooks.publish(et, _started("before"))
+    hooks.flush()
+    _produce(stream_config, et.topic(stream_config.topic_prefix),
+             b"\x00\x00\x00\x00\x08" + b"\xff" * 1_500_000)
+    hooks.publish(et, _started("after"))
+    hooks.flush()
+
+    runtime = run_offline(stream_config, duckdb_url, ["sessions"])
+
+    assert runtime.dead_letters == 1
+    assert query(duckdb_url, "SELECT session_id FROM sessions ORDER BY 1") == [
+        ("after",), ("before",)]
+    assert query(duckdb_url, "SELECT record_offset, dead_letter_topic FROM dead_letters") == [
+        (1, f"{stream_config.topic_prefix}.dlq")]
+
+
+def test_a_record_the_dead_letter_topic_refuses_is_recorded_with_the_reason_and_skipped(
+    stream_config: StreamConfig, duckdb_url: str,
+) -> None:
+    create_topics(stream_config, partitions=1)
+    dlq = DeadLetterQueue(stream_config, f"{stream_config.topic_prefix}.dlq")
+    too_big = DeadLetter("t", 0, 7, "CorruptPayloadError: x", b"k",
+                         b"\xff" * (MAX_DEAD_LETTER_BYTES + 1))
+    fine = DeadLetter("t", 0, 8, "CorruptPayloadError: y", b"k", b"\xff" * 10)
+    try:
+        refused = dlq.send([too_big, fine])
+    finally:
+        dlq.close()
+    assert list(refused) == [("t", 0, 7)]
+    assert "MSG_SIZE_TOO_LARGE" in refused[("t", 0, 7)]
+
+
+def test_a_consumer_whose_dead_letter_topic_refuses_a_record_applies_the_rest_and_restarts(
+    stream_config: StreamConfig, duckdb_url: str,
+) -> None:
+    create_topics(stream_config, partitions=1)
+    # a dead-letter topic limited to 1 MiB, as a broker's default would make it
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    dlq_topic = f"{stream_config.topic_prefix}.small-dlq"
+    admin = AdminClient(stream_config.kafka_config())
+    admin.create_topics([NewTopic(dlq_topic, 1, 1, config={"max.message.bytes": "1048576"})])[
+        dlq_topic].result(30)
+    hooks = PlainKafkaHooks(stream_config)
+    et = EventType.SESSION_STARTED
+    hooks.publish(et, _started("before"))
+    hooks.flush()
+    _produce(stream_config, et.topic(stream_config.topic_prefix),
+             b"\x00\x00\x00\x00\x08" + b"\xff" * 1_500_000)
+    hooks.publish(et, _started("after"))
+    hooks.flush()
+
+    run_offline(stream_config, duckdb_url, ["sessions"], dlq_topic=dlq_topic)
+    again = run_offline(stream_config, duckdb_url, ["sessions"], dlq_topic=dlq_topic)
+
+    assert again.dead_letters == 0  # nothing left over: the record was skipped for good
+    assert query(duckdb_url, "SELECT session_id FROM sessions ORDER BY 1") == [
+        ("after",), ("before",)]
+    [(offset, topic, error)] = query(
+        duckdb_url, "SELECT record_offset, dead_letter_topic, error FROM dead_letters")
+    assert (offset, topic) == (1, None)
+    assert error.startswith("CorruptPayloadError")
+    assert f"not copied to the dead-letter topic {dlq_topic}" in error
+    assert "MSG_SIZE_TOO_LARGE" in error
+
+
+def test_a_record_of_another_event_type_on_a_topic_is_dead_lettered(
+    stream_config: StreamConfig, duckdb_url: str,
+) -> None:
+    create_topics(stream_config, partitions=1)
+    hooks = PlainKafkaHooks(stream_config)
+    et = EventType.SESSION_STARTED
+    hooks.publish(et, _started("good"))
+    ended = ev.SessionEndedEvent(session_id="misplaced", route=ROUTE, reason="done",
+                                 total_steps=1, total_episodes=1)
+    hooks.produce_raw(et, "misplaced", hooks.serializer.serialize(ended))
+    hooks.flush()
+
+    runtime = run_offline(stream_config, duckdb_url, ["sessions"])
+
+    assert runtime.dead_letters == 1
+    assert query(duckdb_url, "SELECT session_id FROM sessions") == [("good",)]
+    [(error,)] = query(duckdb_url, "SELECT error FROM dead_letters")
+    assert error.startswith("WrongEventTypeError") and "session_ended" in error
+
+
+def test_a_tombstone_is_dead_lettered_as_a_tombstone(
+    stream_config: StreamConfig, duckdb_url: str,
+) -> None:
+    create_topics(stream_config, partitions=1)
+    topic = EventType.SESSION_STARTED.topic(stream_config.topic_prefix)
+    producer = Producer(stream_config.kafka_config())
+    producer.produce(topic, key=b"gone", value=None)
+    assert producer.flush(30) == 0
+
+    run_offline(stream_config, duckdb_url, ["sessions"])
+
+    [(error,)] = query(duckdb_url, "SELECT error FROM dead_letters")
+    assert "tombstone" in error
+
+
+@pytest.mark.parametrize("bad_seq", [str(2**63), str(2**70), "-5", "12x"])
+def test_a_sequence_header_out_of_range_is_counted_invalid_and_ingestion_goes_on(
+    stream_config: StreamConfig, sink_url: str, bad_seq: str,
+) -> None:
+    create_topics(stream_config, partitions=1)
+    hooks = PlainKafkaHooks(stream_config, producer_id="p")
+    et = EventType.SESSION_STARTED
+    hooks.publish(et, _started("s0"), seq=0)
+    hooks.publish(et, _started("s1"), seq=1)
+    hooks.producer.produce(et.topic(stream_config.topic_prefix), key=b"s2",
+                           value=hooks.serializer.serialize(_started("s2")),
+                           headers=[(h.PRODUCER_ID, b"p"), (h.SEQUENCE, bad_seq.encode())])
+    hooks.publish(et, _started("s3"), seq=2)
+    hooks.flush()
+
+    run_offline(stream_config, sink_url, ["all"])
+
+    assert query(sink_url, "SELECT COUNT(*) FROM sessions") == [(4,)]
+    assert query(sink_url, "SELECT producer_id, CAST(records AS BIGINT), gaps, "
+                           "CAST(duplicates AS BIGINT) FROM delivery_producers") == [
+        ("p", 3, 0, 0)]
+    assert query(sink_url, "SELECT producer_id, record_offset, header, header_value "
+                           "FROM invalid_headers") == [("p", 2, h.SEQUENCE, bad_seq)]
+
+
+def test_the_largest_sequence_does_not_overflow_the_other_producers_counts(
+    stream_config: StreamConfig, sink_url: str,
+) -> None:
+    create_topics(stream_config, partitions=1)
+    huge = PlainKafkaHooks(stream_config, producer_id="huge")
+    huge.publish(EventType.SESSION_STARTED, _started("h"), seq=INT64_MAX)
+    other = PlainKafkaHooks(stream_config, producer_id="other")
+    for i in range(3):
+        other.publish(EventType.SESSION_STARTED, _started(f"o{i}"))
+    huge.flush()
+    other.flush()
+
+    run_offline(stream_config, sink_url, ["delivery"])
+
+    assert query(sink_url, "SELECT producer_id, CAST(records AS BIGINT), gaps "
+                           "FROM delivery_producers ORDER BY 1") == [("other", 3, 0)]
+    assert query(sink_url, "SELECT producer_id, header_value FROM invalid_headers") == [
+        ("huge", str(INT64_MAX))]
+
+
+def test_report_delivery_shows_invalid_headers(
+    stream_config: StreamConfig, duckdb_url: str,
+) -> None:
+    from rlmesh_stream.consumers.analysis.reports.delivery import delivery_report
+    from rlmesh_stream.consumers.analysis.reports.store import open_store
+
+    create_topics(stream_config, partitions=1)
+    hooks = PlainKafkaHooks(stream_config, producer_id=uuid.uuid4().hex)
+    hooks.publish(EventType.SESSION_STARTED, _started("a"), seq=-1)
+    hooks.publish(EventType.SESSION_STARTED, _started("b"), seq=0)
+    hooks.flush()
+    run_offline(stream_config, duckdb_url, ["delivery"])
+
+    with open_store(duckdb_url) as store:
+        report = delivery_report(store)
+    assert report.summary["invalid headers"] == 1
+    assert any("rlmesh.seq" in note and "-1" in note for note in report.notes)
