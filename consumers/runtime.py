@@ -436,7 +436,7 @@ class ConsumerRuntime:
             if needs_decode:
                 value = message.value()
                 try:
-                    event = decode(value if isinstance(value, bytes) else b"")  # type: ignore[misc]
+                    event = decode(value)  # type: ignore[misc]  # None: a tombstone, named as one
                     _check_event_type(event, event_type, topic)
                 except RegistryUnavailableError as exc:
                     raise _RegistryDown(str(exc)) from exc
