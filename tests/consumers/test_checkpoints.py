@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -18,8 +19,8 @@ from rlmesh_stream.schemas.topics import EventType
 
 
 @pytest.fixture
-def runtime() -> Iterator[ConsumerRuntime]:
-    sink = open_sink("duckdb://")  # in memory: nothing here reaches Kafka or the sink
+def runtime(tmp_path: Path) -> Iterator[ConsumerRuntime]:
+    sink = open_sink(f"duckdb://{tmp_path / 'store.duckdb'}")  # nothing here reaches Kafka
     rt = ConsumerRuntime(StreamConfig(), [EpisodesBuilder()], sink,
                          RuntimeOptions(group_id="g", checkpoint_interval=1.0, max_batch=10))
     yield rt
