@@ -93,5 +93,5 @@ def test_a_file_that_is_not_duckdb_is_named_as_such_without_the_one_writer_hint(
     path.write_text("not a database\n")
     result = CliRunner().invoke(report, ["episodes", "--sink", f"duckdb://{path}"])
     assert result.exit_code == 1
-    assert f"cannot open {path} as a DuckDB store" in result.stderr
+    assert f"{path} is not a DuckDB database file" in result.stderr
     assert "one writing process" not in result.stderr
