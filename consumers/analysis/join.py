@@ -293,6 +293,15 @@ def _tool_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> str | None:
     return "training_log_source"
 
 
+def _offending_rows(con: duckdb.DuckDBPyConnection, col: str,
+                    where: str) -> tuple[int, int, Any] | None:
+    """(how many, first row, its value) of the log rows matching `where`; None if none."""
+    found = con.execute(
+        f"SELECT COUNT(*), MIN(_row), arg_min({col}, _row) FROM training_log_raw "
+        f"WHERE {where}").fetchone()
+    return (found[0], found[1], found[2]) if found and found[0] else None
+
+
 def _position(spec: JoinSpec, row: int) -> str:
     """Where data row `row` (1-based) is in the log file, as its reader would look for it."""
     if spec.log is None or spec.log.is_dir() or spec.log.name.startswith("events.out.tfevents"):
@@ -344,10 +353,8 @@ def _epoch_sql(con: duckdb.DuckDBPyConnection, spec: JoinSpec, col: str) -> str:
     except duckdb.Error as exc:
         raise JoinError(f"time column {spec.columns.time!r} is neither a timestamp nor "
                         f"a number: {exc}") from exc
-    infinite = con.execute(
-        f"SELECT COUNT(*), MIN(_row), arg_min({col}, _row) FROM training_log_raw "
-        f"WHERE NOT isfinite(TRY_CAST({col} AS DOUBLE))").fetchone()
-    if infinite and infinite[0]:
+    infinite = _offending_rows(con, col, f"NOT isfinite(TRY_CAST({col} AS DOUBLE))")
+    if infinite:
         raise JoinError(
             f"{infinite[0]} time(s) in column {spec.columns.time!r} are not finite numbers "
             f"(first: {_position(spec, infinite[1])}, {infinite[2]!r}): a time must be a "
@@ -375,11 +382,10 @@ def _text_time_sql(con: duckdb.DuckDBPyConnection, spec: JoinSpec, col: str,
             f"ELSE {local} END")
     name = spec.columns.time
     if tz is None:
-        naive = con.execute(
-            f"SELECT COUNT(*), MIN(_row), arg_min({col}, _row) FROM training_log_raw "
-            f"WHERE {col} IS NOT NULL AND NOT {is_number} AND NOT {has_offset} "
-            f"AND TRY_CAST({text} AS TIMESTAMP) IS NOT NULL").fetchone()
-        if naive and naive[0]:
+        naive = _offending_rows(
+            con, col, f"{col} IS NOT NULL AND NOT {is_number} AND NOT {has_offset} "
+            f"AND TRY_CAST({text} AS TIMESTAMP) IS NOT NULL")
+        if naive:
             raise JoinError(
                 f"{naive[0]} timestamp(s) in column {name!r} have no UTC offset (first: "
                 f"{_position(spec, naive[1])}, {naive[2]!r}), so they are ambiguous. Write "
@@ -422,10 +428,8 @@ def _local_sql(con: duckdb.DuckDBPyConnection, spec: JoinSpec, naive: str, tz: s
                          f"{ok1} AND {ok2} AND {u1} <> {u2}"),
                         ("nonexistent (skipped when clocks went forward)",
                          f"NOT {ok1} AND NOT {ok2}")):
-        found = con.execute(
-            f"SELECT COUNT(*), MIN(_row), arg_min({col}, _row) FROM training_log_raw "
-            f"WHERE {applies} AND {naive} IS NOT NULL AND {cond}").fetchone()
-        if found and found[0]:
+        found = _offending_rows(con, col, f"{applies} AND {naive} IS NOT NULL AND {cond}")
+        if found:
             raise JoinError(
                 f"{found[0]} local time(s) in column {name!r} are {label} in {tz} (first: "
                 f"{_position(spec, found[1])}, {str(found[2])!r}); write the log with UTC "

@@ -50,7 +50,25 @@ class Store(Protocol):
     def has_table(self, name: str) -> bool: ...
 
 
-class DuckDBStore:
+class _SQLStore:
+    """What both stores share: `query` is each one's own, the rest is the same SQL."""
+
+    _con: Any
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        raise NotImplementedError
+
+    def has_table(self, name: str) -> bool:
+        rows = self.query(
+            "SELECT 1 FROM information_schema.tables WHERE table_name = %s", [name]
+        )
+        return bool(rows.rows)
+
+    def close(self) -> None:
+        self._con.close()
+
+
+class DuckDBStore(_SQLStore):
     """A DuckDB file opened read-only, so a report never takes the writer's lock."""
 
     def __init__(self, path: Path) -> None:
@@ -68,17 +86,8 @@ class DuckDBStore:
         except duckdb.Error as exc:
             raise StoreError(_shape_message(exc)) from exc
 
-    def has_table(self, name: str) -> bool:
-        rows = self.query(
-            "SELECT 1 FROM information_schema.tables WHERE table_name = %s", [name]
-        )
-        return bool(rows.rows)
 
-    def close(self) -> None:
-        self._con.close()
-
-
-class PostgresStore:
+class PostgresStore(_SQLStore):
     """A PostgreSQL database, queried in a read-only transaction."""
 
     def __init__(self, url: str) -> None:
@@ -96,14 +105,6 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise StoreError(_shape_message(exc)) from exc
 
-    def has_table(self, name: str) -> bool:
-        rows = self.query(
-            "SELECT 1 FROM information_schema.tables WHERE table_name = %s", [name]
-        )
-        return bool(rows.rows)
-
-    def close(self) -> None:
-        self._con.close()
 
 
 def _shape_message(exc: Exception) -> str:
