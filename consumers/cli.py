@@ -20,23 +20,13 @@ from rlmesh_stream.consumers.progress import Progress
 from rlmesh_stream.consumers.runtime import ConsumerError, ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import SinkError, open_sink, sink_option
 from rlmesh_stream.schemas.access import AccessDeniedError
-from rlmesh_stream.schemas.cli_options import stream_options
+from rlmesh_stream.schemas.cli_options import stream_options, topic_name_callback
 from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import check_topic_name
 
 
 @click.group()
 def consume() -> None:
     """Build tables from the event topics (DuckDB file or PostgreSQL)."""
-
-
-def _topic_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is not None:
-        try:
-            check_topic_name(value)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-    return value
 
 
 def _builder_command(name: str) -> click.Command:
@@ -67,7 +57,7 @@ def _builder_command(name: str) -> click.Command:
                   help="Records per checkpoint at most.")
     @click.option("--instance-id", default=None,
                   help="Static group membership id: a restarted process takes over at once.")
-    @click.option("--dlq-topic", default=None, callback=_topic_name,
+    @click.option("--dlq-topic", default=None, callback=topic_name_callback,
                   help="Dead-letter topic [default: <prefix>.dlq]")
     @click.option("--quiet", is_flag=True, help="No progress output.")
     @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,

@@ -22,7 +22,7 @@ from rlmesh_stream.schemas.config import (
     StreamConfig,
 )
 from rlmesh_stream.schemas.redact import redact_url
-from rlmesh_stream.schemas.topics import check_topic_prefix
+from rlmesh_stream.schemas.topics import check_topic_name, check_topic_prefix
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")  # librdkafka's
 
@@ -53,6 +53,10 @@ def check_registry_url(url: str) -> str:
         except ValueError:
             raise ValueError(f"{redact_url(one.strip())!r} has an invalid port") from None
     return url
+
+
+# A click callback for an option naming one Kafka topic (e.g. --dlq-topic).
+topic_name_callback = _check(check_topic_name)
 
 
 # Per option: the click type or a check of the given value (ValueError: a bad parameter).

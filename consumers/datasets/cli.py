@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from rlmesh_stream.schemas.access import AccessDeniedError
-from rlmesh_stream.schemas.cli_options import stream_options
+from rlmesh_stream.schemas.cli_options import stream_options, topic_name_callback
 from rlmesh_stream.schemas.config import StreamConfig
 
 
@@ -39,14 +39,15 @@ def export() -> None:
               help="Also export the episodes of failed sessions, flagged abandoned.")
 @click.option("--exclude-caution", is_flag=True,
               help="Leave out sessions with a caution relay advisory (else they are tagged).")
-@click.option("--settle-time", default=None, type=float,
+@click.option("--settle-time", default=None, type=click.FloatRange(min=0),
               help="--until-end: a process holding no partitions this many seconds after "
                    "joining stops [default: three session timeouts, 30 s].")
 @click.option("--checkpoint-interval", default=1.0, show_default=True,
-              help="Seconds between commits.")
-@click.option("--max-batch", default=20_000, show_default=True,
+              type=click.FloatRange(min=0), help="Seconds between commits.")
+@click.option("--max-batch", default=20_000, show_default=True, type=click.IntRange(min=1),
               help="Records per commit at most.")
-@click.option("--dlq-topic", default=None, help="Dead-letter topic [default: <prefix>.dlq]")
+@click.option("--dlq-topic", default=None, callback=topic_name_callback,
+              help="Dead-letter topic [default: <prefix>.dlq]")
 @click.option("--quiet", is_flag=True, help="No progress output.")
 def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
                  group_id: str | None, from_beginning: bool, until_end: bool,
