@@ -246,7 +246,9 @@ class Joiner:
         if not session.ended and not final:
             return None
         if ep.completed is None:
-            if not session.ended:
+            # The session's end can be read before its episodes' completed events: they are
+            # on other topics, in any order. Only the end of the history decides.
+            if not session.ended or not final:
                 return None  # still running when the history ends: decided by a later run
             if not session.failed:
                 return "skip:incomplete"

@@ -90,6 +90,23 @@ def test_a_space_that_changes_mid_episode_skips_the_episode():
     assert joiner.skipped == {"space_changed": 1}
 
 
+def test_a_session_end_read_before_its_episodes_completed_event_waits_for_it():
+    # the end of the session is on another topic and can be read first: a checkpoint
+    # in between must not skip the episode as incomplete
+    events = _episode(3)
+    completed = next(e for e in events if isinstance(e, ev.EpisodeCompletedEvent))
+    joiner = Joiner(Filters())
+    for e in events:
+        if e is not completed:
+            joiner.add(e)
+    assert joiner.release(final=False) == [] and not joiner.skipped
+
+    joiner.add(completed)
+
+    (episode,) = joiner.release(final=False)
+    assert episode.length == 3 and not joiner.skipped
+
+
 def test_an_episode_of_a_session_still_running_waits_instead_of_being_skipped():
     events = [e for e in _episode(3) if not isinstance(e, ev.SessionEndedEvent)]
 
