@@ -10,17 +10,19 @@ from __future__ import annotations
 import logging
 import sys
 from datetime import timedelta
+from typing import Any
 
 import click
 
 from rlmesh_stream.consumers.builders import BUILDER_NAMES, make_builders
 from rlmesh_stream.consumers.builders.telemetry import MIN_WINDOW_S
+from rlmesh_stream.consumers.cli_options import reading_options
 from rlmesh_stream.consumers.metrics import ConsumerMetrics
 from rlmesh_stream.consumers.progress import Progress
 from rlmesh_stream.consumers.runtime import ConsumerError, ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import SinkError, open_sink, sink_option
 from rlmesh_stream.schemas.access import AccessDeniedError
-from rlmesh_stream.schemas.cli_options import stream_options, topic_name_callback
+from rlmesh_stream.schemas.cli_options import stream_options
 from rlmesh_stream.schemas.config import StreamConfig
 
 
@@ -36,51 +38,32 @@ def _builder_command(name: str) -> click.Command:
     @click.command(name, help=text)
     @stream_options
     @sink_option()
-    @click.option("--group", "group_id", default=None,
-                  help="Consumer group id [default: rlmesh-stream.<builder>]")
-    @click.option("--from-beginning", is_flag=True,
-                  help="Start partitions the sink has no offset for at the earliest record.")
-    @click.option("--until-end", is_flag=True,
-                  help="Stop once every assigned partition reaches the end seen at start.")
-    @click.option("--settle-time", default=None, type=click.FloatRange(min=0),
-                  help="--until-end: a process holding no partitions this many seconds after "
-                       "joining, while the group's other members own them all, stops "
-                       "[default: three session timeouts, 30 s].")
+    @reading_options(default_group=f"rlmesh-stream.{name}", store="sink",
+                     until_end_help="Stop once every assigned partition reaches the end "
+                                    "seen at start.")
     @click.option("--steps", is_flag=True, help="episodes: also build the per-lane-step table.")
     @click.option("--window", "window_s", default=60.0, show_default=True,
                   type=click.FloatRange(min=MIN_WINDOW_S),
                   help="telemetry: tumbling window, seconds.")
-    @click.option("--checkpoint-interval", default=1.0, show_default=True,
-                  type=click.FloatRange(min=0),
-                  help="Seconds between checkpoints (one sink transaction each).")
-    @click.option("--max-batch", default=20_000, show_default=True, type=click.IntRange(min=1),
-                  help="Records per checkpoint at most.")
     @click.option("--instance-id", default=None,
                   help="Static group membership id: a restarted process takes over at once.")
-    @click.option("--dlq-topic", default=None, callback=topic_name_callback,
-                  help="Dead-letter topic [default: <prefix>.dlq]")
-    @click.option("--quiet", is_flag=True, help="No progress output.")
     @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
                   envvar="RLMESH_STREAM_METRICS_PORT",
                   help="Serve Prometheus metrics on this port (/metrics; bind address "
                        "RLMESH_STREAM_METRICS_ADDR, default 0.0.0.0).")
-    def command(config: StreamConfig, sink: str, group_id: str | None, from_beginning: bool,
-                until_end: bool, settle_time: float | None, steps: bool, window_s: float,
-                checkpoint_interval: float, max_batch: int, instance_id: str | None,
-                dlq_topic: str | None, quiet: bool, metrics_port: int | None) -> None:
+    def command(config: StreamConfig, sink: str, reading: dict[str, Any], steps: bool,
+                window_s: float, instance_id: str | None, quiet: bool,
+                metrics_port: int | None) -> None:
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         builders = make_builders([name], steps=steps, window=timedelta(seconds=window_s))
-        metrics = _serve_metrics(group_id or f"rlmesh-stream.{name}", metrics_port)
+        reading["group_id"] = reading["group_id"] or f"rlmesh-stream.{name}"
+        metrics = _serve_metrics(reading["group_id"], metrics_port)
         try:
             store = open_sink(sink)
         except SinkError as exc:  # a URL or store that cannot be used: one line, nothing read
             raise click.ClickException(str(exc)) from None
-        options = RuntimeOptions(
-            group_id=group_id or f"rlmesh-stream.{name}", from_beginning=from_beginning,
-            until_end=until_end, settle_time=settle_time,
-            checkpoint_interval=checkpoint_interval, max_batch=max_batch,
-            instance_id=instance_id, dlq_topic=dlq_topic)
+        options = RuntimeOptions(**reading, instance_id=instance_id)
         progress = None if quiet else Progress(f"consume {name}")
         runtime = ConsumerRuntime(config, builders, store, options, progress=progress,
                                   metrics=metrics)

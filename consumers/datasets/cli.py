@@ -6,11 +6,13 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
+from rlmesh_stream.consumers.cli_options import reading_options
 from rlmesh_stream.schemas.access import AccessDeniedError
-from rlmesh_stream.schemas.cli_options import stream_options, topic_name_callback
+from rlmesh_stream.schemas.cli_options import stream_options
 from rlmesh_stream.schemas.config import StreamConfig
 
 
@@ -26,12 +28,9 @@ def export() -> None:
 @click.option("--format", "fmt", type=click.Choice(["minari", "parquet"]), required=True)
 @click.option("--dataset-id", default="rlmesh/trajectories-v0", show_default=True,
               help="Minari dataset id NAMESPACE/NAME-vN.")
-@click.option("--group", "group_id", default=None,
-              help="Consumer group id [default: rlmesh-stream.export.<dataset id>]")
-@click.option("--from-beginning", is_flag=True,
-              help="Start partitions the dataset has no offset for at the earliest record.")
-@click.option("--until-end", is_flag=True,
-              help="Stop at the end seen at start, and decide on every episode still open.")
+@reading_options(default_group="rlmesh-stream.export.<dataset id>", store="dataset",
+                 until_end_help="Stop at the end seen at start, and decide on every episode "
+                                "still open.")
 @click.option("--env-id", "env_ids", multiple=True, help="Only these env ids (repeatable).")
 @click.option("--model", "models", multiple=True,
               help="Only these model component ids (repeatable).")
@@ -39,21 +38,9 @@ def export() -> None:
               help="Also export the episodes of failed sessions, flagged abandoned.")
 @click.option("--exclude-caution", is_flag=True,
               help="Leave out sessions with a caution relay advisory (else they are tagged).")
-@click.option("--settle-time", default=None, type=click.FloatRange(min=0),
-              help="--until-end: a process holding no partitions this many seconds after "
-                   "joining stops [default: three session timeouts, 30 s].")
-@click.option("--checkpoint-interval", default=1.0, show_default=True,
-              type=click.FloatRange(min=0), help="Seconds between commits.")
-@click.option("--max-batch", default=20_000, show_default=True, type=click.IntRange(min=1),
-              help="Records per commit at most.")
-@click.option("--dlq-topic", default=None, callback=topic_name_callback,
-              help="Dead-letter topic [default: <prefix>.dlq]")
-@click.option("--quiet", is_flag=True, help="No progress output.")
 def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
-                 group_id: str | None, from_beginning: bool, until_end: bool,
-                 env_ids: tuple[str, ...], models: tuple[str, ...], include_abandoned: bool,
-                 exclude_caution: bool, settle_time: float | None, checkpoint_interval: float,
-                 max_batch: int, dlq_topic: str | None, quiet: bool) -> None:
+                 reading: dict[str, Any], env_ids: tuple[str, ...], models: tuple[str, ...],
+                 include_abandoned: bool, exclude_caution: bool, quiet: bool) -> None:
     """Join the step, action, observation and episode events into whole episodes."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -75,10 +62,8 @@ def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
         options = ExportOptions(out=out, fmt=fmt, dataset_id=dataset_id, filters=Filters(
             env_ids=env_ids, models=models, include_abandoned=include_abandoned,
             exclude_caution=exclude_caution))
-        runtime_options = RuntimeOptions(
-            group_id=group_id or f"rlmesh-stream.export.{dataset_id}",
-            from_beginning=from_beginning, until_end=until_end, settle_time=settle_time,
-            checkpoint_interval=checkpoint_interval, max_batch=max_batch, dlq_topic=dlq_topic)
+        reading["group_id"] = reading["group_id"] or f"rlmesh-stream.export.{dataset_id}"
+        runtime_options = RuntimeOptions(**reading)
         progress = None if quiet else Progress("export trajectories")
         sink, runtime = run_export(config, options, runtime_options, progress=progress)
     except (DatasetError, AccessDeniedError) as exc:

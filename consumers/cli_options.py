@@ -1,0 +1,66 @@
+"""The command-line options of every command that reads the stream through `ConsumerRuntime`.
+
+`consume <builder>` and `export trajectories` read the topics the same way (a
+consumer group, where to start, when to stop, how often to checkpoint, where
+dead letters go), so they take the same options with the same checks, declared
+once here. Light on purpose: importing it pulls in click only, so a command can
+still report a missing extra before it imports the runtime.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from rlmesh_stream.schemas.cli_options import topic_name_callback
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The options' parameter names, as `RuntimeOptions` spells its fields.
+READING_FIELDS = ("group_id", "from_beginning", "until_end", "settle_time",
+                  "checkpoint_interval", "max_batch", "dlq_topic")
+
+
+def reading_options(*, default_group: str, store: str, until_end_help: str) -> Callable[[F], F]:
+    """Add the reading options to a command; it receives them as one dict, `reading`.
+
+    `reading` holds `RuntimeOptions` keyword arguments (`group_id` None when not given:
+    the command knows its default, described by `default_group`); `--quiet` stays a
+    parameter of its own, since the runtime does not take it.
+    """
+    options = [
+        click.option("--group", "group_id", default=None,
+                     help=f"Consumer group id [default: {default_group}]"),
+        click.option("--from-beginning", is_flag=True,
+                     help=f"Start partitions the {store} has no offset for at the earliest "
+                          "record."),
+        click.option("--until-end", is_flag=True, help=until_end_help),
+        click.option("--settle-time", default=None, type=click.FloatRange(min=0),
+                     help="--until-end: a process holding no partitions this many seconds "
+                          "after joining, while the group's other members own them all, "
+                          "stops [default: three session timeouts, 30 s]."),
+        click.option("--checkpoint-interval", default=1.0, show_default=True,
+                     type=click.FloatRange(min=0),
+                     help=f"Seconds between checkpoints (one {store} commit each)."),
+        click.option("--max-batch", default=20_000, show_default=True,
+                     type=click.IntRange(min=1), help="Records per checkpoint at most."),
+        click.option("--dlq-topic", default=None, callback=topic_name_callback,
+                     help="Dead-letter topic [default: <prefix>.dlq]"),
+        click.option("--quiet", is_flag=True, help="No progress output."),
+    ]
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def with_reading(*args: Any, **kwargs: Any) -> Any:
+            reading = {name: kwargs.pop(name) for name in READING_FIELDS}
+            return command(*args, reading=reading, **kwargs)
+
+        decorated: Any = with_reading
+        for option in reversed(options):
+            decorated = option(decorated)
+        return decorated  # type: ignore[no-any-return]
+
+    return decorate
