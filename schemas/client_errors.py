@@ -19,6 +19,11 @@ LIBRDKAFKA_LOG = logging.getLogger("rlmesh_stream.librdkafka")
 LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
 LIBRDKAFKA_LOG.propagate = False  # add a handler to this logger to see librdkafka's lines
 
+# librdkafka's guess at a TLS client talking to a plain listener; it adds it to some of the
+# handshake failures only (it depends on how far the handshake got), so we add it ourselves.
+_PLAINTEXT_GUESS = "connecting to a PLAINTEXT broker listener?"
+_TLS_CLOSED = "SSL connection closed by peer"
+
 
 class ClientErrors:
     """Remembers a client's last telling error; `config()` goes into the client's settings."""
@@ -35,4 +40,9 @@ class ClientErrors:
 
     def explain(self, what: str) -> str:
         """`what`, followed by the last error when there was one."""
-        return f"{what}; {self.last}" if self.last else what
+        if not self.last:
+            return what
+        last = self.last
+        if _TLS_CLOSED in last and _PLAINTEXT_GUESS not in last:
+            last = f"{last} ({_PLAINTEXT_GUESS})"
+        return f"{what}; {last}"
