@@ -1,9 +1,16 @@
 """Sequencing, headers and delivery accounting: how every accepted event is accounted for.
 
-Every accepted event gets the next number of this producer's sequence and
-four headers (event type, contract version, producer id, sequence), so a
-consumer can detect a gap or a duplicate end to end. The `Ledger` counts
-each event's outcome exactly once; `Stats` is a consistent copy of it.
+Every accepted event gets the next number of this producer's sequence,
+stamped with the producer id in its `rlmesh.ps` header
+(`schemas.headers`), so a consumer can detect a gap or a duplicate end to
+end. The `Ledger` counts each event's outcome exactly once; `Stats` is a
+consistent copy of it.
+
+Delivery reports are asked for failures only (`delivery.report.only.error`):
+a success costs no Python call. What was delivered is therefore derived:
+every record handed to librdkafka is noted (`note_handed`, with its size),
+every failed report is counted (`count_error`), and librdkafka holds the
+rest (`len(producer)`), so delivered = handed - held - failed reports.
 
 The invariant `stats()` keeps:
     accepted + recovered == delivered + failed + dropped + in_flight + spooled
@@ -19,13 +26,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from confluent_kafka import KafkaError
 
 from rlmesh_stream.producer.records import Headers
 from rlmesh_stream.schemas import headers as h
-from rlmesh_stream.schemas.topics import EventType
 
 log = logging.getLogger(__name__)
 
@@ -58,41 +63,16 @@ def new_producer_id() -> str:
     return uuid.uuid4().hex
 
 
-class HeaderFactory:
-    """Builds a record's headers; the constant part is built once per event type."""
-
-    __slots__ = ("_base", "producer_id")
-
-    def __init__(self, producer_id: str) -> None:
-        self.producer_id = producer_id
-        pid = producer_id.encode("ascii")
-        contract = h.CONTRACT_VERSION.encode("ascii")
-        self._base: dict[EventType, Headers] = {
-            et: [(h.EVENT_TYPE, et.value.encode("ascii")), (h.CONTRACT, contract),
-                 (h.PRODUCER_ID, pid)]
-            for et in EventType
-        }
-
-    def base(self, event_type: EventType) -> Headers:
-        """The headers every record of this event type carries (the sequence comes after)."""
-        return list(self._base[event_type])
-
-    def headers(
-        self, event_type: EventType, sequence: int, omitted_bytes: int | None = None
-    ) -> Headers:
-        out: Headers = [*self._base[event_type], (h.SEQUENCE, b"%d" % sequence)]
-        if omitted_bytes is not None:
-            out.append((h.LEAVES_OMITTED_BYTES, b"%d" % omitted_bytes))
-        return out
-
-
-def header_value(headers: Any, name: str) -> bytes | None:
-    """A header's value from confluent-kafka's list (or dict) of headers, as bytes."""
-    items = headers.items() if isinstance(headers, dict) else (headers or ())
-    for key, value in items:
-        if key == name:
-            return value if isinstance(value, bytes) or value is None else str(value).encode()
-    return None
+def record_sequence(headers: Headers) -> int:
+    """The sequence number a record was stamped with (either version of the headers), or -1."""
+    items = headers.items() if isinstance(headers, dict) else headers
+    stamp = h.delivery_stamp({k: v for k, v in items if isinstance(v, bytes)})
+    if stamp is None:
+        return -1
+    try:
+        return h.parse_sequence(stamp[2])
+    except ValueError:
+        return -1
 
 
 @dataclass(frozen=True)
@@ -108,7 +88,7 @@ class Stats:
     in_flight: int = 0  # handed to librdkafka, no outcome yet
     spooled: int = 0  # waiting in the spool / held in memory, not yet handed to librdkafka
     spooled_total: int = 0  # events ever written to the spool or held
-    delivered_bytes: int = 0  # value bytes acknowledged (see Ledger.count_delivered)
+    delivered_bytes: int = 0  # value bytes acknowledged (see Ledger.delivered_bytes)
     queue_depth: int = 0  # messages in librdkafka's queue (incl. in flight)
     disabled: int = 0  # events skipped by a per-event-type switch (never accepted)
     leaves_omitted: int = 0  # events published without their leaves (size cap)
@@ -134,29 +114,67 @@ class Ledger:
         self._sequence = itertools.count()
         # The count's own __next__, bound once: the hot path calls it per event.
         self.next_sequence: Callable[[], int] = self._sequence.__next__
+        # The value size of every record handed to librdkafka, appended by the thread that
+        # produced it (list.append is atomic, no lock) and folded into the totals under the
+        # lock by whoever reads them.
+        self._handed_sizes: list[int] = []
+        self.note_handed: Callable[[int], None] = self._handed_sizes.append
+        self._handed = self._handed_bytes = 0
+        self._errors = self._error_bytes = 0  # delivery reports with an error
+        self._delivered = self._delivered_bytes = 0  # never decrease (see `delivered`)
+        self._queue_len: Callable[[], int] = lambda: 0  # records librdkafka holds
         self.recovered = 0
-        self._delivered = itertools.count()
         self.failed: dict[str, int] = {}
         self.dropped = 0
         self.spooled_total = 0
-        self.delivered_bytes = 0
         self.disabled = 0
         self.leaves_omitted = 0
         self._last_failure_log = 0.0
         self._suppressed = 0
 
-    def count_delivered(self, nbytes: int) -> None:
-        """One delivery report: lock-free, as it runs once per event on the poller thread.
+    def watch_queue(self, queue_len: Callable[[], int]) -> None:
+        """How many records librdkafka holds (`len(producer)`): handed, no report served yet."""
+        self._queue_len = queue_len
 
-        `delivered_bytes` is a plain add: exact with the one poller thread, approximate
-        only while another thread's `flush` serves reports at the same time.
-        """
-        next(self._delivered)
-        self.delivered_bytes += nbytes
+    def count_error(self, nbytes: int) -> None:
+        """A delivery report with an error (its record's fate is decided by the caller)."""
+        with self.lock:
+            self._errors += 1
+            self._error_bytes += nbytes
 
     @property
     def delivered(self) -> int:
-        return int(repr(self._delivered)[len("count("):-1])
+        """Records Kafka acknowledged: handed - held by librdkafka - failed reports.
+
+        Read in that order, each term can only make the difference smaller than
+        the truth (a record produced meanwhile is held but not yet noted; a
+        failed report is counted before librdkafka lets go of its record), so
+        it never counts a record that is not delivered; it is kept monotonic.
+        Exact once librdkafka holds nothing.
+        """
+        with self.lock:
+            sizes = self._handed_sizes
+            n = len(sizes)
+            if n:  # only this (locked) fold removes, and only from the front
+                self._handed += n
+                self._handed_bytes += sum(sizes[:n])
+                del sizes[:n]
+            delivered = self._handed - self._queue_len() - self._errors
+            if delivered > self._delivered:
+                self._delivered = delivered
+            return self._delivered
+
+    @property
+    def delivered_bytes(self) -> int:
+        """Value bytes acknowledged: exact once librdkafka holds nothing, else pro rata."""
+        with self.lock:
+            delivered = self.delivered
+            ok = self._handed - self._errors
+            ok_bytes = self._handed_bytes - self._error_bytes
+            estimate = ok_bytes if delivered >= ok else ok_bytes * delivered // max(ok, 1)
+            if estimate > self._delivered_bytes:
+                self._delivered_bytes = estimate
+            return self._delivered_bytes
 
     @property
     def accepted(self) -> int:
@@ -195,11 +213,12 @@ class Ledger:
         with self.lock:
             failed = dict(self.failed)
             failed_total = sum(failed.values())
-            in_flight = (self.accepted + self.recovered - self.delivered - failed_total
-                         - self.dropped - spooled)
+            delivered, accepted = self.delivered, self.accepted
+            in_flight = (accepted + self.recovered - delivered - failed_total - self.dropped
+                         - spooled)
             return Stats(
-                producer_id=producer_id, accepted=self.accepted, recovered=self.recovered,
-                delivered=self.delivered, failed=failed, dropped=self.dropped,
+                producer_id=producer_id, accepted=accepted, recovered=self.recovered,
+                delivered=delivered, failed=failed, dropped=self.dropped,
                 in_flight=max(in_flight, 0), spooled=spooled,
                 spooled_total=self.spooled_total, delivered_bytes=self.delivered_bytes,
                 queue_depth=queue_depth,

@@ -1,9 +1,12 @@
 """After produce(): delivery reports, Kafka's reachability, the backlog drainer, topic retries.
 
 `Drainer` owns the librdkafka producer's background side:
-* the poller thread, which serves delivery reports: a delivered record is
-  counted; a failed one goes back to the backlog when a retry can help
-  (spool, or a topic not ready yet), else is counted failed;
+* the poller thread, which serves delivery reports. Only failures are
+  reported (`delivery.report.only.error`: a delivered record costs no
+  Python call); a failed record goes back to the backlog when a retry can
+  help (spool, or a topic not ready yet), else is counted failed. Deliveries
+  are counted by the ledger (handed - held by librdkafka - failed), and the
+  poller notices them after each poll (Kafka answers again);
 * whether Kafka is reachable (from librdkafka's error callback, failed
   deliveries and metadata probes); it says so once at WARNING, with where
   the events are (on disk in the spool, or in memory) and how many;
@@ -14,7 +17,9 @@
   so same sequence numbers). A SIGKILL during an outage then loses only the
   records in flight to the broker when it went away;
 * the drainer thread, which first learns the schema ids (with back-off),
-  then feeds the backlog to librdkafka in order, once Kafka answers;
+  then feeds the backlog to librdkafka in order, once Kafka answers. A
+  batch (a spool segment) is released once librdkafka holds nothing after
+  it was produced: every record in it then has its outcome;
 * topic-not-ready retries: a record for a topic Kafka does not know yet
   (being created) or without a leader goes back to the backlog and is
   produced again after a metadata refresh, for at most `topic_wait_s`.
@@ -22,11 +27,10 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from types import MethodType
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -37,13 +41,12 @@ from rlmesh_stream.producer.delivery import (
     PERMANENT_ERRORS,
     TOPIC_NOT_READY_ERRORS,
     Ledger,
-    header_value,
+    record_sequence,
 )
 from rlmesh_stream.producer.outcomes import Outcomes
 from rlmesh_stream.producer.records import Headers, Record
 from rlmesh_stream.producer.schema_ids import SchemaIdResolver
 from rlmesh_stream.schemas import access
-from rlmesh_stream.schemas import headers as h
 from rlmesh_stream.schemas.topics import EventType
 
 log = logging.getLogger("rlmesh_stream.producer.hooks")
@@ -71,7 +74,12 @@ class Drainer:
         self._outcomes = outcomes
         self._resolver = resolver
         self._topics = topics
-        self._count_delivered = ledger.count_delivered
+        self._event_types = {topic: et for et, topic in topics.items()}
+        self._delivered_seen = 0  # the ledger's delivered count when the poller last looked
+        # Batches fully produced whose records may still lack an outcome (see release_settled).
+        self._unsettled: list[Batch] = []
+        self._unsettled_lock = threading.Lock()
+        self._error_topics: set[str] = set()  # topics of records refused or failed meanwhile
         self.stop_event = threading.Event()
         # False from a failed delivery / all brokers down until a delivery succeeds: the drainer
         # then leaves the spool alone (probing instead) so records do not cycle disk <-> memory.
@@ -95,9 +103,12 @@ class Drainer:
 
         conf = settings.kafka_config()
         conf["error_cb"] = self.on_kafka_error
+        # Successes are counted without a report (see the module docstring).
+        conf["delivery.report.only.error"] = True
         # librdkafka's own log lines go to Python logging, not straight to the rollout's stderr.
         conf.setdefault("logger", _LibrdkafkaLog())
         self.producer = Producer(conf)
+        ledger.watch_queue(self.producer.__len__)
         self._poller = threading.Thread(target=self._poll_loop,
                                         name=f"rlmesh-stream-poll-{thread_tag}", daemon=True)
         self._drainer = threading.Thread(target=self._drain_loop,
@@ -119,24 +130,32 @@ class Drainer:
     # -- delivery reports (poller thread, or whoever calls flush) -------------------------------
 
     def on_delivery(self, headers: Headers, err: KafkaError | None, msg: Message) -> None:
+        """A failed record's report (successes are not reported, see the module docstring)."""
         if err is None:
-            self._count_delivered(len(msg))
-            self.kafka_ok = True
-            if self._topic_trouble:
-                self._topic_trouble.pop(msg.topic() or "", None)
-            if self._unreachable_logged or self.outage:
-                self._answers_again()
             return
+        self._ledger.count_error(len(msg))
         self._delivery_failed(headers, err, msg)
 
+    def _delivered_again(self) -> None:
+        """The poller saw the delivered count grow: Kafka takes records (again)."""
+        delivered = self._ledger.delivered
+        if delivered == self._delivered_seen:
+            return
+        self._delivered_seen = delivered
+        self.kafka_ok = True
+        if self._unreachable_logged or self.outage:
+            self._answers_again()
+
     def _delivery_failed(self, headers: Headers, err: KafkaError, msg: Message) -> None:
-        et = EventType((header_value(headers, h.EVENT_TYPE) or b"").decode())
-        seq = int(header_value(headers, h.SEQUENCE) or b"-1")
+        topic = msg.topic() or ""
+        self._error_topics.add(topic)
+        et = self._event_types[topic]
+        seq = record_sequence(headers)
         key = msg.key() or b""
         code = err.code()
         if code in TOPIC_NOT_READY_ERRORS:
             record = Record(et, key, msg.value() or b"", True, headers, seq)
-            self.topic_not_ready(record, msg.topic() or self._topics[et], err)
+            self.topic_not_ready(record, topic, err)
             return
         name = err.name()
         if code == KafkaError._PURGE_QUEUE and self.outage:
@@ -149,7 +168,7 @@ class Drainer:
                 if code == KafkaError._MSG_TIMED_OUT:
                     self._outage_begins(err)
             detail = access.kafka_access_message(
-                self.settings.stream, err, operation="write to", topic=msg.topic()) or err.str()
+                self.settings.stream, err, operation="write to", topic=topic) or err.str()
         if self._outcomes.spooling and code not in PERMANENT_ERRORS:
             record = Record(et, key, msg.value() or b"", True, headers, seq)
             held = self._outcomes.put_back(record, kafka_error=f"{name}: {detail}")
@@ -157,13 +176,6 @@ class Drainer:
                 return  # held, or counted failed by put_back with both errors
             detail = f"{detail}; it could not go back to the spool: {self._outcomes.full_reason()}"
         self._outcomes.fail(et, key, seq, name, detail)
-
-    def _on_backlog_delivery(self, tracker: _BatchTracker, headers: Headers,
-                             err: KafkaError | None, msg: Message) -> None:
-        try:
-            self.on_delivery(headers, err, msg)
-        finally:
-            tracker.done()
 
     def on_kafka_error(self, err: KafkaError) -> None:
         code = err.code()
@@ -242,6 +254,7 @@ class Drainer:
     def refused(self, record: Record, exc: KafkaException) -> None:
         """librdkafka refused a record at produce(): retry a topic not ready yet, else fail."""
         err = exc.args[0] if exc.args else None
+        self._error_topics.add(self._topics[record.event_type])
         if isinstance(err, KafkaError) and err.code() in TOPIC_NOT_READY_ERRORS:
             self.topic_not_ready(record, self._topics[record.event_type], err)
             return
@@ -288,6 +301,7 @@ class Drainer:
         while not (self.stop_event.is_set() and not self._drainer.is_alive()):
             try:
                 self.producer.poll(_POLL_INTERVAL_S)
+                self._delivered_again()
                 if self.outage and self._outcomes.spooling:
                     self._spill()
             except Exception:
@@ -321,9 +335,9 @@ class Drainer:
             self._drain_batch(batch)
 
     def _drain_batch(self, batch: Batch) -> None:
-        tracker = _BatchTracker(len(batch.records), batch.release)
-        producer = self.producer
+        producer, report, handed = self.producer, self.on_delivery, self._ledger.note_handed
         prefixes = self._resolver.prefixes
+        self._error_topics.clear()
         for record in batch.records:
             value = record.payload
             if not record.framed:
@@ -331,10 +345,9 @@ class Drainer:
             topic = self._topics[record.event_type]
             while True:
                 try:
-                    producer.produce(
-                        topic, value, record.key, headers=record.headers,
-                        on_delivery=functools.partial(self._on_backlog_delivery, tracker,
-                                                      record.headers))
+                    producer.produce(topic, value, record.key, -1,
+                                     MethodType(report, record.headers), None, 0, record.headers)
+                    handed(len(value))
                     break
                 except BufferError:
                     if self.stop_event.is_set():
@@ -345,9 +358,32 @@ class Drainer:
                     self.refused(record if record.framed else Record(
                         record.event_type, record.key, value, True, record.headers,
                         record.sequence), exc)
-                    tracker.done()
                     break
-        tracker.arm()
+        with self._unsettled_lock:
+            self._unsettled.append(batch)
+        # Wait for every record's outcome (a spool segment is deleted only then), so the
+        # batch's topics that had no failure since are known to take records again.
+        while len(producer) and not self.stop_event.is_set():
+            self.stop_event.wait(0.005)
+        if self.release_settled():
+            for topic in {self._topics[r.event_type] for r in batch.records} - self._error_topics:
+                self._topic_trouble.pop(topic, None)
+
+    def release_settled(self) -> bool:
+        """Release the produced batches once librdkafka holds nothing; True when it held nothing.
+
+        Failures are the only delivery reports, so a batch cannot count its
+        records' outcomes; but a record stays in librdkafka's count until its
+        report (a failure's included) has been served, so once the count is 0
+        every batch produced before has all its outcomes.
+        """
+        if len(self.producer):
+            return False
+        with self._unsettled_lock:
+            settled, self._unsettled = self._unsettled, []
+        for batch in settled:
+            batch.release()
+        return True
 
     def _refresh_topics(self) -> None:
         """Ask for the metadata of the topics that were not ready, so librdkafka sees them again.
@@ -385,27 +421,6 @@ class _LibrdkafkaLog:
 
     def log(self, level: int, fmt: str, *args: Any) -> None:
         self._log.debug(fmt, *args)
-
-
-class _BatchTracker:
-    """Releases a backlog batch once every record in it has an outcome."""
-
-    __slots__ = ("_lock", "_on_done", "_outstanding")
-
-    def __init__(self, count: int, on_done: Callable[[], None]) -> None:
-        self._lock = threading.Lock()
-        self._outstanding = count + 1  # +1 until every record has been produced (arm)
-        self._on_done = on_done
-
-    def done(self) -> None:
-        with self._lock:
-            self._outstanding -= 1
-            finished = self._outstanding == 0
-        if finished:
-            self._on_done()
-
-    def arm(self) -> None:
-        self.done()
 
 
 def _reason(exc: KafkaException) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 from rlmesh_stream.producer import lifecycle, metrics
 from rlmesh_stream.producer.backlog import Backlog, MemoryBacklog
 from rlmesh_stream.producer.config import ProducerSettings
-from rlmesh_stream.producer.delivery import HeaderFactory, Ledger, Stats, new_producer_id
+from rlmesh_stream.producer.delivery import Ledger, Stats, new_producer_id
 from rlmesh_stream.producer.drainer import Drainer
 from rlmesh_stream.producer.encoding import PayloadEncoder, SchemaIds, direct_encoders, make_encoder
 from rlmesh_stream.producer.outcomes import Outcomes
@@ -98,11 +98,10 @@ class KafkaRuntimeHooks:
         self._ledger = ledger = Ledger()
         self._encoder = encoder if encoder is not None else make_encoder(settings.format)
         direct = direct_encoders(settings.format) if encoder is None else {}
-        headers = HeaderFactory(self.producer_id)
         topics = {et: et.topic(settings.stream.topic_prefix) for et in EventType}
         leaf_cap = settings.leaves_max_bytes
         self._slots = [
-            Slot(et, topics[et], et not in settings.disabled_events, headers.base(et),
+            Slot(et, topics[et], et not in settings.disabled_events,
                  _LEAF_EVENTS.get(et) if leaf_cap is not None else None, leaf_cap or 0,
                  direct.get(et))
             for et in EVENT_TYPES
@@ -123,7 +122,7 @@ class KafkaRuntimeHooks:
                                 self.producer_id[:8])
         self._producer = self._drainer.producer
         self._publisher = Publisher(settings, self._producer, ledger, self._encoder, outcomes,
-                                    self._drainer)
+                                    self._drainer, self.producer_id)
         self._publish = self._publisher.publish  # bound once: every callback calls it
         self._closed = False
         self._drainer.start()
@@ -225,6 +224,8 @@ class KafkaRuntimeHooks:
                 left = int(self._producer.flush(0))
                 backlog = len(self._backlog)
                 if left == 0 and backlog == 0:
+                    # Drained spool segments go now, not at the drainer's next look.
+                    self._drainer.release_settled()
                     # A record can be between the two (taken by the drainer, or going back
                     # to the backlog from a delivery report): the ledger counts it.
                     outstanding = self._ledger.outstanding()
@@ -267,6 +268,7 @@ class KafkaRuntimeHooks:
         # spool they are written back to disk for the next process, else counted as failed.
         self._producer.purge(in_queue=True, in_flight=True)
         self._producer.flush(left(1.0))
+        self._drainer.release_settled()  # a drained spool segment whose last reports came now
         self._drainer.stop_polling(timeout=left(2.0))
         self._outcomes.say_drops()
         held = len(self._backlog)

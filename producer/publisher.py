@@ -14,9 +14,9 @@ the queue takes one again).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from collections.abc import Callable
+from types import MethodType
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, Producer
@@ -25,14 +25,14 @@ from rlmesh_stream.producer.config import ProducerSettings
 from rlmesh_stream.producer.delivery import Ledger
 from rlmesh_stream.producer.encoding import PayloadEncoder
 from rlmesh_stream.producer.outcomes import Outcomes
-from rlmesh_stream.producer.records import Headers, Record
+from rlmesh_stream.producer.records import Record
 from rlmesh_stream.schemas import headers as h
 from rlmesh_stream.schemas.topics import EventType
 
 if TYPE_CHECKING:
     from rlmesh_stream.producer.drainer import Drainer
 
-_SEQUENCE = h.SEQUENCE
+_STAMP = h.PRODUCER_SEQUENCE
 _OMITTED = h.LEAVES_OMITTED_BYTES
 _FULL_RETRY_SLEEP_S = 0.0005
 
@@ -40,10 +40,10 @@ _FULL_RETRY_SLEEP_S = 0.0005
 class Slot:
     """Everything the hot path needs about one event type, looked up once (no enum hashing)."""
 
-    __slots__ = ("base_headers", "enabled", "encode", "et", "event_class", "leaf_cap",
-                 "leaf_fields", "prefix", "topic")
+    __slots__ = ("enabled", "encode", "et", "event_class", "leaf_cap", "leaf_fields", "prefix",
+                 "topic")
 
-    def __init__(self, et: EventType, topic: str, enabled: bool, base_headers: Headers,
+    def __init__(self, et: EventType, topic: str, enabled: bool,
                  leaf_fields: tuple[str, ...] | None, leaf_cap: int,
                  encode: Callable[[Any], bytes] | None) -> None:
         self.et = et
@@ -51,8 +51,6 @@ class Slot:
         self.encode = encode  # for an event of exactly event_class; None: the encoder's dispatch
         self.topic = topic
         self.enabled = enabled
-        # A tuple: unpacked into each record's fresh list, never shared or mutated.
-        self.base_headers: tuple[Any, ...] = tuple(base_headers)
         self.leaf_fields = leaf_fields
         self.leaf_cap = leaf_cap
         self.prefix: bytes | None = None  # the wire-format prefix, once the schema id is known
@@ -62,8 +60,13 @@ class Publisher:
     """Encodes, sequences and produces (or holds) each event the runtime hands the hook."""
 
     def __init__(self, settings: ProducerSettings, producer: Producer, ledger: Ledger,
-                 encoder: PayloadEncoder, outcomes: Outcomes, drainer: Drainer) -> None:
+                 encoder: PayloadEncoder, outcomes: Outcomes, drainer: Drainer,
+                 producer_id: str) -> None:
         self.closed = False
+        # The `rlmesh.ps` value: this producer's prefix, then the sequence number.
+        self._stamp = h.stamp_prefix(producer_id).replace(b"%", b"%%") + b"%d"
+        # The last session's id and key: consecutive events mostly share their session.
+        self._last_key: tuple[str, bytes] = ("", b"")
         self._shedding = False  # the queue stayed full past max_block_ms (drop policy)
         self._spooling = settings.overflow == "spool"
         self._max_block_s = settings.max_block_ms / 1000.0
@@ -72,6 +75,7 @@ class Publisher:
         # Bound once: the hot path calls them per event.
         self._encode = encoder.encode
         self._next_sequence = ledger.next_sequence
+        self._handed = ledger.note_handed
         self._produce_now = producer.produce
         self._report = drainer.on_delivery
         self._refused = drainer.refused
@@ -110,14 +114,17 @@ class Publisher:
             self._outcomes.reject(slot.et, event, exc)
             return
         seq = self._next_sequence()
+        # A dict of bytes: the garbage collector does not track it (a list of tuples it does).
+        headers: dict[str, str | bytes | None] = {_STAMP: self._stamp % seq}
         if omitted:
-            headers: Headers = [*slot.base_headers, (_SEQUENCE, b"%d" % seq),
-                                (_OMITTED, b"%d" % omitted)]
+            headers[_OMITTED] = b"%d" % omitted
             with self._ledger.lock:
                 self._ledger.leaves_omitted += 1
-        else:
-            headers = [*slot.base_headers, (_SEQUENCE, b"%d" % seq)]
-        key = event.session_id.encode("utf-8")
+        session, key = self._last_key
+        if event.session_id != session:
+            session = event.session_id
+            key = session.encode("utf-8")
+            self._last_key = (session, key)  # one attribute: threads never see a torn pair
         prefix = slot.prefix
         # The hold-or-produce decision: no schema id yet, or the backlog holds something.
         if prefix is None:
@@ -132,9 +139,12 @@ class Publisher:
             try:
                 # Positional (partition -1 = the partitioner's choice, timestamp 0 = now): the
                 # client parses keywords noticeably slower. Delivery reports carry no headers:
-                # the callback keeps them for a failure's account.
-                self._produce_now(slot.topic, value, key, -1,
-                                  functools.partial(self._report, headers), None, 0, headers)
+                # the callback keeps them for a failure's account (only failures are reported):
+                # the report bound to them as a method, one object the garbage collector tracks
+                # (a functools.partial is two: itself and its arguments' tuple).
+                self._produce_now(slot.topic, value, key, -1, MethodType(self._report, headers),
+                                  None, 0, headers)
+                self._handed(len(value))
                 if self._shedding:
                     self._shedding = False
                 return

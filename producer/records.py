@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
 
-Headers = list[tuple[str, str | bytes | None]]  # confluent-kafka's header list type
+# confluent-kafka takes either; the hook builds a dict (one `rlmesh.ps` entry, not tracked by
+# the garbage collector), a spool hands back a list (and may hold version 1 headers).
+Headers = dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]]
 
 _EVENT_INDEX: dict[EventType, int] = {et: i for i, et in enumerate(EVENT_TYPES)}
 
@@ -51,7 +53,8 @@ def encode_record(record: Record) -> bytes:
         ),
         record.key,
     ]
-    for name, header in record.headers:
+    items = record.headers.items() if isinstance(record.headers, dict) else record.headers
+    for name, header in items:
         value = header if isinstance(header, bytes) else (header or "").encode("utf-8")
         raw_name = name.encode("utf-8")
         parts.append(_HEADER_HEAD.pack(len(raw_name), len(value)))
@@ -90,7 +93,7 @@ def _decode_body(body: bytes) -> Record:
     pos = _BODY_HEAD.size
     key = body[pos:pos + key_len]
     pos += key_len
-    headers: Headers = []
+    headers: list[tuple[str, str | bytes | None]] = []
     for _ in range(n_headers):
         name_len, value_len = _HEADER_HEAD.unpack_from(body, pos)
         pos += _HEADER_HEAD.size

@@ -1,6 +1,7 @@
 """Delivery checks: every producer sequence number seen, so gaps and duplicates show.
 
-Reads headers only (no decoding), over every event topic. A batch's sequences
+Reads headers only (no decoding), over every event topic, in either version of the
+contract (`schemas.headers.delivery_stamp`). A batch's sequences
 are staged per (producer_id, seq) and merged into the contiguous ranges of
 `delivery_sequences` in the shared store, in the batch's transaction, so
 processes that each read a share of the partitions still add up to one
@@ -41,17 +42,17 @@ class DeliveryBuilder(Builder):
         return [f"delivery:{p}" for p in sorted(producers)]
 
     def rows(self, record: Record) -> Iterator[PartialRow]:
-        producer = record.headers.get(h.PRODUCER_ID)
-        seq = record.headers.get(h.SEQUENCE)
-        if producer is None or seq is None:
+        stamp = h.delivery_stamp(record.headers)  # either version of the contract's headers
+        if stamp is None:
             return
+        header, producer, seq = stamp
         producer_id = producer.decode("utf-8", "replace")
         try:
             number = h.parse_sequence(seq)
         except ValueError as exc:  # counted, never stored as a sequence: see INVALID_HEADERS
             yield INVALID_HEADERS, {
                 "topic": record.topic, "partition_id": record.partition,
-                "record_offset": record.offset, "header": h.SEQUENCE,
+                "record_offset": record.offset, "header": header,
                 "producer_id": producer_id, "header_value": seq.decode("utf-8", "replace"),
                 "reason": str(exc), "record_time": record.timestamp,
             }

@@ -126,9 +126,10 @@ class Certificate:
 
 
 def header_sequence(headers: dict[str, bytes]) -> tuple[str, int] | None:
-    producer, seq = headers.get(h.PRODUCER_ID), headers.get(h.SEQUENCE)
-    if producer is None or seq is None:
+    stamp = h.delivery_stamp(headers)  # either version of the contract's headers
+    if stamp is None:
         return None
+    _, producer, seq = stamp
     try:
         return producer.decode("utf-8", "replace"), int(seq)
     except ValueError:

@@ -60,7 +60,7 @@ def _publish(config: StreamConfig, events: list) -> None:
         producer.produce(et.topic(config.topic_prefix), key=event.session_id.encode(),
                          value=serializer(event),
                          headers=[(h.EVENT_TYPE, et.value.encode()),
-                                  (h.CONTRACT, h.CONTRACT_VERSION.encode()),
+                                  (h.CONTRACT, b"1"),  # version 1 of the headers
                                   (h.PRODUCER_ID, producer_id.encode()),
                                   (h.SEQUENCE, str(seq).encode())])
     assert producer.flush(30) == 0

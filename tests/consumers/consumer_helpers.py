@@ -69,7 +69,8 @@ class PlainKafkaHooks:
         number = self.seq if seq is None else seq
         if seq is None:
             self.seq += 1
-        headers = [(h.EVENT_TYPE, et.value.encode()), (h.CONTRACT, h.CONTRACT_VERSION.encode()),
+        # Version 1 of the contract's headers (the hook writes version 2; consumers read both).
+        headers = [(h.EVENT_TYPE, et.value.encode()), (h.CONTRACT, b"1"),
                    (h.PRODUCER_ID, self.producer_id.encode()), (h.SEQUENCE, str(number).encode())]
         while True:
             try:

@@ -45,11 +45,15 @@ class Landed:
 
     @property
     def producer_id(self) -> str:
-        return self.headers[h.PRODUCER_ID].decode()
+        stamp = h.delivery_stamp(self.headers)
+        assert stamp is not None, self.headers
+        return stamp[1].decode()
 
     @property
     def sequence(self) -> int:
-        return int(self.headers[h.SEQUENCE])
+        stamp = h.delivery_stamp(self.headers)
+        assert stamp is not None, self.headers
+        return h.parse_sequence(stamp[2])
 
 
 def read_back(bootstrap: str, registry_url: str, prefix: str, expected: int,
