@@ -22,7 +22,6 @@ import os
 import shutil
 import socket
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -278,43 +277,59 @@ def _ignore(event: Any) -> None:
     return None
 
 
-class _TimedHooks:
-    """Forwards every hook call, adding up its wall time per method (where it blocks)."""
+_CALLBACKS = ("on_run_start", "on_episode_start", "on_step", "on_episode_end", "on_run_end")
 
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.wall: dict[str, float] = {}
 
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._inner, name)
-        wall = self.wall
+def _empty_hooks() -> Any:
+    """A RunHooks subclass overriding every callback with an empty body: what overriding costs."""
+    import rlmesh
 
-        def timed(event: Any) -> Any:
-            t0 = time.perf_counter()
+    def empty(self: Any, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    return type("EmptyHooks", (rlmesh.RunHooks,), dict.fromkeys(_CALLBACKS, empty))()
+
+
+class _Inline:
+    """A `Handoff` that runs each call at once, on the caller's thread: the bridge as it was."""
+
+    def submit(self, fn: Any, *args: Any) -> None:
+        fn(*args)
+
+    def barrier(self, timeout: float | None = None) -> bool:
+        return True
+
+    def stop(self) -> None:
+        pass
+
+
+def _timed_bridge(bridge: Any, totals: dict[str, list[float]]) -> Any:
+    """`bridge` with each RunHooks callback's wall and thread CPU added up in `totals`."""
+    for name in _CALLBACKS:
+        method = getattr(bridge, name)
+
+        def timed(*args: Any, _method: Any = method, _name: str = name, **kwargs: Any) -> Any:
+            w0, c0 = time.perf_counter(), time.thread_time()
             try:
-                return method(event)
+                return _method(*args, **kwargs)
             finally:
-                wall[name] = wall.get(name, 0.0) + time.perf_counter() - t0
-        return timed
-
-
-def _poll_module() -> Any:
-    """The producer module whose `_POLL_INTERVAL_S` the hook's poller reads, if any."""
-    for name, module in sorted(sys.modules.items()):
-        if name.startswith("rlmesh_stream.producer") and hasattr(module, "_POLL_INTERVAL_S"):
-            return module
-    return None
+                acc = totals.setdefault(_name, [0.0, 0.0])
+                acc[0] += time.perf_counter() - w0
+                acc[1] += time.thread_time() - c0
+        setattr(bridge, name, timed)
+    return bridge
 
 
 def bench_bridge_breakdown(episodes: int, repeats: int) -> dict[str, Any]:
     """Where the bridge's wall time over a no-op RunHooks goes, interleaved variants.
 
-    Per repeat, side by side: rlmesh's relay to a no-op RunHooks; the bridge into
-    hooks that do nothing (the bridge's own work); the bridge into the Kafka hook;
-    the same with the poller polling every 0.5 s instead of 0.05 s; the same with
-    sys.setswitchinterval(0.5 ms) instead of 5 ms; the same through a wrapper that
-    times every hook call (the hook's wall time on rlmesh's thread, session_ended's
-    flush apart). Wall and process CPU (all threads) per run.
+    Per repeat, side by side: rlmesh's relay to a no-op RunHooks; a subclass
+    overriding every callback with an empty body (what the SDK does more for an
+    override); the bridge into hooks that do nothing (capture, hand-off and the
+    events' construction); the bridge into the Kafka hook (the target); the same
+    publishing inline on rlmesh's thread and flushing at session end there (the
+    bridge before the hand-off); the bridge into the Kafka hook with every
+    callback timed on rlmesh's thread. Wall and process CPU (all threads) per run.
     """
     import gymnasium as gym
     import rlmesh
@@ -325,71 +340,68 @@ def bench_bridge_breakdown(episodes: int, repeats: int) -> dict[str, Any]:
     model = Model(lambda obs: np.int64(0) if obs[2] < 0 else np.int64(1))
     seeds = list(range(episodes))
     hooks = _hooks()
-    poll_mod = _poll_module()
-    poll_default = getattr(poll_mod, "_POLL_INTERVAL_S", None)
-    switch_default = sys.getswitchinterval()
-    timed = _TimedHooks(hooks)
+    on_thread: dict[str, list[float]] = {}
 
     def bridge(target: Any) -> Any:
         return rlmesh_bridge(target, env_id="CartPole-v1", model_component_id="bench")
+
+    def inline() -> Any:
+        b = bridge(hooks)
+        b._handoff, b._kafka = _Inline(), None
+        return b
 
     def run(h: Any) -> tuple[float, float]:
         c0, t0 = _cpu_s(), time.perf_counter()
         rlmesh.run(model, gym.make("CartPole-v1"), seeds=seeds, hooks=h)
         return time.perf_counter() - t0, _cpu_s() - c0
 
-    def slow_poll() -> Any:
-        poll_mod._POLL_INTERVAL_S = 0.5
-        return bridge(hooks)
-
-    def fast_switch() -> Any:
-        sys.setswitchinterval(0.0005)
-        return bridge(hooks)
-
     variants: dict[str, Any] = {
-        "noop": lambda: rlmesh.RunHooks(), "bridge_null": lambda: bridge(_NullHooks()),
-        "bridge_kafka": lambda: bridge(hooks), "poll_0.5s": slow_poll,
-        "switch_0.5ms": fast_switch, "timed": lambda: bridge(timed)}
-    if poll_mod is None:  # the poller's interval is not a module constant any more
-        del variants["poll_0.5s"]
+        "noop RunHooks": lambda: rlmesh.RunHooks(), "empty overrides": _empty_hooks,
+        "bridge -> no-op hooks": lambda: bridge(_NullHooks()),
+        "bridge -> Kafka hook": lambda: bridge(hooks), "... inline (before)": inline,
+        "... callbacks timed": lambda: _timed_bridge(bridge(hooks), on_thread)}
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
-    run(bridge(hooks))  # warm up, topics created
+    for make in variants.values():  # warm up, topics created
+        run(make())
+    on_thread.clear()
     steps = rlmesh.run(model, gym.make("CartPole-v1"), seeds=seeds).total_steps
     for _ in range(repeats):
         for name, make in variants.items():
-            h = make()
-            try:
-                results[name].append(run(h))
-            finally:
-                if poll_mod is not None:
-                    poll_mod._POLL_INTERVAL_S = poll_default
-                sys.setswitchinterval(switch_default)
+            results[name].append(run(make()))
     stats = hooks.close(60)
     assert stats.failed == {} and stats.dropped == 0, stats
     med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
            for k, v in results.items()}
-    hook_wall = {k: v / repeats / steps * 1e6 for k, v in timed.wall.items()}
-    return {"steps": steps, "median": med, "hook_wall_us": hook_wall,
-            "ratios": {k: [w / n for (w, _), (n, _) in zip(v, results["noop"], strict=True)]
+    per_step = {k: (w / repeats / steps * 1e6, c / repeats / steps * 1e6)
+                for k, (w, c) in on_thread.items()}
+    noop = results["noop RunHooks"]
+    return {"steps": steps, "median": med, "on_thread_us": per_step,
+            "ratios": {k: [w / n for (w, _), (n, _) in zip(v, noop, strict=True)]
                        for k, v in results.items()}}
 
 
 def _print_breakdown(e: dict[str, Any], episodes: int, repeats: int) -> None:
     steps, med = e["steps"], e["median"]
-    noop_w, noop_c = med["noop"]
+    noop_w, noop_c = med["noop RunHooks"]
     print(f"\n(e) CartPole rlmesh.run, {episodes} episodes ({steps} steps), median of {repeats} "
-          "interleaved repeats; per step over the no-op RunHooks:")
-    print("| variant | wall ms | vs no-op | wall us/step over no-op | process CPU us/step over "
-          "no-op | ratio per repeat |")
+          f"interleaved repeats, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}:")
+    print("| variant | wall ms | vs no-op (median of ratios) | wall us/step over no-op | "
+          "process CPU us/step over no-op | ratio per repeat |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name, (w, c) in med.items():
-        per = " ".join(f"{r:.2f}" for r in e["ratios"][name])
-        print(f"| {name} | {w * 1000:.0f} | {w / noop_w:.2f}x | {(w - noop_w) / steps * 1e6:.0f} "
-              f"| {(c - noop_c) / steps * 1e6:.0f} | {per} |")
-    hw = e["hook_wall_us"]
-    total = sum(hw.values())
-    top = ", ".join(f"{k} {v:.1f}" for k, v in sorted(hw.items(), key=lambda x: -x[1])[:5])
-    print(f"hook calls' wall time on rlmesh's thread: {total:.1f} us/step ({top})")
+        ratios = e["ratios"][name]
+        per = " ".join(f"{r:.2f}" for r in ratios)
+        print(f"| {name} | {w * 1000:.0f} | {w / noop_w:.2f}x ({statistics.median(ratios):.2f}x) "
+              f"| {(w - noop_w) / steps * 1e6:.0f} | {(c - noop_c) / steps * 1e6:.0f} | {per} |")
+    target = med["bridge -> Kafka hook"][0] / noop_w
+    print(f"target: bridge -> Kafka hook over no-op RunHooks <= 1.10x: {target:.2f}x, "
+          f"{'met' if target <= 1.10 else 'MISSED'}")
+    cb = e["on_thread_us"]
+    wall = sum(w for w, _ in cb.values())
+    cpu = sum(c for _, c in cb.values())
+    parts = ", ".join(f"{k} {w:.1f}/{c:.1f}" for k, (w, c) in cb.items())
+    print(f"bridge callbacks on rlmesh's thread, us per step wall/thread CPU: {wall:.1f}/{cpu:.1f}"
+          f" ({parts})")
 
 
 def _rss_mib() -> float:
