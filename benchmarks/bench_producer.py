@@ -7,7 +7,9 @@
 (b) ours vs confluent-kafka's `AvroSerializer` + `produce` for the same records;
 (c) wall time of a CartPole `rlmesh.run` with the bridge vs without hooks;
 (d) resident memory while Kafka is unreachable for `--outage-seconds` at
-    `--outage-rate` events/s, spool on, against the configured queue bound.
+    `--outage-rate` events/s, spool on, against the configured queue bound;
+(e) the bridge into the Kafka hook over rlmesh's relay to a no-op RunHooks,
+    with the variants that say where the rest goes (see `bench_bridge_breakdown`).
 
 Needs the stack: RLMESH_STREAM_BOOTSTRAP / RLMESH_STREAM_REGISTRY_URL (defaults: the
 shared dev stack ports). Run: `make bench` or `.venv/bin/python benchmarks/bench_producer.py`.
@@ -320,6 +322,41 @@ def _timed_bridge(bridge: Any, totals: dict[str, list[float]]) -> Any:
     return bridge
 
 
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of each live thread of this process, by kind (Python name or comm)."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/self/task/{tid}/comm") as fh:
+                comm = fh.read().strip()
+        except OSError:  # ended meanwhile
+            continue
+        name = names.get(int(tid), comm)
+        kind = ("bridge publishing thread" if name == "rlmesh-stream-bridge"
+                else "hook's poller/drainer" if name.startswith("rlmesh-stream-")
+                else "librdkafka" if name.startswith("rdk:")
+                else "rlmesh's runtime" if name.startswith(("tokio", "rlmesh"))
+                else "main" if name == "MainThread" else "other")
+        out[f"{kind}:{tid}"] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _cpu_by_kind(before: dict[str, float], after: dict[str, float],
+                 total: float) -> dict[str, float]:
+    kinds: dict[str, float] = {}
+    for key, value in after.items():
+        kind = key.rsplit(":", 1)[0]
+        kinds[kind] = kinds.get(kind, 0.0) + value - before.get(key, 0.0)
+    kinds["threads that ended (rlmesh's, the bridge's)"] = total - sum(kinds.values())
+    return kinds
+
+
 def bench_bridge_breakdown(episodes: int, repeats: int) -> dict[str, Any]:
     """Where the bridge's wall time over a no-op RunHooks goes, interleaved variants.
 
@@ -340,6 +377,7 @@ def bench_bridge_breakdown(episodes: int, repeats: int) -> dict[str, Any]:
     model = Model(lambda obs: np.int64(0) if obs[2] < 0 else np.int64(1))
     seeds = list(range(episodes))
     hooks = _hooks()
+    lingering = _hooks(linger_ms=200)  # fewer, larger batches: librdkafka's share per record
     on_thread: dict[str, list[float]] = {}
 
     def bridge(target: Any) -> Any:
@@ -350,32 +388,44 @@ def bench_bridge_breakdown(episodes: int, repeats: int) -> dict[str, Any]:
         b._handoff, b._kafka = _Inline(), None
         return b
 
-    def run(h: Any) -> tuple[float, float]:
-        c0, t0 = _cpu_s(), time.perf_counter()
+    by_kind: dict[str, dict[str, float]] = {}
+
+    def run(h: Any, name: str = "") -> tuple[float, float]:
+        time.sleep(0.05)  # the previous run's session-end flush, off its run, is over
+        threads, c0, t0 = _thread_cpu(), _cpu_s(), time.perf_counter()
         rlmesh.run(model, gym.make("CartPole-v1"), seeds=seeds, hooks=h)
-        return time.perf_counter() - t0, _cpu_s() - c0
+        wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
+        acc = by_kind.setdefault(name, {})
+        for kind, value in _cpu_by_kind(threads, _thread_cpu(), cpu).items():
+            acc[kind] = acc.get(kind, 0.0) + value
+        return wall, cpu
 
     variants: dict[str, Any] = {
         "noop RunHooks": lambda: rlmesh.RunHooks(), "empty overrides": _empty_hooks,
         "bridge -> no-op hooks": lambda: bridge(_NullHooks()),
         "bridge -> Kafka hook": lambda: bridge(hooks), "... inline (before)": inline,
+        "... hook's linger.ms 200 (not 20)": lambda: bridge(lingering),
         "... callbacks timed": lambda: _timed_bridge(bridge(hooks), on_thread)}
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
     for make in variants.values():  # warm up, topics created
         run(make())
     on_thread.clear()
+    by_kind.clear()
     steps = rlmesh.run(model, gym.make("CartPole-v1"), seeds=seeds).total_steps
     for _ in range(repeats):
         for name, make in variants.items():
-            results[name].append(run(make()))
-    stats = hooks.close(60)
-    assert stats.failed == {} and stats.dropped == 0, stats
+            results[name].append(run(make(), name))
+    for kafka in (hooks, lingering):
+        stats = kafka.close(60)
+        assert stats.failed == {} and stats.dropped == 0, stats
     med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
            for k, v in results.items()}
     per_step = {k: (w / repeats / steps * 1e6, c / repeats / steps * 1e6)
                 for k, (w, c) in on_thread.items()}
     noop = results["noop RunHooks"]
-    return {"steps": steps, "median": med, "on_thread_us": per_step,
+    cpu_us = {name: {k: v / repeats / steps * 1e6 for k, v in kinds.items()}
+              for name, kinds in by_kind.items()}
+    return {"steps": steps, "median": med, "on_thread_us": per_step, "cpu_by_thread_us": cpu_us,
             "ratios": {k: [w / n for (w, _), (n, _) in zip(v, noop, strict=True)]
                        for k, v in results.items()}}
 
@@ -402,6 +452,13 @@ def _print_breakdown(e: dict[str, Any], episodes: int, repeats: int) -> None:
     parts = ", ".join(f"{k} {w:.1f}/{c:.1f}" for k, (w, c) in cb.items())
     print(f"bridge callbacks on rlmesh's thread, us per step wall/thread CPU: {wall:.1f}/{cpu:.1f}"
           f" ({parts})")
+    kinds = e["cpu_by_thread_us"]
+    base = kinds["noop RunHooks"]
+    print("process CPU per step by thread, us (mean of the repeats; over no-op in brackets):")
+    for name, cpu_us in kinds.items():
+        parts = ", ".join(f"{k} {v:.0f} [{v - base.get(k, 0.0):+.0f}]"
+                          for k, v in sorted(cpu_us.items(), key=lambda x: -x[1]) if abs(v) >= 1)
+        print(f"- {name}: {parts}")
 
 
 def _rss_mib() -> float:
