@@ -365,8 +365,10 @@ def bench_bridge_breakdown(episodes: int, repeats: int) -> dict[str, Any]:
     override); the bridge into hooks that do nothing (capture, hand-off and the
     events' construction); the bridge into the Kafka hook (the target); the same
     publishing inline on rlmesh's thread and flushing at session end there (the
-    bridge before the hand-off); the bridge into the Kafka hook with every
-    callback timed on rlmesh's thread. Wall and process CPU (all threads) per run.
+    bridge before the hand-off); the same with the hook's linger.ms at 200 (how much
+    of the rest is librdkafka's per-request cost); the bridge into the Kafka hook with
+    every callback timed on rlmesh's thread. Wall and process CPU (all threads, and
+    by thread) per run.
     """
     import gymnasium as gym
     import rlmesh
