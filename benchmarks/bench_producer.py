@@ -9,7 +9,9 @@
 (b) ours vs confluent-kafka's `AvroSerializer` + `produce` for the same records;
 (c) wall time of a CartPole `rlmesh.run` with the bridge vs without hooks;
 (d) resident memory while Kafka is unreachable for `--outage-seconds` at
-    `--outage-rate` events/s, spool on, against the configured queue bound.
+    `--outage-rate` events/s, spool on, against the configured queue bound;
+(e) the bridge into the Kafka hook over rlmesh's relay to a no-op RunHooks,
+    with the variants that say where the rest goes (see `bench_bridge_breakdown`).
 
 Needs the stack: RLMESH_STREAM_BOOTSTRAP / RLMESH_STREAM_REGISTRY_URL (defaults: the
 shared dev stack ports). Run: `make bench` or `.venv/bin/python benchmarks/bench_producer.py`.
@@ -24,7 +26,6 @@ import os
 import shutil
 import socket
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -304,43 +305,96 @@ def _ignore(event: Any) -> None:
     return None
 
 
-class _TimedHooks:
-    """Forwards every hook call, adding up its wall time per method (where it blocks)."""
+_CALLBACKS = ("on_run_start", "on_episode_start", "on_step", "on_episode_end", "on_run_end")
 
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.wall: dict[str, float] = {}
 
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._inner, name)
-        wall = self.wall
+def _empty_hooks() -> Any:
+    """A RunHooks subclass overriding every callback with an empty body: what overriding costs."""
+    import rlmesh
 
-        def timed(event: Any) -> Any:
-            t0 = time.perf_counter()
+    def empty(self: Any, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    return type("EmptyHooks", (rlmesh.RunHooks,), dict.fromkeys(_CALLBACKS, empty))()
+
+
+class _Inline:
+    """A `Handoff` that runs each call at once, on the caller's thread: the bridge as it was."""
+
+    def submit(self, fn: Any, *args: Any) -> None:
+        fn(*args)
+
+    def barrier(self, timeout: float | None = None) -> bool:
+        return True
+
+    def stop(self) -> None:
+        pass
+
+
+def _timed_bridge(bridge: Any, totals: dict[str, list[float]]) -> Any:
+    """`bridge` with each RunHooks callback's wall and thread CPU added up in `totals`."""
+    for name in _CALLBACKS:
+        method = getattr(bridge, name)
+
+        def timed(*args: Any, _method: Any = method, _name: str = name, **kwargs: Any) -> Any:
+            w0, c0 = time.perf_counter(), time.thread_time()
             try:
-                return method(event)
+                return _method(*args, **kwargs)
             finally:
-                wall[name] = wall.get(name, 0.0) + time.perf_counter() - t0
-        return timed
+                acc = totals.setdefault(_name, [0.0, 0.0])
+                acc[0] += time.perf_counter() - w0
+                acc[1] += time.thread_time() - c0
+        setattr(bridge, name, timed)
+    return bridge
 
 
-def _poll_module() -> Any:
-    """The producer module whose `_POLL_INTERVAL_S` the hook's poller reads, if any."""
-    for name, module in sorted(sys.modules.items()):
-        if name.startswith("rlmesh_stream.producer") and hasattr(module, "_POLL_INTERVAL_S"):
-            return module
-    return None
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of each live thread of this process, by kind (Python name or comm)."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/self/task/{tid}/comm") as fh:
+                comm = fh.read().strip()
+        except OSError:  # ended meanwhile
+            continue
+        name = names.get(int(tid), comm)
+        kind = ("bridge publishing thread" if name == "rlmesh-stream-bridge"
+                else "hook's poller/drainer" if name.startswith("rlmesh-stream-")
+                else "librdkafka" if name.startswith("rdk:")
+                else "rlmesh's runtime" if name.startswith(("tokio", "rlmesh"))
+                else "main" if name == "MainThread" else "other")
+        out[f"{kind}:{tid}"] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _cpu_by_kind(before: dict[str, float], after: dict[str, float],
+                 total: float) -> dict[str, float]:
+    kinds: dict[str, float] = {}
+    for key, value in after.items():
+        kind = key.rsplit(":", 1)[0]
+        kinds[kind] = kinds.get(kind, 0.0) + value - before.get(key, 0.0)
+    kinds["threads that ended (rlmesh's, the bridge's)"] = total - sum(kinds.values())
+    return kinds
 
 
 def bench_bridge_breakdown(episodes: int, repeats: int) -> dict[str, Any]:
     """Where the bridge's wall time over a no-op RunHooks goes, interleaved variants.
 
-    Per repeat, side by side: rlmesh's relay to a no-op RunHooks; the bridge into
-    hooks that do nothing (the bridge's own work); the bridge into the Kafka hook;
-    the same with the poller polling every 0.5 s instead of 0.05 s; the same with
-    sys.setswitchinterval(0.5 ms) instead of 5 ms; the same through a wrapper that
-    times every hook call (the hook's wall time on rlmesh's thread, session_ended's
-    flush apart). Wall and process CPU (all threads) per run.
+    Per repeat, side by side: rlmesh's relay to a no-op RunHooks; a subclass
+    overriding every callback with an empty body (what the SDK does more for an
+    override); the bridge into hooks that do nothing (capture, hand-off and the
+    events' construction); the bridge into the Kafka hook (the target); the same
+    publishing inline on rlmesh's thread and flushing at session end there (the
+    bridge before the hand-off); the same with the hook's linger.ms at 200 (how much
+    of the rest is librdkafka's per-request cost); the bridge into the Kafka hook with
+    every callback timed on rlmesh's thread. Wall and process CPU (all threads, and
+    by thread) per run.
     """
     import gymnasium as gym
     import rlmesh
@@ -351,71 +405,88 @@ def bench_bridge_breakdown(episodes: int, repeats: int) -> dict[str, Any]:
     model = Model(lambda obs: np.int64(0) if obs[2] < 0 else np.int64(1))
     seeds = list(range(episodes))
     hooks = _hooks()
-    poll_mod = _poll_module()
-    poll_default = getattr(poll_mod, "_POLL_INTERVAL_S", None)
-    switch_default = sys.getswitchinterval()
-    timed = _TimedHooks(hooks)
+    lingering = _hooks(linger_ms=200)  # fewer, larger batches: librdkafka's share per record
+    on_thread: dict[str, list[float]] = {}
 
     def bridge(target: Any) -> Any:
         return rlmesh_bridge(target, env_id="CartPole-v1", model_component_id="bench")
 
-    def run(h: Any) -> tuple[float, float]:
-        c0, t0 = _cpu_s(), time.perf_counter()
+    def inline() -> Any:
+        b = bridge(hooks)
+        b._handoff, b._kafka = _Inline(), None
+        return b
+
+    by_kind: dict[str, dict[str, float]] = {}
+
+    def run(h: Any, name: str = "") -> tuple[float, float]:
+        time.sleep(0.05)  # the previous run's session-end flush, off its run, is over
+        threads, c0, t0 = _thread_cpu(), _cpu_s(), time.perf_counter()
         rlmesh.run(model, gym.make("CartPole-v1"), seeds=seeds, hooks=h)
-        return time.perf_counter() - t0, _cpu_s() - c0
-
-    def slow_poll() -> Any:
-        poll_mod._POLL_INTERVAL_S = 0.5
-        return bridge(hooks)
-
-    def fast_switch() -> Any:
-        sys.setswitchinterval(0.0005)
-        return bridge(hooks)
+        wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
+        acc = by_kind.setdefault(name, {})
+        for kind, value in _cpu_by_kind(threads, _thread_cpu(), cpu).items():
+            acc[kind] = acc.get(kind, 0.0) + value
+        return wall, cpu
 
     variants: dict[str, Any] = {
-        "noop": lambda: rlmesh.RunHooks(), "bridge_null": lambda: bridge(_NullHooks()),
-        "bridge_kafka": lambda: bridge(hooks), "poll_0.5s": slow_poll,
-        "switch_0.5ms": fast_switch, "timed": lambda: bridge(timed)}
-    if poll_mod is None:  # the poller's interval is not a module constant any more
-        del variants["poll_0.5s"]
+        "noop RunHooks": lambda: rlmesh.RunHooks(), "empty overrides": _empty_hooks,
+        "bridge -> no-op hooks": lambda: bridge(_NullHooks()),
+        "bridge -> Kafka hook": lambda: bridge(hooks), "... inline (before)": inline,
+        "... hook's linger.ms 200 (not 20)": lambda: bridge(lingering),
+        "... callbacks timed": lambda: _timed_bridge(bridge(hooks), on_thread)}
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
-    run(bridge(hooks))  # warm up, topics created
+    for make in variants.values():  # warm up, topics created
+        run(make())
+    on_thread.clear()
+    by_kind.clear()
     steps = rlmesh.run(model, gym.make("CartPole-v1"), seeds=seeds).total_steps
     for _ in range(repeats):
         for name, make in variants.items():
-            h = make()
-            try:
-                results[name].append(run(h))
-            finally:
-                if poll_mod is not None:
-                    poll_mod._POLL_INTERVAL_S = poll_default
-                sys.setswitchinterval(switch_default)
-    stats = hooks.close(60)
-    assert stats.failed == {} and stats.dropped == 0, stats
+            results[name].append(run(make(), name))
+    for kafka in (hooks, lingering):
+        stats = kafka.close(60)
+        assert stats.failed == {} and stats.dropped == 0, stats
     med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
            for k, v in results.items()}
-    hook_wall = {k: v / repeats / steps * 1e6 for k, v in timed.wall.items()}
-    return {"steps": steps, "median": med, "hook_wall_us": hook_wall,
-            "ratios": {k: [w / n for (w, _), (n, _) in zip(v, results["noop"], strict=True)]
+    per_step = {k: (w / repeats / steps * 1e6, c / repeats / steps * 1e6)
+                for k, (w, c) in on_thread.items()}
+    noop = results["noop RunHooks"]
+    cpu_us = {name: {k: v / repeats / steps * 1e6 for k, v in kinds.items()}
+              for name, kinds in by_kind.items()}
+    return {"steps": steps, "median": med, "on_thread_us": per_step, "cpu_by_thread_us": cpu_us,
+            "ratios": {k: [w / n for (w, _), (n, _) in zip(v, noop, strict=True)]
                        for k, v in results.items()}}
 
 
 def _print_breakdown(e: dict[str, Any], episodes: int, repeats: int) -> None:
     steps, med = e["steps"], e["median"]
-    noop_w, noop_c = med["noop"]
+    noop_w, noop_c = med["noop RunHooks"]
     print(f"\n(e) CartPole rlmesh.run, {episodes} episodes ({steps} steps), median of {repeats} "
-          "interleaved repeats; per step over the no-op RunHooks:")
-    print("| variant | wall ms | vs no-op | wall us/step over no-op | process CPU us/step over "
-          "no-op | ratio per repeat |")
+          f"interleaved repeats, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}:")
+    print("| variant | wall ms | vs no-op (median of ratios) | wall us/step over no-op | "
+          "process CPU us/step over no-op | ratio per repeat |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name, (w, c) in med.items():
-        per = " ".join(f"{r:.2f}" for r in e["ratios"][name])
-        print(f"| {name} | {w * 1000:.0f} | {w / noop_w:.2f}x | {(w - noop_w) / steps * 1e6:.0f} "
-              f"| {(c - noop_c) / steps * 1e6:.0f} | {per} |")
-    hw = e["hook_wall_us"]
-    total = sum(hw.values())
-    top = ", ".join(f"{k} {v:.1f}" for k, v in sorted(hw.items(), key=lambda x: -x[1])[:5])
-    print(f"hook calls' wall time on rlmesh's thread: {total:.1f} us/step ({top})")
+        ratios = e["ratios"][name]
+        per = " ".join(f"{r:.2f}" for r in ratios)
+        print(f"| {name} | {w * 1000:.0f} | {w / noop_w:.2f}x ({statistics.median(ratios):.2f}x) "
+              f"| {(w - noop_w) / steps * 1e6:.0f} | {(c - noop_c) / steps * 1e6:.0f} | {per} |")
+    target = med["bridge -> Kafka hook"][0] / noop_w
+    print(f"target: bridge -> Kafka hook over no-op RunHooks <= 1.10x: {target:.2f}x, "
+          f"{'met' if target <= 1.10 else 'MISSED'}")
+    cb = e["on_thread_us"]
+    wall = sum(w for w, _ in cb.values())
+    cpu = sum(c for _, c in cb.values())
+    parts = ", ".join(f"{k} {w:.1f}/{c:.1f}" for k, (w, c) in cb.items())
+    print(f"bridge callbacks on rlmesh's thread, us per step wall/thread CPU: {wall:.1f}/{cpu:.1f}"
+          f" ({parts})")
+    kinds = e["cpu_by_thread_us"]
+    base = kinds["noop RunHooks"]
+    print("process CPU per step by thread, us (mean of the repeats; over no-op in brackets):")
+    for name, cpu_us in kinds.items():
+        parts = ", ".join(f"{k} {v:.0f} [{v - base.get(k, 0.0):+.0f}]"
+                          for k, v in sorted(cpu_us.items(), key=lambda x: -x[1]) if abs(v) >= 1)
+        print(f"- {name}: {parts}")
 
 
 def _rss_mib() -> float:

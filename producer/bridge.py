@@ -20,6 +20,14 @@ observations). Without the wrapper it is not published, and consumers mark
 such episodes as lacking it.
 Episodes are attributed to lane slots in start order (a vector env's
 `StepEvent` carries no lane), one group step per `StepEvent`.
+
+rlmesh calls hooks inline, on its own threads, and every microsecond there is
+the rollout's. So the callbacks only capture (slot bookkeeping; a snapshot of
+the leaves where the SDK's values are not already the hooks' own) and hand
+over to one publishing thread (`handoff.Handoff`) that builds the events and
+calls the runtime hooks in order. `on_run_end` waits for it, so when
+`rlmesh.run` returns every event of the run is in the hooks; the Kafka hook's
+session-end flush then runs on that thread, off the run's path.
 """
 
 from __future__ import annotations
@@ -27,7 +35,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -37,6 +44,8 @@ from typing import Any, Protocol
 import numpy as np
 import rlmesh
 
+from rlmesh_stream.producer.handoff import Handoff
+from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.leaves import LeafCodec, infer_space
 from rlmesh_stream.schemas import events as ev
 from rlmesh_stream.schemas.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
@@ -101,6 +110,16 @@ def _meta_value(value: Any) -> ev.MetaValue:
     return str(value)
 
 
+_Encoded = tuple[list[bytes], list[bytes], "ev.MetaMap | None"]
+
+
+def _encode_step(obs_codec: LeafCodec, act_codec: LeafCodec, event: Any) -> _Encoded:
+    """A `StepEvent`'s observation and action leaves and its info, as published."""
+    info = event.info
+    return (obs_codec.encode(event.observation), act_codec.encode(event.action),
+            {} if type(info) is dict and not info else to_meta(info))
+
+
 @dataclass
 class _Episode:
     index: int  # 0-based, as the SDK counts
@@ -108,27 +127,59 @@ class _Episode:
     record_id: str
     slot: int
     seed: int | None
-    last_info: Mapping[str, Any] | None = None
-    pending_observation: Any = None
-    steps_seen: int = 0
+    last_info: ev.MetaMap | None = None
+
+
+@dataclass
+class _Capture:
+    """What rlmesh's thread keeps for a run: the codecs and the episodes' lane slots."""
+
+    context: Any = None
+    values_are_fresh: bool = False  # the SDK's values are the hooks' own: no snapshot needed
+    obs_codec: LeafCodec | None = None
+    act_codec: LeafCodec | None = None
+    slots: dict[int, int] = field(default_factory=dict)  # episode index -> lane slot
+    free_slots: list[int] = field(default_factory=list)
+    next_slot: int = 0
+
+    def take_slot(self, episode: int) -> int:
+        if self.free_slots:
+            slot = self.free_slots.pop(0)
+        else:
+            slot = self.next_slot
+            self.next_slot += 1
+        self.slots[episode] = slot
+        return slot
+
+    def free_slot(self, episode: int) -> int | None:
+        slot = self.slots.pop(episode, None)
+        if slot is not None:
+            self.free_slots.append(slot)
+            self.free_slots.sort()
+        return slot
 
 
 @dataclass
 class _RunState:
+    """What the publishing thread keeps for a run: ids, episodes and totals."""
+
     session_id: str
-    context: Any = None
-    obs_codec: LeafCodec | None = None
-    act_codec: LeafCodec | None = None
     episodes: dict[int, _Episode] = field(default_factory=dict)
-    free_slots: list[int] = field(default_factory=list)
-    next_slot: int = 0
     total_steps: int = 0
     total_episodes: int = 0
     logged_first_reset: bool = False
 
 
 class RlmeshBridge(rlmesh.RunHooks):
-    """An `rlmesh.RunHooks` publishing each run as one runtime session (reusable across runs)."""
+    """An `rlmesh.RunHooks` publishing each run as one runtime session (reusable across runs).
+
+    Split in two to cost the rollout little: each callback, on rlmesh's thread,
+    only encodes the step's leaves (bytes, a snapshot of the arrays) and hands
+    them to one publishing thread (`Handoff`), which builds the events and
+    calls the runtime hooks in the callbacks' order. `on_run_end` waits for
+    that thread, then publishes the session's end, so when the run returns
+    every event is in the hooks (a `flush`/`close` delivers them all).
+    """
 
     def __init__(
         self,
@@ -150,8 +201,13 @@ class RlmeshBridge(rlmesh.RunHooks):
         self._observation_space = observation_space
         self._action_space = action_space
         self._trial_base = trial_index_base
-        self._lock = threading.Lock()
-        self._state: _RunState | None = None
+        self._capture: _Capture | None = None  # rlmesh's thread
+        self._state: _RunState | None = None  # the publishing thread
+        self._handoff = Handoff("rlmesh-stream-bridge")
+        # The Kafka hook ends a session without waiting for delivery, and that wait (bounded,
+        # as the hook's own) happens on the publishing thread, after the run has returned;
+        # other hooks end sessions their own way.
+        self._kafka = hooks if isinstance(hooks, KafkaRuntimeHooks) else None
         self.session_ids: list[str] = []
         # lane slot -> the terminal observation a wrapped env's `step` returned
         self._terminal: dict[int, Any] = {}
@@ -170,27 +226,90 @@ class RlmeshBridge(rlmesh.RunHooks):
         """The current (or last) run's session id."""
         return self.session_ids[-1] if self.session_ids else None
 
-    # -- RunHooks ---------------------------------------------------------------------------------
+    # -- RunHooks, on rlmesh's thread: capture and hand over ---------------------------------
 
     def on_run_start(self, context: Any) -> None:
-        state = _RunState(session_id=str(uuid.uuid4()), context=context)
-        self._state = state
-        self.session_ids.append(state.session_id)
-        sid, route = state.session_id, self.route
-        self.hooks.env_connected(ev.EnvConnectedEvent(session_id=sid, route=route,
-                                                      env_id=self.env_id))
-        self.hooks.model_connected(ev.ModelConnectedEvent(session_id=sid, route=route))
-        self.hooks.session_started(ev.SessionStartedEvent(session_id=sid, route=route,
-                                                          env_id=self.env_id))
+        # The native loop (`Model.run`) decodes each observation and action afresh for its
+        # hooks: they are kept as they are and encoded later. The session loop hands over
+        # the env's own objects, which an env may reuse: they are encoded (copied) at once.
+        fresh = context is not None and not isinstance(context, rlmesh.Session)
+        self._capture = _Capture(context=context, values_are_fresh=fresh)
+        session_id = str(uuid.uuid4())
+        self.session_ids.append(session_id)
+        self._handoff.submit(self._publish_run_start, session_id)
 
     def on_episode_start(self, *, episode: int, seed: int | None) -> None:
-        state = self._require_state()
-        self._resolve_spaces(state)
-        if state.free_slots:
-            slot = state.free_slots.pop(0)
-        else:
-            slot = state.next_slot
-            state.next_slot += 1
+        capture = self._capture or self._implicit_run()
+        self._resolve_spaces(capture)
+        slot = capture.take_slot(episode)
+        self._handoff.submit(self._publish_episode_start, episode, seed, slot)
+
+    def on_step(self, event: Any) -> None:
+        # Runs once per rollout step, inline: only what must be a snapshot happens here.
+        capture = self._capture or self._implicit_run()
+        index = event.episode
+        slot = capture.slots.get(index)
+        if slot is None:  # a step of an episode we never saw start: attribute it anyway
+            self.on_episode_start(episode=index, seed=event.seed)
+            slot = capture.slots[index]
+        obs_codec, act_codec = capture.obs_codec, capture.act_codec
+        if obs_codec is None:
+            obs_codec = capture.obs_codec = LeafCodec(infer_space(event.observation))
+        if act_codec is None:
+            act_codec = capture.act_codec = LeafCodec(infer_space(event.action))
+        if capture.values_are_fresh:  # encoded on the publishing thread
+            self._handoff.submit(self._publish_step, index, slot, obs_codec, act_codec, event,
+                                 None)
+        else:  # a snapshot now: the env may reuse its arrays
+            self._handoff.submit(self._publish_step, index, slot, obs_codec, act_codec, event,
+                                 _encode_step(obs_codec, act_codec, event))
+
+    def on_episode_end(self, result: Any) -> None:
+        capture = self._capture or self._implicit_run()
+        slot = capture.free_slot(result.index)
+        terminal = self._terminal.pop(0 if slot is None else slot, None)
+        spec = leaves = None
+        if terminal is not None and result.steps > 0:
+            codec = capture.obs_codec
+            if codec is None:
+                codec = capture.obs_codec = LeafCodec(infer_space(terminal))
+            spec, leaves = codec.spec, codec.encode(terminal)
+        self._handoff.submit(self._publish_episode_end, result, spec, leaves)
+
+    def on_run_end(self, result: Any) -> None:
+        # The SDK calls this from its `except`/`finally`: a run that raised is still raising.
+        error = sys.exc_info()[1]
+        if self._capture is None:
+            self._implicit_run()
+        failure: BaseException | None = None
+        try:
+            self._handoff.barrier()
+        except BaseException as exc:  # the publishing thread failed after the last step
+            failure = exc
+        try:
+            self._publish_run_end(result, error or failure)
+            kafka = self._kafka
+            if kafka is not None:  # the session end's flush, off the run's path
+                self._handoff.submit(kafka.flush, kafka.settings.session_end_flush_timeout_s)
+        finally:
+            self._capture = None
+            self._handoff.stop()
+        if failure is not None and error is None:
+            raise failure
+
+    # -- the publishing thread: build the events, call the hooks --------------------------------
+
+    def _publish_run_start(self, session_id: str) -> None:
+        self._state = _RunState(session_id=session_id)
+        route = self.route
+        self.hooks.env_connected(ev.EnvConnectedEvent(session_id=session_id, route=route,
+                                                      env_id=self.env_id))
+        self.hooks.model_connected(ev.ModelConnectedEvent(session_id=session_id, route=route))
+        self.hooks.session_started(ev.SessionStartedEvent(session_id=session_id, route=route,
+                                                          env_id=self.env_id))
+
+    def _publish_episode_start(self, episode: int, seed: int | None, slot: int) -> None:
+        state = self._run_state()
         ep = _Episode(index=episode, episode_id=uuid7(), record_id=f"ep-{episode + 1:06d}",
                       slot=slot, seed=seed)
         state.episodes[episode] = ep
@@ -205,75 +324,62 @@ class RlmeshBridge(rlmesh.RunHooks):
             episode_record_id=ep.record_id, episode_index=episode + 1, env_index=slot,
             started_from_auto_reset=False, seed=seed, trial_index=self._trial_base + episode))
 
-    def on_step(self, event: Any) -> None:
-        # Runs once per rollout step, inline: locals over repeated attribute lookups.
-        state = self._state
-        if state is None:
-            state = self._require_state()
-        index = event.episode
-        ep = state.episodes.get(index)
-        if ep is None:  # a step of an episode we never saw start: attribute it anyway
-            self.on_episode_start(episode=index, seed=event.seed)
-            ep = state.episodes[index]
-        obs_codec, act_codec = state.obs_codec, state.act_codec
-        if obs_codec is None:
-            obs_codec = state.obs_codec = LeafCodec(infer_space(event.observation))
-        if act_codec is None:
-            act_codec = state.act_codec = LeafCodec(infer_space(event.action))
+    def _publish_step(self, index: int, slot: int, obs_codec: LeafCodec, act_codec: LeafCodec,
+                      event: Any, encoded: _Encoded | None) -> None:
+        state = self._run_state()
+        ep = state.episodes[index]
         hooks, sid, route = self.hooks, state.session_id, self.route
-        episode_id, record_id, slot, step = ep.episode_id, ep.record_id, ep.slot, event.step
-        observation = obs_codec.encode(event.observation)
+        observation, action, infos = encoded or _encode_step(obs_codec, act_codec, event)
+        obs_spec, act_spec, step = obs_codec.spec, act_codec.spec, event.step
+        episode_id, record_id = ep.episode_id, ep.record_id
         # The pre-step observation: the reset one on step 0, else the previous step's result.
         hooks.observation_emitted(_ObservationEmitted(
             session_id=sid, route=route, episode_id=episode_id, episode_record_id=record_id,
             episode_ids=[episode_id], episode_record_ids=[record_id],
             step=step if step == 0 else step - 1, env_index=slot,
-            is_reset=step == 0, num_envs=1, observation_space=obs_codec.spec,
+            is_reset=step == 0, num_envs=1, observation_space=obs_spec,
             observation=observation, raw_observation=observation,
             infos=None))
-        action = act_codec.encode(event.action)
         hooks.action_received(_ActionReceived(
             session_id=sid, route=route, episode_id=episode_id, episode_record_id=record_id,
             episode_ids=[episode_id], episode_record_ids=[record_id], step=step,
-            env_index=slot, action_space=act_codec.spec, action=action, raw_action=action))
-        info = event.info
+            env_index=slot, action_space=act_spec, action=action, raw_action=action))
         hooks.step_completed(_StepCompleted(
             session_id=sid, route=route, episode_id=episode_id, episode_record_id=record_id,
-            step=step, env_index=slot, rewards=[float(event.reward)],
-            infos={} if type(info) is dict and not info else to_meta(info),
+            step=step, env_index=slot, rewards=[float(event.reward)], infos=infos,
             terminated=[bool(event.terminated)], truncated=[bool(event.truncated)],
             autoreset_roll=[False], predict_ms=float(event.predict_ms),
             step_ms=float(event.step_ms)))
-        ep.last_info = info
-        ep.steps_seen += 1
+        ep.last_info = infos
         state.total_steps += 1
 
-    def on_episode_end(self, result: Any) -> None:
-        state = self._require_state()
+    def _publish_episode_end(self, result: Any, spec: ev.SpaceSpec | None,
+                             terminal: list[bytes] | None) -> None:
+        state = self._run_state()
         ep = state.episodes.pop(result.index, None)
         if ep is None:
             ep = _Episode(index=result.index, episode_id=uuid7(),
                           record_id=f"ep-{result.index + 1:06d}", slot=0, seed=result.seed)
-        else:
-            state.free_slots.append(ep.slot)
-            state.free_slots.sort()
         state.total_episodes += 1
-        terminal = self._terminal.pop(ep.slot, None)
-        if terminal is not None and result.steps > 0:
-            self._publish_terminal(state, ep, terminal, int(result.steps))
+        if terminal is not None and spec is not None:
+            # The observation after the episode's last step (index T), from the wrapped env.
+            self.hooks.observation_emitted(_ObservationEmitted(
+                session_id=state.session_id, route=self.route, episode_id=ep.episode_id,
+                episode_record_id=ep.record_id, episode_ids=[ep.episode_id],
+                episode_record_ids=[ep.record_id], step=int(result.steps) - 1,
+                env_index=ep.slot, is_reset=False, num_envs=1, observation_space=spec,
+                observation=terminal, raw_observation=terminal, infos=None))
         self.hooks.episode_completed(ev.EpisodeCompletedEvent(
             session_id=state.session_id, route=self.route, episode_id=ep.episode_id,
             episode_record_id=ep.record_id, episode_index=result.index + 1, env_index=ep.slot,
             step_count=int(result.steps), cumulative_reward=float(result.reward),
             terminated=bool(result.terminated), truncated=bool(result.truncated),
             duration_ms=round(float(result.duration_s) * 1000.0),
-            final_info=to_meta(ep.last_info), success=result.success, seed=result.seed,
+            final_info=ep.last_info, success=result.success, seed=result.seed,
             trial_index=result.trial, predict_ms=result.predict_ms, step_ms=result.step_ms))
 
-    def on_run_end(self, result: Any) -> None:
-        # The SDK calls this from its `except`/`finally`: a run that raised is still raising.
-        error = sys.exc_info()[1]
-        state = self._require_state()
+    def _publish_run_end(self, result: Any, error: BaseException | None) -> None:
+        state = self._run_state()
         sid, route = state.session_id, self.route
         for advisory in result.advisories:
             self.hooks.relay_advisory(ev.RelayAdvisoryEvent(
@@ -290,51 +396,49 @@ class RlmeshBridge(rlmesh.RunHooks):
         self.hooks.on_telemetry(ev.TelemetrySnapshotEvent(
             session_id=sid, route=route, snapshot=Snapshot(horizon=Horizon.SESSION, rows=rows)))
         if error is not None:
-            self.hooks.session_failed(ev.SessionFailedEvent(
-                session_id=sid, route=route, reason=f"{type(error).__name__}: {error}"))
+            failed = ev.SessionFailedEvent(
+                session_id=sid, route=route, reason=f"{type(error).__name__}: {error}")
+            if self._kafka is not None:
+                self._kafka.session_failed(failed, flush=False)
+            else:
+                self.hooks.session_failed(failed)
         else:
-            self.hooks.session_ended(ev.SessionEndedEvent(
+            ended = ev.SessionEndedEvent(
                 session_id=sid, route=route, reason="completed",
-                total_steps=state.total_steps, total_episodes=state.total_episodes))
+                total_steps=state.total_steps, total_episodes=state.total_episodes)
+            if self._kafka is not None:
+                self._kafka.session_ended(ended, flush=False)
+            else:
+                self.hooks.session_ended(ended)
         self._state = None
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _publish_terminal(self, state: _RunState, ep: _Episode, observation: Any,
-                          steps: int) -> None:
-        """The observation after the episode's last step (index T), from the wrapped env."""
-        codec = state.obs_codec
-        if codec is None:
-            codec = state.obs_codec = LeafCodec(infer_space(observation))
-        leaves = codec.encode(observation)
-        self.hooks.observation_emitted(_ObservationEmitted(
-            session_id=state.session_id, route=self.route, episode_id=ep.episode_id,
-            episode_record_id=ep.record_id, episode_ids=[ep.episode_id],
-            episode_record_ids=[ep.record_id], step=steps - 1, env_index=ep.slot,
-            is_reset=False, num_envs=1, observation_space=codec.spec, observation=leaves,
-            raw_observation=leaves, infos=None))
+    def _implicit_run(self) -> _Capture:
+        """A hook called outside a run: start one implicitly."""
+        self.on_run_start(None)
+        assert self._capture is not None
+        return self._capture
 
-    def _require_state(self) -> _RunState:
-        if self._state is None:  # a hook called outside a run: start one implicitly
-            self.on_run_start(None)
-        assert self._state is not None
+    def _run_state(self) -> _RunState:
+        assert self._state is not None, "published before the run's start"
         return self._state
 
-    def _resolve_spaces(self, state: _RunState) -> None:
+    def _resolve_spaces(self, capture: _Capture) -> None:
         """Compile the codecs once per run, from the caller's spaces or the env contract."""
-        if state.obs_codec is not None and state.act_codec is not None:
+        if capture.obs_codec is not None and capture.act_codec is not None:
             return
-        contract = getattr(state.context, "contract", None)
+        contract = getattr(capture.context, "contract", None)
         obs_space, act_space = self._observation_space, self._action_space
         if contract is not None:
             if obs_space is None:
                 obs_space = _gym_space(getattr(contract, "observation_space", None))
             if act_space is None:
                 act_space = _gym_space(getattr(contract, "action_space", None))
-        if obs_space is not None and state.obs_codec is None:
-            state.obs_codec = LeafCodec(obs_space)
-        if act_space is not None and state.act_codec is None:
-            state.act_codec = LeafCodec(act_space)
+        if obs_space is not None and capture.obs_codec is None:
+            capture.obs_codec = LeafCodec(obs_space)
+        if act_space is not None and capture.act_codec is None:
+            capture.act_codec = LeafCodec(act_space)
 
 
 def _terminal_wrapper_base() -> Any:

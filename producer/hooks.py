@@ -176,16 +176,24 @@ class KafkaRuntimeHooks:
         """An observer, not a transformer: the observation leaves go on unchanged."""
         return event.observation
 
-    def session_ended(self, event: ev.SessionEndedEvent) -> None:
+    def session_ended(self, event: ev.SessionEndedEvent, *, flush: bool = True) -> None:
+        """Publish the session's end, then wait (bounded) for its delivery.
+
+        `flush=False` skips the wait, for a caller that flushes off the rollout's
+        thread (the rlmesh bridge): the event is accepted either way.
+        """
         self._publish(self._slots[_SESSION_ENDED], event)
-        self.flush(self.settings.session_end_flush_timeout_s)
+        if flush:
+            self.flush(self.settings.session_end_flush_timeout_s)
 
     def on_telemetry(self, event: ev.TelemetrySnapshotEvent) -> None:
         self._publish(self._slots[_TELEMETRY_SNAPSHOT], event)
 
-    def session_failed(self, event: ev.SessionFailedEvent) -> None:
+    def session_failed(self, event: ev.SessionFailedEvent, *, flush: bool = True) -> None:
+        """As `session_ended`, for a session that failed."""
         self._publish(self._slots[_SESSION_FAILED], event)
-        self.flush(self.settings.session_end_flush_timeout_s)
+        if flush:
+            self.flush(self.settings.session_end_flush_timeout_s)
 
     def log(self, event: ev.LogEvent) -> None:
         self._publish(self._slots[_LOG], event)
