@@ -17,6 +17,7 @@ import textwrap
 import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -210,7 +211,7 @@ SPILL_BOUND_S = 5.0
 
 
 @pytest.mark.slow
-def test_a_producer_sigkilled_during_a_kafka_outage_with_a_spool_loses_and_duplicates_nothing(
+def test_a_producer_sigkilled_during_a_kafka_outage_with_a_spool_loses_nothing(
     make_hooks, throwaway_kafka, throwaway_config, tmp_path,
 ):
     spool = tmp_path / "spool"
@@ -245,7 +246,16 @@ def test_a_producer_sigkilled_during_a_kafka_outage_with_a_spool_loses_and_dupli
     assert report["on_disk_after"] < SPILL_BOUND_S
     assert report["delivered"] + report["spooled"] == report["accepted"] > 1300
     assert heir.stats().recovered == report["spooled"]
-    assert theirs == list(range(report["accepted"]))  # every sequence once: no loss, no copy
+    assert sorted(set(theirs)) == list(range(report["accepted"]))  # every sequence: no loss
+    # Copies: only a record the broker wrote while it was stopping, whose acknowledgement never
+    # came, so it was spooled and sent again (docs/producer.md, "Duplicates"): at most one
+    # request's worth, one run of sequences, each twice, under its own producer id and sequence
+    # (the consumers' delivery tables count them as duplicates).
+    again = sorted(seq for seq, copies in Counter(theirs).items() if copies > 1)
+    assert all(copies <= 2 for copies in Counter(theirs).values())
+    assert len(again) < report["spooled"]
+    if again:
+        assert again == list(range(again[0], again[-1] + 1))
     # The log said where the events were, with counts.
     assert f"events are kept on disk in the spool {spool}" in said
 
