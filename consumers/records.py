@@ -28,6 +28,9 @@ class Record:
     event_type: EventType
     event: RuntimeEvent | None  # None for builders that read headers only
     headers: dict[str, bytes] = field(default_factory=dict)
+    # a packed builder's row, when the runtime read it straight from the payload (then
+    # `event` is None): see builders/projection.py
+    values: tuple[Any, ...] | None = None
 
 
 def timestamp_of(ms: int) -> datetime:

@@ -67,7 +67,7 @@ class PostgresSink(Sink):
             "WHERE table_schema = current_schema() AND table_name = %s", (table,))
         return {r[0] for r in rows}
 
-    def _stage(self, rows: dict[Table, list[dict[str, Any]]]) -> dict[Table, str]:
+    def _stage(self, rows: dict[Table, list[Any]]) -> dict[Table, str]:
         stages: dict[Table, str] = {}
         for table, table_rows in rows.items():
             name = f"stage_{table.name}"
@@ -83,8 +83,8 @@ class PostgresSink(Sink):
                 with self.conn.cursor() as cur, cur.copy(
                     f"COPY {name} ({', '.join(cols)}) FROM STDIN"
                 ) as copy:
-                    for row in table_rows:
-                        copy.write_row([row[c] for c in cols])
+                    for row in table_rows:  # a dict, or a packed tuple (every column)
+                        copy.write_row(row if type(row) is tuple else [row[c] for c in cols])
             stages[table] = name
         return stages
 
