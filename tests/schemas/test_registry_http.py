@@ -8,7 +8,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -35,10 +35,10 @@ def test_a_schema_by_id_is_what_the_confluent_client_fetches(stream_config: Stre
 
 
 class _Fake(BaseHTTPRequestHandler):
-    answers: dict[str, tuple[int, bytes]] = {}
-    seen: list[tuple[str, str | None]] = []
+    answers: ClassVar[dict[str, tuple[int, bytes]]] = {}
+    seen: ClassVar[list[tuple[str, str | None]]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server name
+    def do_GET(self) -> None:  # the http.server name
         self.seen.append((self.path, self.headers.get("Authorization")))
         status, body = self.answers.get(self.path.split("?")[0], (404, b"<html>no</html>"))
         self.send_response(status)
@@ -106,5 +106,5 @@ def test_an_unreachable_url_is_skipped_for_the_next_and_unavailable_when_last(fa
 
 
 def test_settings_it_does_not_know_are_refused(fake: str) -> None:
-    with pytest.raises(ValueError, match="ssl.certificate.location"):
+    with pytest.raises(ValueError, match=r"ssl\.certificate\.location"):
         SchemaFetcher({"url": fake, "ssl.certificate.location": "/x"})
