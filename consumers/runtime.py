@@ -556,7 +556,8 @@ class ConsumerRuntime:
     # -- checkpoints ----------------------------------------------------------------
 
     def _checkpoint_due(self) -> bool:
-        """`max_batch` records, or `checkpoint_interval` seconds since the last checkpoint.
+        """`max_batch` records, or `checkpoint_interval` seconds since the last checkpoint,
+        or (--until-end) every assigned partition read to its end: nothing more will come.
 
         While catching up on a backlog, the interval is at least four times what the
         last checkpoint took, so a slow sink spends at most a fifth of the time
@@ -567,6 +568,8 @@ class ConsumerRuntime:
             return True
         if not n:
             return False
+        if self.options.until_end and self._read_to_end():
+            return True
         interval = self.options.checkpoint_interval
         if self._behind:
             interval = max(interval, 4 * self._flush_cost)
@@ -680,8 +683,13 @@ class ConsumerRuntime:
     # -- offline mode and progress ---------------------------------------------------
 
     def _at_end(self) -> bool:
-        """Every assigned partition has reached the end offset seen at assignment."""
-        if not self._assigned or self._buffer:
+        """Every assigned partition has reached the end offset seen at assignment, and
+        every record read is applied."""
+        return not self._buffer and self._read_to_end()
+
+    def _read_to_end(self) -> bool:
+        """Every assigned partition read up to the end offset seen at assignment."""
+        if not self._assigned:
             return False
         return all(self._next.get(k, -1) >= self._ends.get(k, 0) for k in self._assigned)
 
