@@ -11,7 +11,7 @@ import base64
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
@@ -36,6 +36,15 @@ class Record:
 def timestamp_of(ms: int) -> datetime:
     """A Kafka record timestamp (ms since the epoch) as an aware UTC datetime."""
     return datetime.fromtimestamp(ms / 1000.0, tz=UTC)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+
+def epoch_ms(timestamp: datetime) -> int:
+    """An aware datetime as whole milliseconds since the epoch (`timestamp_of`'s inverse)."""
+    return (timestamp - _EPOCH) // _MS
 
 
 def route_columns(route: RuntimeEnvContext) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from rlmesh_stream.consumers.builders.projection import Projection, Projections
-from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.records import Record, epoch_ms
 from rlmesh_stream.consumers.tables import Table, finish_row, merge_rows, tuple_merger
 from rlmesh_stream.schemas.topics import EventType
 
@@ -111,7 +111,8 @@ def reduce(builder: Builder, records: Iterable[Record], into: Reduced | None = N
             if values is None:
                 if record.event is None:
                     continue  # dead-lettered: no row
-                values = projections[record.event_type].pack(record.event, record.timestamp)
+                values = projections[record.event_type].pack(record.event,
+                                                             epoch_ms(record.timestamp))
             add_packed(projections[record.event_type], values)
         return reduced
     for record in records:

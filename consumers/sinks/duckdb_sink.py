@@ -48,11 +48,12 @@ def to_arrow(table: Table, rows: list[Any]) -> pa.Table:
     import pyarrow as pa
 
     schema = arrow_schema(table)
-    if rows and type(rows[0]) is tuple:  # packed: transposed in C
+    if rows and type(rows[0]) is tuple:  # packed: transposed in C, timestamps in ms
         columns = zip(*rows, strict=True)
+        stamp = pa.timestamp("ms", tz="UTC")
         return pa.Table.from_arrays(
-            [pa.array(col, f.type) for col, f in zip(columns, schema, strict=True)],
-            schema=schema)
+            [pa.array(col, stamp if pa.types.is_timestamp(f.type) else f.type)
+             for col, f in zip(columns, schema, strict=True)], names=schema.names)
     by_name = {c.name: [r[c.name] for r in rows] for c in table.columns}
     return pa.Table.from_pydict(by_name, schema=schema)
 

@@ -15,12 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlmesh_stream.consumers.builders import EpisodesBuilder
+from rlmesh_stream.consumers.records import epoch_ms, timestamp_of
 from rlmesh_stream.consumers.tables import EPISODES, merge_rows, tuple_merger
 from rlmesh_stream.schemas.avro_fastread import compile_projection, compile_reader
 from rlmesh_stream.schemas.avro_writer import avro_writer
 from rlmesh_stream.schemas.testing.strategies import events, exact
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
+T0 = epoch_ms(datetime(2026, 1, 1, tzinfo=UTC))  # packed rows hold timestamps in ms
 PROJECTED = sorted(EpisodesBuilder.projections, key=lambda et: et.value)
 
 
@@ -80,7 +81,7 @@ def test_packed_rows_merge_as_merge_rows(data: Any) -> None:
         event_type = data.draw(st.sampled_from(kinds))
         projection = EpisodesBuilder.projections[event_type]
         event = data.draw(events(event_type))
-        stamp = T0.replace(second=data.draw(st.integers(0, 59)))
+        stamp = T0 + data.draw(st.integers(0, 59_999))
         rows.append(projection.pack(event, stamp))
     packed = rows[0]
     as_dicts = dict(zip(EPISODES.column_names, rows[0], strict=True))
@@ -89,3 +90,8 @@ def test_packed_rows_merge_as_merge_rows(data: Any) -> None:
         as_dicts = merge_rows(EPISODES, as_dicts,
                               dict(zip(EPISODES.column_names, row, strict=True)))
     assert exact(packed) == exact(tuple(as_dicts[c] for c in EPISODES.column_names))
+
+
+def test_packed_timestamps_are_the_record_timestamps_in_ms() -> None:
+    for ms in (0, 1, T0, T0 + 999, 2**41 + 7):
+        assert epoch_ms(timestamp_of(ms)) == ms
