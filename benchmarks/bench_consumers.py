@@ -47,6 +47,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from rlmesh_stream.consumers.builders import EpisodesBuilder
 from rlmesh_stream.consumers.runtime import CheckpointInfo, ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import open_sink
+from rlmesh_stream.consumers.tables import EPISODES
 from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.schemas import events as ev
 from rlmesh_stream.schemas import headers as h
@@ -310,11 +311,18 @@ def bench_live(config: StreamConfig, sink_url: str, rate: float, seconds: float,
     called: dict[tuple[str, str], float] = {}
     latencies: list[float] = []
 
+    names = EPISODES.column_names
+    sid, rid = names.index("session_id"), names.index("episode_record_id")
+
     def on_checkpoint(info: CheckpointInfo) -> None:
         for r in info.records_by_builder.get("episodes", []):
-            e = r.event
-            t = called.get((e.session_id, getattr(e, "episode_record_id", "")))
-            if t is not None and isinstance(e, ev.EpisodeCompletedEvent):
+            if r.event_type is not EventType.EPISODE_COMPLETED:
+                continue
+            # the packed row the runtime read (see builders/projection.py), or the event
+            key = ((r.values[sid], r.values[rid]) if r.values is not None
+                   else (r.event.session_id, r.event.episode_record_id))  # type: ignore[union-attr]
+            t = called.get(key)
+            if t is not None:
                 latencies.append(info.committed_at - t)
 
     sink = open_sink(sink_url)

@@ -10,20 +10,21 @@ from __future__ import annotations
 import logging
 import sys
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from rlmesh_stream.consumers.builders import BUILDER_NAMES, make_builders
 from rlmesh_stream.consumers.builders.telemetry import MIN_WINDOW_S
 from rlmesh_stream.consumers.cli_options import reading_options
-from rlmesh_stream.consumers.metrics import ConsumerMetrics
-from rlmesh_stream.consumers.progress import Progress
 from rlmesh_stream.consumers.runtime import ConsumerError, ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import SinkError, open_sink, sink_option
 from rlmesh_stream.schemas.access import AccessDeniedError
 from rlmesh_stream.schemas.cli_options import stream_options
 from rlmesh_stream.schemas.config import StreamConfig
+
+if TYPE_CHECKING:  # imported when used: rich and prometheus_client cost ~0.1 s each
+    from rlmesh_stream.consumers.metrics import ConsumerMetrics
 
 
 @click.group()
@@ -64,7 +65,11 @@ def _builder_command(name: str) -> click.Command:
         except SinkError as exc:  # a URL or store that cannot be used: one line, nothing read
             raise click.ClickException(str(exc)) from None
         options = RuntimeOptions(**reading, instance_id=instance_id)
-        progress = None if quiet else Progress(f"consume {name}")
+        progress = None
+        if not quiet:
+            from rlmesh_stream.consumers.progress import Progress
+
+            progress = Progress(f"consume {name}")
         runtime = ConsumerRuntime(config, builders, store, options, progress=progress,
                                   metrics=metrics)
         try:
@@ -87,6 +92,8 @@ def _builder_command(name: str) -> click.Command:
 def _serve_metrics(group_id: str, port: int | None) -> ConsumerMetrics | None:
     if port is None:
         return None
+    from rlmesh_stream.consumers.metrics import ConsumerMetrics
+
     metrics = ConsumerMetrics(group_id)
     try:
         metrics.serve(port)

@@ -11,7 +11,7 @@ import base64
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
@@ -28,11 +28,23 @@ class Record:
     event_type: EventType
     event: RuntimeEvent | None  # None for builders that read headers only
     headers: dict[str, bytes] = field(default_factory=dict)
+    # a packed builder's row, when the runtime read it straight from the payload (then
+    # `event` is None): see builders/projection.py
+    values: tuple[Any, ...] | None = None
 
 
 def timestamp_of(ms: int) -> datetime:
     """A Kafka record timestamp (ms since the epoch) as an aware UTC datetime."""
     return datetime.fromtimestamp(ms / 1000.0, tz=UTC)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+
+def epoch_ms(timestamp: datetime) -> int:
+    """An aware datetime as whole milliseconds since the epoch (`timestamp_of`'s inverse)."""
+    return (timestamp - _EPOCH) // _MS
 
 
 def route_columns(route: RuntimeEnvContext) -> dict[str, Any]:

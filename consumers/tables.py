@@ -243,6 +243,47 @@ def merge_rows(table: Table, old: Mapping[str, Any], new: Mapping[str, Any]) -> 
     return finish_row(table, merged)
 
 
+def tuple_merger(table: Table) -> Callable[[tuple[Any, ...], tuple[Any, ...]], tuple[Any, ...]]:
+    """`merge_rows` for packed rows (every column, in the table's order), generated once
+    per table from the same rules: FIRST and LAST inline, the others call their rule."""
+    merge: Any = table.__dict__.get("_tuple_merger")
+    if merge is not None:
+        return merge  # type: ignore[no-any-return]
+    if table.has_derived:
+        raise ValueError(f"{table.name}: packed rows do not support derived columns")
+    index = {name: i for i, name in enumerate(table.column_names)}
+    ns: dict[str, Any] = {}
+    wins: dict[str, str] = {}
+    lines, exprs = [], []
+    for i, c in enumerate(table.columns):
+        if c.merge is Merge.FIRST:
+            exprs.append(f"o[{i}] if o[{i}] is not None else n[{i}]")
+            continue
+        if c.merge is Merge.LAST:
+            exprs.append(f"n[{i}] if n[{i}] is not None else o[{i}]")
+            continue
+        status = _ranking(table, c)
+        flag = "False"
+        if status is not None:
+            if status.name not in wins:
+                s = index[status.name]
+                ranks: dict[Any, int] = {}
+                for r, v in enumerate(status.ranks):
+                    ranks.setdefault(v, r)  # as tuple.index: the first place
+                ns[f"R{s}"] = ranks.get
+                wins[status.name] = f"w{s}"
+                lines.append(f"w{s} = R{s}(n[{s}], -1) > R{s}(o[{s}], -1)")
+            flag = wins[status.name]
+        ns[f"M{i}"] = MERGE_RULES[c.merge].python
+        exprs.append(f"M{i}(o[{i}], n[{i}], {flag})")
+    body = "".join(f"    {line}\n" for line in lines)
+    source = f"def merge(o, n):\n{body}    return ({', '.join(exprs)},)\n"
+    exec(compile(source, f"<merge {table.name}>", "exec"), ns)
+    merge = ns["merge"]
+    object.__setattr__(table, "_tuple_merger", merge)  # a cache on the frozen table
+    return merge  # type: ignore[no-any-return]
+
+
 def finish_row(table: Table, row: dict[str, Any]) -> dict[str, Any]:
     """Fill the derived columns of a (merged) row."""
     if not table.has_derived:

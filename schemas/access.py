@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 from confluent_kafka import KafkaError
-from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from rlmesh_stream.schemas.config import StreamConfig
 from rlmesh_stream.schemas.redact import redact_url
+from rlmesh_stream.schemas.registry import registry_errors
 
 AUTHENTICATION_CODES: frozenset[int] = frozenset({
     KafkaError._AUTHENTICATION,
@@ -115,19 +116,20 @@ class RateLimitedLog:
         return True
 
 
-def registry_refusal(exc: BaseException) -> SchemaRegistryError | None:
+def registry_refusal(exc: BaseException) -> Any:
     """The registry's 401/403 answer behind `exc` (itself, or what it was raised from)."""
     seen: BaseException | None = exc
     for _ in range(5):
         if seen is None:
             return None
-        if isinstance(seen, SchemaRegistryError) and seen.http_status_code in (401, 403):
+        if (isinstance(seen, registry_errors())
+                and getattr(seen, "http_status_code", None) in (401, 403)):
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
 
 
-def registry_access_message(config: StreamConfig, refused: SchemaRegistryError,
+def registry_access_message(config: StreamConfig, refused: Any,
                             request: str) -> str:
     """One line for a registry 401/403: who was refused `request`, and what to do."""
     user = (f"registry user {config.registry_username!r}" if config.registry_username

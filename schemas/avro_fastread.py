@@ -327,6 +327,147 @@ class _Gen:
         body += [f"    {x}" for x in inner]
 
 
+class Const:
+    """A projection item: this value, whatever the payload holds."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+class Arg:
+    """A projection item: the projection's extra argument (e.g. the record timestamp)."""
+
+
+class Call:
+    """A projection item: `fn(value at path)` (a conversion, e.g. MetaMap -> JSON text)."""
+
+    __slots__ = ("fn", "path")
+
+    def __init__(self, fn: Callable[[Any], Any], path: str) -> None:
+        self.fn, self.path = fn, path
+
+
+Item = str | Const | Arg | Call
+"""A projection item; a str is a dotted field path (`route.env_id`)."""
+
+
+def _path_of(item: Item) -> str | None:
+    return item if isinstance(item, str) else item.path if isinstance(item, Call) else None
+
+
+class _Projector(_Gen):
+    """Generates a decoder that keeps only the fields a projection names.
+
+    Every field is still read and checked exactly as the full decoder reads it (so a
+    payload one of them refuses, the other refuses too); fields no item names are read
+    into a throw-away local, and records named only through their fields (`route.lane`)
+    are flattened: no dataclass is built for them.
+    """
+
+    MEMO_SIZE = 4  # the last distinct values a memoised conversion keeps
+
+    def fields_into(self, t: dict[str, Any], prefix: str, wanted: set[str],
+                    body: list[str], out: dict[str, str],
+                    memo: dict[str, Callable[[Any], Any]] | None = None) -> None:
+        for f in t["fields"]:
+            path = f"{prefix}{f['name']}"
+            ft = self.define(f["type"])
+            inner = {w for w in wanted if w.startswith(path + ".")}
+            if memo and path in memo and not inner and self.meta_map(ft, memo[path], body):
+                v = self.var("v")  # meta_map left the converted value in `c`
+                body.append(f"{v} = c")
+                out[path] = v
+                continue
+            if path in wanted or not inner:
+                v = self.var("v")
+                self.value(ft, v, body)
+                out[path] = v
+            if not inner:
+                continue
+            if isinstance(ft, dict) and ft["type"] == "record" and path not in wanted:
+                self._define_all(ft)
+                self.fields_into(ft, path + ".", inner, body, out)
+            else:  # a record inside a union, or also wanted whole: its attributes
+                if path not in wanted:
+                    v = self.var("v")
+                    self.value(ft, v, body)
+                    out[path] = v
+                for w in inner:
+                    attrs = w[len(path) + 1:]
+                    out[w] = f"(None if {out[path]} is None else {out[path]}.{attrs})"
+
+
+    def meta_map(self, t: Any, fn: Callable[[Any], Any], body: list[str]) -> bool:
+        """`fn` of a (nullable) MetaMap field, memoised on its bytes (the episodes of a run
+        mostly repeat a few final_info values). Avro's encoding is prefix-free: bytes that
+        start with the complete encoding of a value already read hold that value, so a hit
+        is a `startswith` of the last few values' bytes; a miss decodes it as the full
+        decoder does. Leaves the result in `c`."""
+        nullable = isinstance(t, list)
+        node = self.define(t[1]) if nullable else t
+        if not (isinstance(node, dict) and node.get("type") == "record"
+                and f"{node['namespace']}.{node['name']}" == bd.META_MAP):
+            return False
+        dec = self.record_func(node)
+        k = self.n = self.n + 1
+        self.ns.update({f"_M{k}": [], f"_FN{k}": fn})
+        memo = ["s = p", f"for raw, c in _M{k}:", "    if b.startswith(raw, p):",
+                "        p += len(raw)", "        break", "else:",
+                f"    c, p = {dec}(b, s)", f"    c = _FN{k}(c)",
+                f"    if len(_M{k}) >= {self.MEMO_SIZE}:", f"        _M{k}.pop()",
+                f"    _M{k}.insert(0, (b[s:p], c))"]
+        if not nullable:
+            body += memo
+            return True
+        assert t[0] == "null" and len(t) == 2
+        body += ["i = b[p]", "p += 1", "if i == 0:", f"    c = _FN{k}(None)", "elif i == 2:"]
+        body += [f"    {line}" for line in memo]
+        body += ["else:", "    _bad('union branch')"]
+        return True
+
+
+
+
+def compile_projection(event_type: EventType, items: list[Item]
+                       ) -> Callable[[bytes, int, Any], tuple[tuple[Any, ...], int]]:
+    """A decoder of an event type that returns only `items`, in order, as one tuple:
+    (bytes, start, arg) -> (values, end). Paths name fields of the reader schema."""
+    gen = _Projector()
+    wanted = {p for p in map(_path_of, items) if p is not None}
+    body: list[str] = ["L = len(b)"]
+    out: dict[str, str] = {}
+    # a conversion of a field no plain item wants: memoised when it is a MetaMap
+    calls = [i for i in items if isinstance(i, Call)]
+    memo = {i.path: i.fn for i in calls if i.path not in items
+            and sum(c.path == i.path for c in calls) == 1}
+    gen.fields_into(load_schema(event_type), "", wanted, body, out, memo)
+    missing = wanted - out.keys()
+    if missing:
+        raise KeyError(f"{event_type.value} has no field {sorted(missing)[0]!r}")
+    exprs: list[str] = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            exprs.append(out[item])
+        elif isinstance(item, Const):
+            gen.ns[f"_K{i}"] = item.value
+            exprs.append(f"_K{i}")
+        elif isinstance(item, Call) and item.path in memo:
+            exprs.append(out[item.path])  # converted by the memoised read
+        elif isinstance(item, Call):
+            gen.ns[f"_F{i}"] = item.fn
+            exprs.append(f"_F{i}({out[item.path]})")
+        else:
+            exprs.append("arg")
+    body.append(f"return ({', '.join(exprs)}{',' if len(exprs) == 1 else ''}), p")
+    source = "\n\n".join([*gen.sources, "def project(b, p, arg):\n"
+                           + "\n".join(f"    {x}" for x in body)])
+    name = f"<avro projection {event_type.event_class.__name__}>"
+    exec(compile(source, name, "exec"), gen.ns)
+    return gen.ns["project"]  # type: ignore[no-any-return]
+
+
 def compile_reader(event_type: EventType) -> tuple[Callable[[bytes, int], tuple[Any, int]], str]:
     """The generated decoder of an event type: (bytes, start) -> (event, end)."""
     gen = _Gen()

@@ -110,6 +110,21 @@ class _Builder:
         return convert
 
 
+_PROJECTIONS: dict[tuple[EventType, tuple[Any, ...]], Any] = {}
+
+
+def warm_projection(event_type: EventType, items: list[Any]) -> Any:
+    """`avro_fastread.compile_projection`, compiled once per event type and items (one
+    per schema id otherwise; consumers compile theirs ahead, during the group join)."""
+    key = (event_type, tuple(items))
+    project = _PROJECTIONS.get(key)
+    if project is None:
+        from rlmesh_stream.schemas.avro_fastread import compile_projection
+
+        project = _PROJECTIONS[key] = compile_projection(event_type, items)
+    return project
+
+
 class AvroReader:
     """Reads payloads of one writer schema into one event type's dataclasses."""
 
@@ -165,6 +180,30 @@ class AvroReader:
                 raise CorruptPayloadError(
                     f"{name}: {len(value) - end} trailing bytes after the Avro record")
             return event
+
+        return read
+
+    def framed_projector(self, items: list[Any]) -> Callable[[bytes, Any], tuple[Any, ...]] | None:
+        """A framed value -> only `items` of it (`avro_fastread.compile_projection`), when the
+        writer schema is ours; None otherwise. Refuses what `framed_reader` refuses."""
+        if self._fast is None:
+            return None
+        project = warm_projection(self.event_type, items)
+        name = self.event_type.event_class.__name__
+
+        def read(value: bytes, arg: Any) -> tuple[Any, ...]:
+            if type(value) is not bytes:
+                value = bytes(value)
+            try:
+                values, end = project(value, 5, arg)
+            except Exception as exc:
+                raise CorruptPayloadError(
+                    f"{name}: Avro payload does not decode with its writer schema: "
+                    f"{exc!r}") from exc
+            if end != len(value):
+                raise CorruptPayloadError(
+                    f"{name}: {len(value) - end} trailing bytes after the Avro record")
+            return values
 
         return read
 

@@ -8,35 +8,39 @@ the caller to what it means there (unknown id, unregistered subject).
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from confluent_kafka.schema_registry.error import SchemaRegistryError
-
 from rlmesh_stream.schemas.errors import RegistryProtocolError, RegistryUnavailableError
+from rlmesh_stream.schemas.registry_http import RegistryHttpError
 
 T = TypeVar("T")
 
 
-def _transport_errors() -> tuple[type[BaseException], ...]:
+def _loaded(module: str, *names: str) -> list[type[BaseException]]:
+    """Exception classes of a module already imported (its errors cannot be raised
+    otherwise, and importing the registry client's HTTP stack costs a consumer ~0.5 s)."""
+    mod = sys.modules.get(module)
+    found = (getattr(mod, name, None) for name in names)
+    return [c for c in found if isinstance(c, type) and issubclass(c, BaseException)]
+
+
+def registry_errors() -> tuple[type[BaseException], ...]:
+    """The registry's error answers: ours (`registry_http`) and the confluent client's."""
+    return (RegistryHttpError,
+            *_loaded("confluent_kafka.schema_registry.error", "SchemaRegistryError"))
+
+
+def transport_errors() -> tuple[type[BaseException], ...]:
     errors: list[type[BaseException]] = [OSError, TimeoutError]
     for module in ("httpx2", "httpx", "requests"):
-        try:
-            mod = __import__(module)
-        except ImportError:
-            continue
-        for name in ("TransportError", "RequestException", "TimeoutException"):
-            cls = getattr(mod, name, None)
-            if isinstance(cls, type) and issubclass(cls, BaseException):
-                errors.append(cls)
+        errors += _loaded(module, "TransportError", "RequestException", "TimeoutException")
     return tuple(errors)
 
 
-TRANSPORT_ERRORS = _transport_errors()
-
-
-def is_not_found(exc: SchemaRegistryError) -> bool:
-    return exc.http_status_code == 404
+def is_not_found(exc: Any) -> bool:
+    return exc.http_status_code == 404  # type: ignore[no-any-return]
 
 
 def call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -44,7 +48,8 @@ def call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     that is not a registry -> RegistryProtocolError."""
     try:
         return fn(*args, **kwargs)
-    except SchemaRegistryError as exc:
+    except registry_errors() as error:
+        exc: Any = error  # RegistryHttpError or SchemaRegistryError: the same two fields
         if exc.http_status_code is None or exc.http_status_code >= 500 or exc.http_status_code in (
             408, 429,
         ):
@@ -62,6 +67,6 @@ def call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
             f"the server at the registry URL answered {what} with something other than "
             "JSON (an HTML page?): check --registry-url / RLMESH_STREAM_REGISTRY_URL points "
             "at a Confluent-API schema registry") from exc
-    except TRANSPORT_ERRORS as exc:
+    except transport_errors() as exc:
         raise RegistryUnavailableError(
             f"schema registry unreachable ({what}): {exc!r}") from exc

@@ -15,11 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-from rlmesh_stream.schemas import proto_codec, registry
+from rlmesh_stream.schemas import registry
 from rlmesh_stream.schemas.avro_reader import AvroReader
-from rlmesh_stream.schemas.avro_writer import avro_writer
 from rlmesh_stream.schemas.config import DEFAULT_TOPIC_PREFIX
 from rlmesh_stream.schemas.errors import (
     BadMagicByteError,
@@ -30,7 +27,6 @@ from rlmesh_stream.schemas.errors import (
     UnknownSchemaIdError,
 )
 from rlmesh_stream.schemas.events import RuntimeEvent
-from rlmesh_stream.schemas.registrar import SchemaRegistrar
 from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
 from rlmesh_stream.schemas.wire import FORMATS, Format, frame, schema_id_of
 
@@ -41,6 +37,8 @@ UNKNOWN_ID_TTL = 30.0
 
 
 def _proto_encoders() -> dict[type, Encode]:
+    from rlmesh_stream.schemas import proto_codec
+
     return {et.event_class: proto_codec.proto_encoder(et) for et in EVENT_TYPES}
 
 
@@ -57,6 +55,8 @@ class EventEncoder:
         if format not in FORMATS:
             raise ValueError(f"unknown format {format!r}: 'avro' or 'protobuf'")
         self.format: Format = format
+        from rlmesh_stream.schemas.avro_writer import avro_writer  # a consumer never needs it
+
         self._by_class: dict[type, Encode] = (
             {et.event_class: avro_writer(et) for et in EVENT_TYPES}
             if format == "avro" else _proto_encoders()
@@ -78,6 +78,8 @@ class EventSerializer:
 
     def __init__(self, registry_client: Any, format: Format = "avro",
                  topic_prefix: str = DEFAULT_TOPIC_PREFIX, auto_register: bool = True) -> None:
+        from rlmesh_stream.schemas.registrar import SchemaRegistrar
+
         self.encoder = EventEncoder(format)
         self.registrar = SchemaRegistrar(registry_client, format, topic_prefix, auto_register)
         self.format: Format = format
@@ -129,6 +131,16 @@ class EventDecoder:
         reader = self._readers.get(sid) or self._reader(sid)
         return reader.event_type  # type: ignore[attr-defined, no-any-return]
 
+    def projector(self, value: bytes, items: list[Any]
+                  ) -> tuple[EventType, Callable[[bytes, Any], tuple[Any, ...]] | None]:
+        """For the schema id of a framed value: its event type, and a reader of only `items`
+        of such values (`AvroReader.framed_projector`) when its writer schema is ours
+        (None otherwise: decode whole events). Raises as `decode` does for the id."""
+        sid = schema_id_of(value)
+        reader = self._readers.get(sid) or self._reader(sid)
+        make = getattr(reader, "projector", None)
+        return reader.event_type, (None if make is None else make(items))  # type: ignore[attr-defined]
+
     def _reader(self, sid: int) -> _Reader:
         with self._lock:
             reader = self._readers.get(sid)
@@ -146,7 +158,7 @@ class EventDecoder:
     def _load(self, sid: int) -> _Reader:
         try:
             schema = registry.call(f"fetch schema {sid}", self.client.get_schema, sid)
-        except SchemaRegistryError as exc:
+        except registry.registry_errors() as exc:
             if registry.is_not_found(exc):
                 raise UnknownSchemaIdError(f"schema id {sid} is not in the registry") from exc
             raise RegistryUnavailableError(f"schema registry refused schema {sid}: {exc}") from exc
@@ -154,6 +166,8 @@ class EventDecoder:
         if kind == "AVRO":
             return _avro_reader(self.client, sid, schema)
         if kind == "PROTOBUF":
+            from rlmesh_stream.schemas import proto_codec
+
             return proto_codec.framed_reader(sid, schema.schema_str)
         raise UnknownSchemaIdError(f"schema id {sid} is a {kind} schema, not Avro or Protobuf")
 
@@ -184,6 +198,7 @@ def _avro_reader(client: Any, sid: int, schema: Any) -> _Reader:
     fast = read.framed_reader()
     if fast is not None:  # the writer schema is ours: the generated decoder, no wrapper
         fast.event_type = et  # type: ignore[attr-defined]
+        fast.projector = read.framed_projector  # type: ignore[attr-defined]
         return fast
 
     def reader(value: bytes) -> RuntimeEvent:
@@ -211,6 +226,16 @@ def _avro_references(client: Any, schema: Any) -> dict[str, Any]:
     return named
 
 
+def __getattr__(name: str) -> Any:
+    """`SchemaRegistrar`, imported when asked for: it needs the confluent registry client,
+    whose import a consumer (which only decodes) does not pay."""
+    if name == "SchemaRegistrar":
+        from rlmesh_stream.schemas.registrar import SchemaRegistrar
+
+        return SchemaRegistrar
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "BadMagicByteError",
     "ContractError",
@@ -220,7 +245,6 @@ __all__ = [
     "EventEncoder",
     "EventSerializer",
     "RegistryUnavailableError",
-    "SchemaRegistrar",
     "UnknownSchemaIdError",
     "frame",
 ]

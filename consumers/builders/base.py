@@ -2,7 +2,10 @@
 
 Builders are pure: `rows(record)` turns one record into partial rows (only
 the columns that record knows; the rest None), and `reduce` pre-merges a
-batch's partial rows per key with the tables' merge rules. All state lives in
+batch's partial rows per key with the tables' merge rules. A builder whose
+every event type is a `Projection` (one row per record, see `projection.py`)
+is *packed*: its rows are tuples in column order, read straight from the
+payload when the runtime can (`Record.values`), and merged as tuples. All state lives in
 the sink's tables, so a builder process can die at any instant and a restart
 from the sink's offsets yields the same tables.
 """
@@ -13,8 +16,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from rlmesh_stream.consumers.records import Record
-from rlmesh_stream.consumers.tables import Table, finish_row, merge_rows
+from rlmesh_stream.consumers.builders.projection import Projection, Projections
+from rlmesh_stream.consumers.records import Record, epoch_ms
+from rlmesh_stream.consumers.tables import Table, finish_row, merge_rows, tuple_merger
 from rlmesh_stream.schemas.topics import EventType
 
 PartialRow = tuple[Table, dict[str, Any]]
@@ -31,11 +35,22 @@ class Builder:
     # `{stage:<table>}` names the relation holding this batch's rows of <table>
     after_sql: ClassVar[tuple[str, ...]] = ()
 
+    # per event type, its row as a projection of the event (see `projection.py`)
+    projections: ClassVar[Projections] = {}
+
     def topics_of(self, prefix: str) -> list[str]:
         return sorted(et.topic(prefix) for et in self.event_types)
 
+    @property
+    def packed(self) -> bool:
+        """Every event type is a projection: rows are packed tuples (`Reduced.add_packed`)."""
+        return bool(self.event_types) and self.event_types <= self.projections.keys()
+
     def rows(self, record: Record) -> Iterator[PartialRow]:
-        raise NotImplementedError
+        """The projection's row of the record's event (override for other builders)."""
+        projection = self.projections.get(record.event_type)
+        if projection is not None and record.event is not None:
+            yield projection.table, projection.row(record.event, record.timestamp)
 
     def lock_keys(self, reduced: Reduced) -> list[str]:
         """Keys to lock while a batch is applied (see `SinkBatch.locks`); none by default."""
@@ -46,7 +61,7 @@ class Builder:
 class Reduced:
     """A batch reduced to one merged row per key, per table."""
 
-    rows: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = field(default_factory=dict)
+    rows: dict[str, dict[tuple[Any, ...], Any]] = field(default_factory=dict)  # dicts or tuples
 
     def add(self, table: Table, row: dict[str, Any]) -> None:
         by_key = self.rows.get(table.name)
@@ -61,8 +76,19 @@ class Reduced:
         else:  # an absent column merges as NULL, as in the SQL upsert
             by_key[key] = merge_rows(table, old, row)
 
-    def sorted_rows(self, table: Table) -> list[dict[str, Any]]:
-        """Rows in key order, so concurrent writers lock rows in one order (no deadlocks)."""
+    def add_packed(self, projection: Projection, values: tuple[Any, ...]) -> None:
+        """`add` for a packed row: a tuple holding every column of the table, in order."""
+        table = projection.table
+        by_key = self.rows.get(table.name)
+        if by_key is None:
+            by_key = self.rows[table.name] = {}
+        key = projection.key_of(values)
+        old = by_key.get(key)
+        by_key[key] = values if old is None else tuple_merger(table)(old, values)
+
+    def sorted_rows(self, table: Table) -> list[Any]:
+        """Rows in key order, so concurrent writers lock rows in one order (no deadlocks);
+        dicts, or packed tuples for a packed builder's tables."""
         by_key = self.rows.get(table.name, {})
         keys = list(by_key)
         if any(None in k for k in keys):  # NULLs last, as (v is None, v) orders them
@@ -78,6 +104,17 @@ def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def reduce(builder: Builder, records: Iterable[Record], into: Reduced | None = None) -> Reduced:
     reduced = into if into is not None else Reduced()
+    if builder.packed:
+        add_packed, projections = reduced.add_packed, builder.projections
+        for record in records:
+            values = record.values
+            if values is None:
+                if record.event is None:
+                    continue  # dead-lettered: no row
+                values = projections[record.event_type].pack(record.event,
+                                                             epoch_ms(record.timestamp))
+            add_packed(projections[record.event_type], values)
+        return reduced
     for record in records:
         for table, row in builder.rows(record):
             reduced.add(table, row)

@@ -14,6 +14,14 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow, Reduced
+from rlmesh_stream.consumers.builders.projection import (
+    TIMESTAMP,
+    Call,
+    Const,
+    Projection,
+    Projections,
+    Source,
+)
 from rlmesh_stream.consumers.records import Record, meta_json, route_columns
 from rlmesh_stream.consumers.tables import EPISODE_SESSION_ENDS, EPISODES, STEPS, Table
 from rlmesh_stream.schemas import events as ev
@@ -26,6 +34,14 @@ WHERE status = 'running'
   AND session_id IN (SELECT session_id FROM {stage:episodes}
                      UNION SELECT session_id FROM {stage:episode_session_ends})
 """
+
+
+# the columns both episode events fill, from the fields of the same names (route flattened)
+_EPISODE: dict[str, Source] = {
+    **{c: c for c in ("session_id", "episode_record_id", "episode_id", "episode_index",
+                      "env_index", "seed", "trial_index")},
+    **{c: f"route.{c}" for c in ("env_id", "env_component_id", "model_component_id", "lane")},
+}
 
 
 class EpisodesBuilder(Builder):
@@ -45,40 +61,20 @@ class EpisodesBuilder(Builder):
                     for key in reduced.rows.get(table.name, {})}
         return [f"episodes:{sid}" for sid in sessions]
 
-    def rows(self, record: Record) -> Iterator[PartialRow]:
-        e = record.event
-        if isinstance(e, ev.EpisodeStartedEvent):
-            r = e.route  # route_columns, inline: this runs once per record
-            yield EPISODES, {
-                "session_id": e.session_id, "episode_record_id": e.episode_record_id,
-                "episode_id": e.episode_id, "env_id": r.env_id,
-                "env_component_id": r.env_component_id,
-                "model_component_id": r.model_component_id, "lane": r.lane,
-                "episode_index": e.episode_index, "env_index": e.env_index,
-                "seed": e.seed, "trial_index": e.trial_index,
-                "started_from_auto_reset": e.started_from_auto_reset,
-                "status": "running", "started_at": record.timestamp,
-            }
-        elif isinstance(e, ev.EpisodeCompletedEvent):
-            r = e.route
-            yield EPISODES, {
-                "session_id": e.session_id, "episode_record_id": e.episode_record_id,
-                "episode_id": e.episode_id, "env_id": r.env_id,
-                "env_component_id": r.env_component_id,
-                "model_component_id": r.model_component_id, "lane": r.lane,
-                "episode_index": e.episode_index, "env_index": e.env_index,
-                "seed": e.seed, "trial_index": e.trial_index, "status": "completed",
-                "step_count": e.step_count, "cumulative_reward": e.cumulative_reward,
-                "terminated": e.terminated, "truncated": e.truncated, "success": e.success,
-                "duration_ms": e.duration_ms, "predict_ms": e.predict_ms,
-                "step_ms": e.step_ms, "final_info": meta_json(e.final_info),
-                "completed_at": record.timestamp,
-            }
-        elif isinstance(e, ev.SessionEndedEvent | ev.SessionFailedEvent):
-            status = "ended" if isinstance(e, ev.SessionEndedEvent) else "failed"
-            yield EPISODE_SESSION_ENDS, {
-                "session_id": e.session_id, "ended_at": record.timestamp, "status": status,
-            }
+    projections: ClassVar[Projections] = {
+        EventType.EPISODE_STARTED: Projection(EPISODES, {
+            **_EPISODE, "started_from_auto_reset": "started_from_auto_reset",
+            "status": Const("running"), "started_at": TIMESTAMP}),
+        EventType.EPISODE_COMPLETED: Projection(EPISODES, {
+            **_EPISODE, "status": Const("completed"),
+            **{c: c for c in ("step_count", "cumulative_reward", "terminated", "truncated",
+                              "success", "duration_ms", "predict_ms", "step_ms")},
+            "final_info": Call(meta_json, "final_info"), "completed_at": TIMESTAMP}),
+        EventType.SESSION_ENDED: Projection(EPISODE_SESSION_ENDS, {
+            "session_id": "session_id", "ended_at": TIMESTAMP, "status": Const("ended")}),
+        EventType.SESSION_FAILED: Projection(EPISODE_SESSION_ENDS, {
+            "session_id": "session_id", "ended_at": TIMESTAMP, "status": Const("failed")}),
+    }
 
 
 class EpisodesWithStepsBuilder(EpisodesBuilder):

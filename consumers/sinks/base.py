@@ -67,7 +67,9 @@ class OffsetUpdate:
 class SinkBatch:
     """What one checkpoint writes: merged rows per table, post-statements, offsets."""
 
-    rows: dict[Table, list[dict[str, Any]]] = field(default_factory=dict)
+    # per table, its rows: dicts, or packed tuples (every column in order; see
+    # builders/projection.py)
+    rows: dict[Table, list[Any]] = field(default_factory=dict)
     after_sql: list[str] = field(default_factory=list)
     offsets: list[OffsetUpdate] = field(default_factory=list)
     group_id: str = ""
@@ -207,6 +209,10 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
+    def prepare(self) -> None:  # noqa: B027 - optional, not abstract
+        """Load what writing needs, ahead of the first batch (on the runtime's warm-up
+        thread, while the group join is waited for); nothing by default."""
+
     @abc.abstractmethod
     def _transaction(self) -> Any: ...
 
@@ -221,7 +227,7 @@ class Sink(abc.ABC):
     def _columns_of(self, table: str) -> set[str]: ...
 
     @abc.abstractmethod
-    def _stage(self, rows: dict[Table, list[dict[str, Any]]]) -> dict[Table, str]:
+    def _stage(self, rows: dict[Table, list[Any]]) -> dict[Table, str]:
         """Load the batch's rows into staging relations; return their names."""
 
     @abc.abstractmethod

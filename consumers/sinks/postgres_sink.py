@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from rlmesh_stream.consumers.records import timestamp_of
 from rlmesh_stream.consumers.sinks.base import Sink
 from rlmesh_stream.consumers.sinks.url import connect_postgres
 from rlmesh_stream.consumers.tables import Dialect, Table, column_defs, upsert_sql
@@ -67,7 +68,7 @@ class PostgresSink(Sink):
             "WHERE table_schema = current_schema() AND table_name = %s", (table,))
         return {r[0] for r in rows}
 
-    def _stage(self, rows: dict[Table, list[dict[str, Any]]]) -> dict[Table, str]:
+    def _stage(self, rows: dict[Table, list[Any]]) -> dict[Table, str]:
         stages: dict[Table, str] = {}
         for table, table_rows in rows.items():
             name = f"stage_{table.name}"
@@ -83,8 +84,16 @@ class PostgresSink(Sink):
                 with self.conn.cursor() as cur, cur.copy(
                     f"COPY {name} ({', '.join(cols)}) FROM STDIN"
                 ) as copy:
-                    for row in table_rows:
-                        copy.write_row([row[c] for c in cols])
+                    stamps = [i for i, c in enumerate(table.columns) if c.type == "TIMESTAMPTZ"]
+                    for row in table_rows:  # a dict, or a packed tuple (every column)
+                        if type(row) is tuple:  # timestamps in ms
+                            values = list(row)
+                            for i in stamps:
+                                if values[i] is not None:
+                                    values[i] = timestamp_of(values[i])
+                            copy.write_row(values)
+                        else:
+                            copy.write_row([row[c] for c in cols])
             stages[table] = name
         return stages
 
