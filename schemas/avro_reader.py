@@ -170,16 +170,7 @@ class AvroReader:
         def read(value: bytes) -> Any:
             if type(value) is not bytes:
                 value = bytes(value)
-            try:
-                event, end = fast(value, 5)
-            except Exception as exc:
-                raise CorruptPayloadError(
-                    f"{name}: Avro payload does not decode with its writer schema: "
-                    f"{exc!r}") from exc
-            if end != len(value):
-                raise CorruptPayloadError(
-                    f"{name}: {len(value) - end} trailing bytes after the Avro record")
-            return event
+            return _whole_record(name, fast, value, 5)
 
         return read
 
@@ -194,31 +185,12 @@ class AvroReader:
         def read(value: bytes, arg: Any) -> tuple[Any, ...]:
             if type(value) is not bytes:
                 value = bytes(value)
-            try:
-                values, end = project(value, 5, arg)
-            except Exception as exc:
-                raise CorruptPayloadError(
-                    f"{name}: Avro payload does not decode with its writer schema: "
-                    f"{exc!r}") from exc
-            if end != len(value):
-                raise CorruptPayloadError(
-                    f"{name}: {len(value) - end} trailing bytes after the Avro record")
-            return values
+            return _whole_record(name, project, value, 5, arg)
 
         return read
 
     def _read_fast(self, b: bytes, offset: int) -> Any:
-        try:
-            event, end = self._fast(b, offset)  # type: ignore[misc]
-        except Exception as exc:
-            raise CorruptPayloadError(
-                f"{self.event_type.event_class.__name__}: Avro payload does not decode "
-                f"with its writer schema: {exc!r}") from exc
-        if end != len(b):
-            raise CorruptPayloadError(
-                f"{self.event_type.event_class.__name__}: {len(b) - end} "
-                "trailing bytes after the Avro record")
-        return event
+        return _whole_record(self.event_type.event_class.__name__, self._fast, b, offset)
 
     def _read_resolved(self, payload: bytes | memoryview) -> Any:
         buf = io.BytesIO(payload)
@@ -241,3 +213,17 @@ class AvroReader:
             raise CorruptPayloadError(
                 f"{self.event_type.event_class.__name__}: decoded record does not fit "
                 f"the event type: {exc!r}") from exc
+
+
+def _whole_record(name: str, decode: Any, value: bytes, offset: int, *args: Any) -> Any:
+    """`decode(value, offset, *args)` as one whole record of `value`: a failure, or bytes
+    left after the record, is a CorruptPayloadError naming the event class."""
+    try:
+        result, end = decode(value, offset, *args)
+    except Exception as exc:
+        raise CorruptPayloadError(
+            f"{name}: Avro payload does not decode with its writer schema: {exc!r}") from exc
+    if end != len(value):
+        raise CorruptPayloadError(
+            f"{name}: {len(value) - end} trailing bytes after the Avro record")
+    return result
