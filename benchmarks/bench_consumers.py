@@ -11,7 +11,9 @@ RLMESH_STREAM_REGISTRY_URL:
             (autocommit), the obvious first consumer
 
 In-process throughput counts from the first record read (group join excluded),
-with the builder's CPU split into read+decode, reduce and sink. Whole process
+with the builder's CPU split into read+decode, reduce (the runtime's thread) and
+the sink transaction (the checkpoint writer's thread, overlapping the reading of the
+next batch). Whole process
 (`--repeats` interleaved runs): a bare consume-loop process vs `rlmesh-stream
 consume episodes --from-beginning --until-end`, each timed from spawn to exit
 (start-up, imports and group join included), wall and CPU (user + sys, all
@@ -132,7 +134,7 @@ class _Split:
     """Calling-thread CPU of the runtime's phases, by wrapping its methods (bench only)."""
 
     PHASES = (("_ingest_all", "read + decode"), ("_build_batch", "reduce"),
-              ("apply", "sink transaction"))
+              ("apply", "sink transaction (its own thread, overlapping reading)"))
 
     def __init__(self, runtime: ConsumerRuntime) -> None:
         self.cpu = dict.fromkeys((name for name, _ in self.PHASES), 0.0)

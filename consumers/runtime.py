@@ -23,11 +23,12 @@ functions at the bottom. Splitting the class would pass that state between objec
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -43,6 +44,7 @@ from confluent_kafka import (
 
 from rlmesh_stream.consumers.builders import Builder, Reduced, reduce
 from rlmesh_stream.consumers.builders.projection import Projection
+from rlmesh_stream.consumers.checkpoint_writer import CheckpointWriter, Written
 from rlmesh_stream.consumers.deadletter import (
     DeadLetter,
     DeadLetterQueue,
@@ -50,7 +52,7 @@ from rlmesh_stream.consumers.deadletter import (
     LetterId,
 )
 from rlmesh_stream.consumers.records import Record, timestamp_of
-from rlmesh_stream.consumers.sinks import OffsetConflict, OffsetUpdate, Sink, SinkBatch
+from rlmesh_stream.consumers.sinks import OffsetUpdate, Sink, SinkBatch
 from rlmesh_stream.schemas.access import (
     AccessDeniedError,
     RateLimitedLog,
@@ -106,6 +108,17 @@ class CheckpointInfo:
     records: int  # records decoded and applied (dead letters not included)
     committed_at: float  # time.time() right after the sink's commit
     records_by_builder: dict[str, list[Record]]
+
+
+@dataclass
+class _Checkpoint:
+    """What the runtime keeps of a checkpoint in flight, to account for it once written."""
+
+    buffer: list[Record | DeadLetter]  # the records it applies, dead letters included
+    dead: int  # dead letters among them
+    by_builder: dict[str, list[Record]]
+    progress: dict[TP, int]  # next offset per partition read
+    started: float  # time.monotonic() when it was cut
 
 
 class _RegistryDown(Exception):
@@ -167,6 +180,8 @@ class ConsumerRuntime:
         self._stamps: dict[int, Any] = {}  # record timestamp (ms) -> its datetime
         self._behind = False  # the last consume() returned a full batch
         self._flush_cost = 0.0  # seconds the last checkpoint took
+        # checkpoints are written on a thread of their own while reading goes on
+        self._writer: CheckpointWriter[_Checkpoint] = CheckpointWriter(sink)
         self.dlq = DeadLetterQueue(config, options.dlq_topic or f"{prefix}.dlq")
         # per builder, per partition: the next offset the sink has applied (as stored)
         self._stored: dict[str, dict[TP, int]] = {b.name: {} for b in builders}
@@ -228,49 +243,61 @@ class ConsumerRuntime:
         self._warming = threading.Thread(target=self._warm_up, name="rlmesh-warm-up",
                                          daemon=True)
         self._warming.start()
-        backoff = 0.5
         try:
-            while not self._stopping:
-                if self._rewind:
-                    self._do_rewind()
-                messages = self.consumer.consume(self.options.poll_batch,
-                                                 self.options.poll_timeout)
-                # a full batch means a backlog: checkpoints may then be spaced out
-                self._behind = len(messages) >= self.options.poll_batch
-                if self.metrics:
-                    self.metrics.read(messages)
-                try:
-                    self._ingest_all(messages)
-                    backoff = 0.5
-                except _RegistryDown as exc:
-                    self._flush()  # what was decoded before the outage is good
-                    log.warning("schema registry unavailable (%s); retrying in %.1fs, "
-                                "nothing skipped", exc, backoff)
-                    if self.progress:
-                        self.progress.note(f"registry unavailable, retrying in {backoff:.1f}s")
-                    self._rewind = True
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, 10.0)
-                    continue
-                if self._checkpoint_due():
-                    self._flush()
-                if self.progress:
-                    self.progress.update(self.events, self._lag())
-                if self.metrics:
-                    self.metrics.tick(self.lag_by_partition)
-                if self.options.until_end and (self._at_end() or self._idle_and_settled()):
-                    break
-            self._flush(final=True)
-            if self.metrics:
-                self.metrics.tick(self.lag_by_partition, force=True)
+            with _collector_tuned():
+                self._loop()
+        except BaseException:
+            self._writer.close()  # the checkpoint in flight: written or not, the sink knows
+            raise
         finally:
             if self.progress:
                 self.progress.update(self.events, self._lag())
                 self.progress.close()
             self.consumer.close()
+            self._writer.close()
             self.dlq.close()
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
+
+    def _loop(self) -> None:
+        """Read and checkpoint until stopped or (--until-end) at the end, then the last
+        checkpoint."""
+        assert self.consumer is not None
+        backoff = 0.5
+        while not self._stopping:
+            if self._rewind:
+                self._do_rewind()
+            messages = self.consumer.consume(self.options.poll_batch,
+                                             self.options.poll_timeout)
+            # a full batch means a backlog: checkpoints may then be spaced out
+            self._behind = len(messages) >= self.options.poll_batch
+            if self.metrics:
+                self.metrics.read(messages)
+            try:
+                self._ingest_all(messages)
+                backoff = 0.5
+            except _RegistryDown as exc:
+                self._flush()  # what was decoded before the outage is good
+                log.warning("schema registry unavailable (%s); retrying in %.1fs, "
+                            "nothing skipped", exc, backoff)
+                if self.progress:
+                    self.progress.note(f"registry unavailable, retrying in {backoff:.1f}s")
+                self._rewind = True
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+                continue
+            self._finish_checkpoint(block=False)  # account for a written one at once
+            if self._checkpoint_due():
+                self._flush()
+            if self.progress:
+                self.progress.update(self.events, self._lag())
+            if self.metrics:
+                self.metrics.tick(self.lag_by_partition)
+            if self.options.until_end and (self._at_end() or self._idle_and_settled()):
+                break
+        self._flush(final=True)
+        if self.metrics:
+            self.metrics.tick(self.lag_by_partition, force=True)
 
     def _check_topics(self) -> None:
         """--until-end: Kafka answers and at least one of the topics exists, or an error.
@@ -347,6 +374,7 @@ class ConsumerRuntime:
         """Seek every newly assigned partition to the offset stored in the sink."""
         if self._first_assigned_at is None:  # called at each rebalance, even with nothing
             self._first_assigned_at = time.monotonic()
+        self._finish_checkpoint()  # the offsets it stores are the ones to load
         for b in self.builders:
             self._stored[b.name] = self.sink.load_offsets(b.name)
         assign = []
@@ -388,12 +416,13 @@ class ConsumerRuntime:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Checkpoint what was read before the partitions go to another member."""
-        self._flush()
+        self._flush(wait=True)
         self._forget(partitions)
         consumer.incremental_unassign(partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Partitions lost without a revoke: their buffered records must not be written."""
+        self._finish_checkpoint()  # cut before the loss: fenced like any other
         self._buffer.clear()
         self._forget(partitions)
         self._rewind = True
@@ -409,6 +438,7 @@ class ConsumerRuntime:
     def _do_rewind(self) -> None:
         """Drop the buffer and go back to the sink's offsets for every assigned partition."""
         assert self.consumer is not None
+        self._finish_checkpoint()
         self._buffer.clear()
         for b in self.builders:
             self._stored[b.name] = self.sink.load_offsets(b.name)
@@ -568,11 +598,12 @@ class ConsumerRuntime:
         While catching up on a backlog, the interval is at least four times what the
         last checkpoint took, so a slow sink spends at most a fifth of the time
         checkpointing (exactly once all the same: only how many records each holds moves).
+        Under `max_batch`, no checkpoint is cut while the previous one is being written.
         """
         n = len(self._buffer)
         if n >= self.options.max_batch:
             return True
-        if not n:
+        if not n or self._writer.busy:  # reading on while the last one is written
             return False
         if self.options.until_end and self._read_to_end():
             return True
@@ -581,8 +612,10 @@ class ConsumerRuntime:
             interval = max(interval, 4 * self._flush_cost)
         return time.monotonic() - self._last_flush >= interval
 
-    def _flush(self, final: bool = False) -> None:
-        """Apply the buffer: every builder's rows and every offset in one transaction."""
+    def _flush(self, final: bool = False, wait: bool = False) -> None:
+        """Cut a checkpoint of the buffer (every builder's rows and every offset, one
+        transaction) and hand it to the writer; `final` or `wait`: until it is written."""
+        self._finish_checkpoint(final=final)  # one transaction at a time, in order
         started = self._last_flush = time.monotonic()
         if not self._buffer:
             return
@@ -605,33 +638,39 @@ class ConsumerRuntime:
             log.error("dead-letter topic %s refused %s[%d]@%d for good (%s); recorded in "
                       "dead_letters and skipped", self.dlq.topic, *letter_id, reason)
         batch, by_builder, progress = self._build_batch(refused)
-        for attempt in range(1, 6):
-            try:
-                self.sink.apply(batch)
-                break
-            except OffsetConflict as exc:
-                log.warning("checkpoint dropped: %s", exc)
-                self._rewind = True
-                self._buffer.clear()
-                return
-            except Exception as exc:
-                if attempt == 5 or not _transient(exc):
-                    raise
-                log.warning("sink write failed (%s); retrying (%d/5)", exc, attempt)
-                time.sleep(0.2 * attempt)
-        committed_at = time.time()
-        self._flush_cost = time.monotonic() - started
+        buffer, self._buffer = self._buffer, []
+        self._writer.submit(batch, _Checkpoint(buffer, len(dead), by_builder, progress,
+                                               started))
+        if final or wait:
+            self._finish_checkpoint(final=final)
+
+    def _finish_checkpoint(self, block: bool = True, final: bool = False) -> None:
+        """Account for the checkpoint in flight once written (`block`: wait for it):
+        stored offsets, counts, the group's offsets, `on_checkpoint`. One dropped by a
+        fence rewinds; one that failed raises its error here."""
+        written: Written[_Checkpoint] | None = self._writer.finish(block)
+        if written is None:
+            return
+        if written.error is not None:
+            raise written.error
+        if written.conflict is not None:
+            log.warning("checkpoint dropped: %s", written.conflict)
+            self._rewind = True
+            self._buffer.clear()
+            return
+        ck, batch = written.context, written.batch
+        self._flush_cost = written.finished - ck.started
         for u in batch.offsets:
             self._stored[u.builder][(u.topic, u.partition)] = u.next_offset
-        count = sum(1 for r in self._buffer if isinstance(r, Record))
+        count = len(ck.buffer) - ck.dead  # a dead-lettered record is a Record too
         self.events += count  # every record read (dead-lettered ones included)
-        self.dead_letters += len(dead)
+        self.dead_letters += ck.dead
         if self.metrics:
-            self.metrics.checkpoint(self._buffer, batch.rows, time.monotonic() - self._last_flush)
-        self._buffer.clear()
-        self._commit_to_kafka(progress, wait=final)
+            self.metrics.checkpoint(ck.buffer, batch.rows, time.monotonic() - ck.started)
+        self._commit_to_kafka(ck.progress, wait=final)
         if self.on_checkpoint:
-            self.on_checkpoint(CheckpointInfo(count - len(dead), committed_at, by_builder))
+            self.on_checkpoint(CheckpointInfo(count - ck.dead, written.committed_at,
+                                              ck.by_builder))
 
     def _build_batch(self, refused: dict[LetterId, str]
                      ) -> tuple[SinkBatch, dict[str, list[Record]], dict[TP, int]]:
@@ -690,7 +729,7 @@ class ConsumerRuntime:
 
     def _at_end(self) -> bool:
         """Every assigned partition has reached the end offset seen at assignment, and
-        every record read is applied."""
+        every record read is cut into a checkpoint (the last one is waited for)."""
         return not self._buffer and self._read_to_end()
 
     def _read_to_end(self) -> bool:
@@ -839,12 +878,28 @@ def _check_event_type(event: Any, expected: EventType, topic: str) -> None:
             f"{EventType.of(event).value}")
 
 
-def _transient(exc: Exception) -> bool:
-    """A sink failure worth retrying: lost connection, deadlock, serialization failure."""
-    name = type(exc).__name__
-    return name in {"OperationalError", "DeadlockDetected", "SerializationFailure",
-                    "TransactionConflict"} or "Conflict" in name
+@contextlib.contextmanager
+def _collector_tuned() -> Iterator[None]:
+    """Python's cyclic garbage collector, tuned while the runtime reads.
 
+    A batch's records are short-lived and hold no cycles, yet each one is an object the
+    collector tracks: with the default thresholds it ran every 700 allocations and
+    re-scanned the buffered records and every imported module's objects again and again,
+    about 10% of `consume episodes`' CPU (docs/benchmarks.md, "Consumers"). What exists
+    before reading starts (modules, schemas, generated readers) is frozen out of the scans,
+    and the youngest generation is collected every 50 000 allocations. Both are undone when
+    `run` returns, so a process that embeds the runtime gets its own settings back.
+    """
+    thresholds = gc.get_threshold()
+    frozen = gc.get_freeze_count()
+    gc.freeze()
+    gc.set_threshold(max(thresholds[0], 50_000), *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        if not frozen:  # leave what the embedding process froze itself as it was
+            gc.unfreeze()
 
 
 def _header_dict(message: Message) -> dict[str, bytes]:

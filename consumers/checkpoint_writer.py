@@ -1,0 +1,111 @@
+"""Writes checkpoints on a thread of their own, one at a time, while the runtime reads on.
+
+A checkpoint's sink transaction (fencing the offsets, the upserts, the commit) runs
+mostly in the database's own code, which releases the GIL (DuckDB, libpq): while it
+runs, the runtime's thread reads and decodes the next records, on the other core.
+
+At most one checkpoint is in flight, and the runtime waits for it (`finish`) before
+anything else touches the sink: the next checkpoint, loading the stored offsets at an
+assignment, a rewind, a revoke, the end of the run. So the sink still sees one
+transaction at a time, in order, each holding its rows and its offsets: exactly once
+holds as it did when the runtime wrote inline (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from rlmesh_stream.consumers.sinks import OffsetConflict, Sink, SinkBatch
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+ATTEMPTS = 5  # a transient failure (lost connection, deadlock) is retried this often
+
+
+@dataclass
+class Written(Generic[T]):
+    """The outcome of one checkpoint: committed, dropped by a fence, or failed."""
+
+    batch: SinkBatch
+    context: T  # what the runtime needs back to account for it
+    committed_at: float = 0.0  # time.time() right after the commit
+    finished: float = 0.0  # time.monotonic() when the transaction ended
+    conflict: OffsetConflict | None = None  # another writer moved an offset: nothing applied
+    error: BaseException | None = None  # anything else: nothing applied
+
+
+class CheckpointWriter(Generic[T]):
+    """One background writer of `SinkBatch`es into one sink."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future[Written[T]] | None = None
+
+    @property
+    def busy(self) -> bool:
+        """A checkpoint is in flight and not finished yet."""
+        return self._pending is not None and not self._pending.done()
+
+    def submit(self, batch: SinkBatch, context: T) -> None:
+        """Start writing `batch`; the previous checkpoint must have been finished."""
+        assert self._pending is None, "finish() the checkpoint in flight first"
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="rlmesh-sink")
+        self._pending = self._pool.submit(self._write, batch, context)
+
+    def finish(self, block: bool = True) -> Written[T] | None:
+        """The checkpoint in flight once it has ended (each outcome is returned once), or
+        None: nothing in flight, or (`block=False`) not ended yet."""
+        pending = self._pending
+        if pending is None or (not block and not pending.done()):
+            return None
+        self._pending = None
+        return pending.result()
+
+    def close(self) -> None:
+        """Wait for the checkpoint in flight (its outcome is in the sink either way) and stop
+        the thread."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._pending = None
+
+    def _write(self, batch: SinkBatch, context: T) -> Written[T]:
+        written = Written(batch, context)
+        try:
+            _apply(self.sink, batch)
+            written.committed_at = time.time()
+        except OffsetConflict as exc:
+            written.conflict = exc
+        except BaseException as exc:  # raised again on the runtime's thread
+            written.error = exc
+        written.finished = time.monotonic()
+        return written
+
+
+def _apply(sink: Sink, batch: SinkBatch) -> None:
+    """One transaction, retried when the failure is transient."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            sink.apply(batch)
+            return
+        except OffsetConflict:
+            raise
+        except Exception as exc:
+            if attempt == ATTEMPTS or not _transient(exc):
+                raise
+            log.warning("sink write failed (%s); retrying (%d/%d)", exc, attempt, ATTEMPTS)
+            time.sleep(0.2 * attempt)
+
+
+def _transient(exc: Any) -> bool:
+    """A sink failure worth retrying: lost connection, deadlock, serialization failure."""
+    name = type(exc).__name__
+    return name in {"OperationalError", "DeadlockDetected", "SerializationFailure",
+                    "TransactionConflict"} or "Conflict" in name
