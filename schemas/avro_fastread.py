@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 from rlmesh_stream.schemas import bindings as bd
 from rlmesh_stream.schemas.avro import load_schema, named_types
@@ -430,10 +431,23 @@ class _Projector(_Gen):
 
 
 
-def compile_projection(event_type: EventType, items: list[Item]
-                       ) -> Callable[[bytes, int, Any], tuple[tuple[Any, ...], int]]:
+@dataclass(frozen=True)
+class Framing:
+    """A projection of whole framed values: where the record starts (after the wire
+    prefix) and what a refused value raises (the caller's errors, see avro_reader)."""
+
+    start: int
+    refused: Callable[[Exception], NoReturn]  # the decode failed: its exception
+    trailing: Callable[[int], NoReturn]  # bytes were left after the record: how many
+
+
+def compile_projection(event_type: EventType, items: list[Item], *,
+                       framed: Framing | None = None) -> Callable[..., Any]:
     """A decoder of an event type that returns only `items`, in order, as one tuple:
-    (bytes, start, arg) -> (values, end). Paths name fields of the reader schema."""
+    (bytes, start, arg) -> (values, end). Paths name fields of the reader schema.
+
+    `framed`: (value, arg) -> values instead, the whole value one record from
+    `framed.start` (one call per record where a wrapper costs two)."""
     gen = _Projector()
     wanted = {p for p in map(_path_of, items) if p is not None}
     body: list[str] = ["L = len(b)"]
@@ -460,9 +474,18 @@ def compile_projection(event_type: EventType, items: list[Item]
             exprs.append(f"_F{i}({out[item.path]})")
         else:
             exprs.append("arg")
-    body.append(f"return ({', '.join(exprs)}{',' if len(exprs) == 1 else ''}), p")
-    source = "\n\n".join([*gen.sources, "def project(b, p, arg):\n"
-                           + "\n".join(f"    {x}" for x in body)])
+    values = f"({', '.join(exprs)}{',' if len(exprs) == 1 else ''})"
+    if framed is None:
+        head = "def project(b, p, arg):\n"
+        lines = [*body, f"return {values}, p"]
+    else:
+        gen.ns.update({"_REFUSED": framed.refused, "_TRAILING": framed.trailing})
+        head = "def project(b, arg):\n"
+        lines = ["if type(b) is not bytes:", "    b = bytes(b)", f"p = {framed.start}",
+                 "try:", *(f"    {x}" for x in [*body, f"values = {values}"]),
+                 "except Exception as exc:", "    _REFUSED(exc)",
+                 "if p != L:", "    _TRAILING(L - p)", "return values"]
+    source = "\n\n".join([*gen.sources, head + "\n".join(f"    {x}" for x in lines)])
     name = f"<avro projection {event_type.event_class.__name__}>"
     exec(compile(source, name, "exec"), gen.ns)
     return gen.ns["project"]  # type: ignore[no-any-return]

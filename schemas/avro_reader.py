@@ -10,9 +10,10 @@ several record branches are read with `return_record_name` so the branch
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import fastavro
 
@@ -114,14 +115,18 @@ _PROJECTIONS: dict[tuple[EventType, tuple[Any, ...]], Any] = {}
 
 
 def warm_projection(event_type: EventType, items: list[Any]) -> Any:
-    """`avro_fastread.compile_projection`, compiled once per event type and items (one
-    per schema id otherwise; consumers compile theirs ahead, during the group join)."""
+    """`avro_fastread.compile_projection` of whole framed values, compiled once per event
+    type and items (one per schema id otherwise; consumers compile theirs ahead, during
+    the group join). Refuses what `_whole_record` refuses, with its errors."""
     key = (event_type, tuple(items))
     project = _PROJECTIONS.get(key)
     if project is None:
-        from rlmesh_stream.schemas.avro_fastread import compile_projection
+        from rlmesh_stream.schemas.avro_fastread import Framing, compile_projection
 
-        project = _PROJECTIONS[key] = compile_projection(event_type, items)
+        name = event_type.event_class.__name__
+        framing = Framing(5, functools.partial(_refused, name),
+                          functools.partial(_trailing, name))
+        project = _PROJECTIONS[key] = compile_projection(event_type, items, framed=framing)
     return project
 
 
@@ -179,15 +184,7 @@ class AvroReader:
         writer schema is ours; None otherwise. Refuses what `framed_reader` refuses."""
         if self._fast is None:
             return None
-        project = warm_projection(self.event_type, items)
-        name = self.event_type.event_class.__name__
-
-        def read(value: bytes, arg: Any) -> tuple[Any, ...]:
-            if type(value) is not bytes:
-                value = bytes(value)
-            return _whole_record(name, project, value, 5, arg)
-
-        return read
+        return warm_projection(self.event_type, items)  # type: ignore[no-any-return]
 
     def _read_fast(self, b: bytes, offset: int) -> Any:
         return _whole_record(self.event_type.event_class.__name__, self._fast, b, offset)
@@ -221,9 +218,16 @@ def _whole_record(name: str, decode: Any, value: bytes, offset: int, *args: Any)
     try:
         result, end = decode(value, offset, *args)
     except Exception as exc:
-        raise CorruptPayloadError(
-            f"{name}: Avro payload does not decode with its writer schema: {exc!r}") from exc
+        _refused(name, exc)
     if end != len(value):
-        raise CorruptPayloadError(
-            f"{name}: {len(value) - end} trailing bytes after the Avro record")
+        _trailing(name, len(value) - end)
     return result
+
+
+def _refused(name: str, exc: Exception) -> NoReturn:
+    raise CorruptPayloadError(
+        f"{name}: Avro payload does not decode with its writer schema: {exc!r}") from exc
+
+
+def _trailing(name: str, left: int) -> NoReturn:
+    raise CorruptPayloadError(f"{name}: {left} trailing bytes after the Avro record")

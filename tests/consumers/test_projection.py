@@ -18,6 +18,7 @@ from rlmesh_stream.consumers.builders import EpisodesBuilder
 from rlmesh_stream.consumers.records import epoch_ms, timestamp_of
 from rlmesh_stream.consumers.tables import EPISODES, merge_rows, tuple_merger
 from rlmesh_stream.schemas.avro_fastread import compile_projection, compile_reader
+from rlmesh_stream.schemas.avro_reader import _whole_record, warm_projection
 from rlmesh_stream.schemas.avro_writer import avro_writer
 from rlmesh_stream.schemas.testing.strategies import events, exact
 
@@ -70,6 +71,29 @@ def test_a_damaged_payload_is_refused_by_both_readers_or_by_neither(event_type: 
         if decoded is not None:
             assert projected[1] == decoded[1]  # the same end: trailing bytes refused alike
             assert exact(projected[0]) == exact(projection.pack(decoded[0], T0))
+
+
+@pytest.mark.parametrize("event_type", PROJECTED, ids=lambda et: et.value)
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_the_framed_projection_reads_and_refuses_as_the_projection_read_whole(
+        event_type: Any, data: Any) -> None:
+    items = list(EpisodesBuilder.projections[event_type].items)
+    framed, project = warm_projection(event_type, items), compile_projection(event_type, items)
+    payload = bytearray(b"\x00\x00\x00\x00\x07" + avro_writer(event_type)(
+        data.draw(events(event_type))))
+    if data.draw(st.booleans()):  # damaged: a byte changed, or the payload cut short
+        at = data.draw(st.integers(5, len(payload) - 1))
+        if data.draw(st.booleans()):
+            payload[at] = data.draw(st.integers(0, 255))
+        else:
+            del payload[at:]
+    name = event_type.event_class.__name__
+    whole, refused = _decode(lambda: (_whole_record(name, project, bytes(payload), 5, T0), 0))
+    for value in (bytes(payload), memoryview(bytes(payload))):
+        got, framed_refused = _decode(lambda v=value: (framed(v, T0), 0))
+        assert str(framed_refused) == str(refused)
+        assert exact(got) == exact(whole)
 
 
 @settings(max_examples=60, deadline=None)
