@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from rlmesh_stream.consumers.builders.projection import Projection, Projections
+from rlmesh_stream.consumers.builders.projection import Projections
 from rlmesh_stream.consumers.records import Record, epoch_ms
 from rlmesh_stream.consumers.tables import Table, finish_row, merge_rows, tuple_merger
 from rlmesh_stream.schemas.topics import EventType
@@ -43,7 +43,7 @@ class Builder:
 
     @property
     def packed(self) -> bool:
-        """Every event type is a projection: rows are packed tuples (`Reduced.add_packed`)."""
+        """Every event type is a projection: rows are packed tuples (`_reduce_packed`)."""
         return bool(self.event_types) and self.event_types <= self.projections.keys()
 
     def rows(self, record: Record) -> Iterator[PartialRow]:
@@ -76,16 +76,6 @@ class Reduced:
         else:  # an absent column merges as NULL, as in the SQL upsert
             by_key[key] = merge_rows(table, old, row)
 
-    def add_packed(self, projection: Projection, values: tuple[Any, ...]) -> None:
-        """`add` for a packed row: a tuple holding every column of the table, in order."""
-        table = projection.table
-        by_key = self.rows.get(table.name)
-        if by_key is None:
-            by_key = self.rows[table.name] = {}
-        key = projection.key_of(values)
-        old = by_key.get(key)
-        by_key[key] = values if old is None else tuple_merger(table)(old, values)
-
     def sorted_rows(self, table: Table) -> list[Any]:
         """Rows in key order, so concurrent writers lock rows in one order (no deadlocks);
         dicts, or packed tuples for a packed builder's tables."""
@@ -105,17 +95,34 @@ def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
 def reduce(builder: Builder, records: Iterable[Record], into: Reduced | None = None) -> Reduced:
     reduced = into if into is not None else Reduced()
     if builder.packed:
-        add_packed, projections = reduced.add_packed, builder.projections
-        for record in records:
-            values = record.values
-            if values is None:
-                if record.event is None:
-                    continue  # dead-lettered: no row
-                values = projections[record.event_type].pack(record.event,
-                                                             epoch_ms(record.timestamp))
-            add_packed(projections[record.event_type], values)
+        _reduce_packed(builder.projections, records, reduced)
         return reduced
     for record in records:
         for table, row in builder.rows(record):
             reduced.add(table, row)
     return reduced
+
+
+def _reduce_packed(projections: Projections, records: Iterable[Record],
+                   reduced: Reduced) -> None:
+    """Merge every record's packed row into `reduced` (`tables.tuple_merger`), with what
+    each event type needs looked up once: the per-record loop of a backlog."""
+    plans: dict[EventType, tuple[Any, ...]] = {}
+    for record in records:
+        values = record.values
+        if values is None:
+            if record.event is None:
+                continue  # dead-lettered: no row
+            values = projections[record.event_type].pack(record.event,
+                                                         epoch_ms(record.timestamp))
+        plan = plans.get(record.event_type)
+        if plan is None:
+            projection = projections[record.event_type]
+            table = projection.table
+            plan = plans[record.event_type] = (
+                reduced.rows.setdefault(table.name, {}), projection.key_of,
+                tuple_merger(table))
+        by_key, key_of, merge = plan
+        key = key_of(values)
+        old = by_key.get(key)
+        by_key[key] = values if old is None else merge(old, values)
