@@ -1,20 +1,28 @@
 """The embedded default: a DuckDB file, one writing process at a time.
 
 Rows are staged as Arrow tables registered on the connection, then merged
-with one `INSERT ... SELECT ... ON CONFLICT DO UPDATE` per table: no round
-trip per row.
+per table by one `MERGE INTO` (`merge_into_sql`: the same rows as `INSERT ...
+ON CONFLICT DO UPDATE`, which DuckDB runs as a costlier MERGE); a batch's
+offsets are fenced in one UPDATE and one INSERT. No round trip per row or
+per partition.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlmesh_stream.consumers.sinks.base import Sink
+from rlmesh_stream.consumers.sinks.base import WRITER, OffsetUpdate, Sink, offset_conflict
 from rlmesh_stream.consumers.sinks.url import connect_duckdb
-from rlmesh_stream.consumers.tables import Dialect, Table, upsert_sql
+from rlmesh_stream.consumers.tables import (
+    CONSUMER_OFFSETS,
+    Dialect,
+    Table,
+    merge_into_sql,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -43,19 +51,33 @@ def arrow_schema(table: Table) -> pa.Schema:
     return schema
 
 
-def to_arrow(table: Table, rows: list[Any]) -> pa.Table:
-    """Rows as dicts, or packed tuples (every column, in order), as one Arrow table."""
+def packed_type(table: Table) -> pa.StructType:
+    """The Arrow struct of one packed row of `table` (its timestamps in ms, as packed)."""
     import pyarrow as pa
 
-    schema = arrow_schema(table)
-    if rows and type(rows[0]) is tuple:  # packed: transposed in C, timestamps in ms
-        columns = zip(*rows, strict=True)
+    struct = table.__dict__.get("_arrow_packed")
+    if struct is None:
         stamp = pa.timestamp("ms", tz="UTC")
-        return pa.Table.from_arrays(
-            [pa.array(col, stamp if pa.types.is_timestamp(f.type) else f.type)
-             for col, f in zip(columns, schema, strict=True)], names=schema.names)
+        struct = pa.struct([(f.name, stamp if pa.types.is_timestamp(f.type) else f.type)
+                            for f in arrow_schema(table)])
+        object.__setattr__(table, "_arrow_packed", struct)  # a cache on the frozen table
+    return struct
+
+
+def to_arrow(table: Table, rows: list[Any]) -> pa.Table:
+    """Rows as dicts, or packed tuples (every column, in order), as one Arrow table.
+
+    Packed rows are converted as one struct array, row by row in C++: each tuple is
+    read once, where transposing them (`zip(*rows)`) and converting column by column
+    cost about twice as much (docs/benchmarks.md, "Sink staging and upsert").
+    """
+    import pyarrow as pa
+
+    if rows and type(rows[0]) is tuple:
+        rows_array = pa.array(rows, type=packed_type(table))
+        return pa.Table.from_batches([pa.RecordBatch.from_struct_array(rows_array)])
     by_name = {c.name: [r[c.name] for r in rows] for c in table.columns}
-    return pa.Table.from_pydict(by_name, schema=schema)
+    return pa.Table.from_pydict(by_name, schema=arrow_schema(table))
 
 
 class DuckDBSink(Sink):
@@ -125,4 +147,48 @@ class DuckDBSink(Sink):
         return stages
 
     def _upsert(self, table: Table, stage: str) -> None:
-        self.con.execute(upsert_sql(table, stage))
+        self.con.execute(merge_into_sql(table, stage))
+
+    def _fence_all(self, updates: list[OffsetUpdate], group_id: str, now: datetime) -> None:
+        """The batch's offsets in one UPDATE (stored rows) and one INSERT (new rows), each
+        returning the rows it wrote: one missing is a conflict, and the exception rolls
+        the whole transaction back, as `Sink._fence` per offset does."""
+        if len({(u.builder, u.topic, u.partition) for u in updates}) < len(updates):
+            super()._fence_all(updates, group_id, now)  # a partition twice: one at a time
+            return
+        moved = [u for u in updates if u.expected is not None]
+        fresh = [u for u in updates if u.expected is None]
+        done: set[tuple[str, str, int]] = set()
+        if moved:
+            done.update(self._fence_rows(_FENCE_UPDATE, moved, group_id, now))
+        if fresh:
+            done.update(self._fence_rows(_FENCE_INSERT, fresh, group_id, now))
+        for u in updates:
+            if (u.builder, u.topic, u.partition) not in done:
+                raise offset_conflict(u)
+
+    def _fence_rows(self, sql: str, updates: list[OffsetUpdate], group_id: str,
+                    now: datetime) -> list[tuple[str, str, int]]:
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(updates))
+        params = [p for u in updates for p in (u.builder, u.topic, u.partition, u.expected,
+                                              u.next_offset, group_id, now, WRITER)]
+        rows = self.con.execute(sql.format(values=values), params).fetchall()
+        return [(str(b), str(t), int(p)) for b, t, p in rows]
+
+
+# the fence (`Sink._fence`) of several offsets in one statement; `{values}` is one
+# (builder, topic, partition_id, expected, next_offset, group_id, updated_at, written_by)
+# row per offset
+_FENCE_ROWS = ("(VALUES {values}) AS v(builder, topic, partition_id, expected, next_offset, "
+               "group_id, updated_at, written_by)")
+_FENCE_UPDATE = (
+    f"UPDATE {CONSUMER_OFFSETS.name} AS o SET next_offset = v.next_offset, "
+    "group_id = v.group_id, updated_at = v.updated_at, written_by = v.written_by "
+    f"FROM {_FENCE_ROWS} WHERE o.builder = v.builder AND o.topic = v.topic "
+    "AND o.partition_id = v.partition_id AND o.next_offset = v.expected "
+    "RETURNING o.builder, o.topic, o.partition_id")
+_FENCE_INSERT = (
+    f"INSERT INTO {CONSUMER_OFFSETS.name} (builder, topic, partition_id, next_offset, "
+    "group_id, updated_at, written_by) SELECT builder, topic, partition_id, next_offset, "
+    f"group_id, updated_at, written_by FROM {_FENCE_ROWS} "
+    "ON CONFLICT DO NOTHING RETURNING builder, topic, partition_id")

@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 
 from rlmesh_stream.consumers.builders import DeliveryBuilder, Reduced, reduce
 from rlmesh_stream.consumers.builders.telemetry import weighted
-from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.records import Record, epoch_ms
 from rlmesh_stream.consumers.sinks import OffsetConflict, OffsetUpdate, SinkBatch, open_sink
 from rlmesh_stream.consumers.tables import (
     ADVISORIES,
+    EPISODES,
     SESSIONS,
     TABLES,
     TELEMETRY_ROLLUPS,
@@ -142,6 +143,46 @@ def test_an_offset_update_from_a_stale_position_is_refused_with_its_rows(sink_ur
         sink.apply(stale)
     assert sink.query("SELECT session_id FROM sessions") == [("s",)]
     assert sink.load_offsets("sessions") == {("t", 0): 10}
+
+
+@pytest.mark.parametrize("stale", [OffsetUpdate("sessions", "t", 1, 3, 9),  # moved meanwhile
+                                   OffsetUpdate("sessions", "t", 0, None, 9)])  # row exists
+def test_one_stale_partition_among_several_refuses_the_whole_batch(
+        sink_url: str, stale: OffsetUpdate) -> None:
+    sink = open_sink(sink_url)
+    sink.apply(SinkBatch(offsets=[OffsetUpdate("sessions", "t", p, None, 5) for p in (0, 1)]))
+    others = [OffsetUpdate("sessions", "t", 0, 5, 8), OffsetUpdate("sessions", "t", 1, 5, 8),
+              OffsetUpdate("sessions", "t", 2, None, 4)]
+    batch = SinkBatch(rows={SESSIONS: [_partial(SESSIONS, session_id="s", status="running")]},
+                      offsets=[u for u in others if u.partition != stale.partition] + [stale])
+    with pytest.raises(OffsetConflict, match=rf"t\[{stale.partition}\]"):
+        sink.apply(batch)
+    assert sink.query("SELECT session_id FROM sessions") == []
+    assert sink.load_offsets("sessions") == {("t", 0): 5, ("t", 1): 5}
+
+
+def test_packed_rows_are_stored_as_the_same_rows_as_dicts(sink_url: str) -> None:
+    """Packed tuples (timestamps in ms) are staged their own way: same stored rows."""
+    full = _partial(EPISODES, session_id="s", episode_record_id="e1", episode_id="x",
+                    env_id="env", lane=3, episode_index=2**40, env_index=1, seed=-7,
+                    started_from_auto_reset=False, status="completed", step_count=10,
+                    cumulative_reward=1.5, terminated=True, truncated=False, success=None,
+                    predict_ms=0.25, final_info='{"k": [1, "\u00e9"]}',
+                    started_at=T0, completed_at=T0 + timedelta(milliseconds=1500))
+    sparse = _partial(EPISODES, session_id="s", episode_record_id="e2", status="running")
+    stamps = {c.name for c in EPISODES.columns if c.type == "TIMESTAMPTZ"}
+    packed = [tuple(epoch_ms(v) if k in stamps and v is not None else v for k, v in r.items())
+              for r in (full, sparse)]
+    sink = open_sink(sink_url)
+    try:
+        sink.apply(SinkBatch(rows={EPISODES: packed}))
+        as_packed = sink.query(f"SELECT * FROM {EPISODES.name} ORDER BY episode_record_id")
+        sink.query(f"DELETE FROM {EPISODES.name}")
+        sink.apply(SinkBatch(rows={EPISODES: [full, sparse]}))
+        as_dicts = sink.query(f"SELECT * FROM {EPISODES.name} ORDER BY episode_record_id")
+    finally:
+        sink.close()
+    assert as_packed == as_dicts and len(as_dicts) == 2
 
 
 def test_rank_merge_prefers_the_higher_status_whatever_comes_first() -> None:
