@@ -26,6 +26,7 @@ import contextlib
 import gc
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -244,7 +245,7 @@ class ConsumerRuntime:
                                          daemon=True)
         self._warming.start()
         try:
-            with _collector_tuned():
+            with _interpreter_tuned():
                 self._loop()
         except BaseException:
             self._writer.close()  # the checkpoint in flight: written or not, the sink knows
@@ -879,24 +880,32 @@ def _check_event_type(event: Any, expected: EventType, topic: str) -> None:
 
 
 @contextlib.contextmanager
-def _collector_tuned() -> Iterator[None]:
-    """Python's cyclic garbage collector, tuned while the runtime reads.
+def _interpreter_tuned() -> Iterator[None]:
+    """The garbage collector and the GIL's switch interval, tuned while `run` reads; both
+    restored when it returns, so a process that embeds the runtime gets its own back.
 
-    A batch's records are short-lived and hold no cycles, yet each one is an object the
-    collector tracks: with the default thresholds it ran every 700 allocations and
-    re-scanned the buffered records and every imported module's objects again and again,
-    about 10% of `consume episodes`' CPU (docs/benchmarks.md, "Consumers"). What exists
-    before reading starts (modules, schemas, generated readers) is frozen out of the scans,
-    and the youngest generation is collected every 50 000 allocations. Both are undone when
-    `run` returns, so a process that embeds the runtime gets its own settings back.
+    - A batch's records are short-lived and hold no cycles, yet each is an object the
+      cyclic collector tracks: with the default thresholds it ran every 700 allocations
+      and re-scanned the buffered records and every imported module's objects again and
+      again, ~10% of `consume episodes`' CPU. What exists before reading starts (modules,
+      schemas, generated readers) is frozen out of the scans, and the youngest
+      generation is collected every 50 000 allocations.
+    - The checkpoint writer's database statement releases the GIL but takes it back now
+      and then while it runs; with the default 5 ms switch interval the busy reading
+      thread keeps it waiting up to 5 ms each time (a 20 000-row DuckDB merge: 160 to
+      240 ms beside the reading thread, 70 ms alone); at 0.5 ms, ~80 ms.
+    (docs/benchmarks.md, "Consumers")
     """
     thresholds = gc.get_threshold()
     frozen = gc.get_freeze_count()
+    switch = sys.getswitchinterval()
     gc.freeze()
     gc.set_threshold(max(thresholds[0], 50_000), *thresholds[1:])
+    sys.setswitchinterval(min(switch, 0.0005))
     try:
         yield
     finally:
+        sys.setswitchinterval(switch)
         gc.set_threshold(*thresholds)
         if not frozen:  # leave what the embedding process froze itself as it was
             gc.unfreeze()
