@@ -31,11 +31,13 @@ def make_encoder(format: Format) -> PayloadEncoder:
     return encoder
 
 
-def direct_encoders(format: Format) -> dict[EventType, Callable[[Any], bytes]]:
+def direct_encoders(format: Format) -> dict[EventType, Callable[..., bytes]]:
     """Per event type, the function `EventEncoder.encode` dispatches to (Avro only, else empty).
 
     The hook calls it directly for an event of exactly that type, saving the
-    dispatch per event; the bytes are the same (it is the same function).
+    dispatch per event; the bytes are the same (it is the same function). Its
+    second argument, the wire-format prefix (`frame_prefix`), is put first in
+    the same join: a framed value without copying the payload.
     """
     if format != "avro":
         return {}

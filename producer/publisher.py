@@ -45,7 +45,7 @@ class Slot:
 
     def __init__(self, et: EventType, topic: str, enabled: bool,
                  leaf_fields: tuple[str, ...] | None, leaf_cap: int,
-                 encode: Callable[[Any], bytes] | None) -> None:
+                 encode: Callable[..., bytes] | None) -> None:
         self.et = et
         self.event_class = et.event_class
         self.encode = encode  # for an event of exactly event_class; None: the encoder's dispatch
@@ -108,8 +108,16 @@ class Publisher:
                 # failure.
                 raise TypeError(f"{slot.et.value} takes a {slot.event_class.__name__}, "
                                 f"not a {type(event).__name__}")
+            prefix = slot.prefix  # read once: framed with it, or held unframed without it
             encode = slot.encode
-            payload = encode(event) if encode is not None else self._encode(event)
+            if encode is None:  # the encoder's own dispatch (protobuf, a custom encoder)
+                value = self._encode(event)
+                if prefix is not None:
+                    value = prefix + value
+            elif prefix is None:
+                value = encode(event)
+            else:  # the generated Avro writer frames in its one join: no copy of the payload
+                value = encode(event, prefix)
         except Exception as exc:
             self._outcomes.reject(slot.et, event, exc)
             return
@@ -125,12 +133,10 @@ class Publisher:
             session = event.session_id
             key = session.encode("utf-8")
             self._last_key = (session, key)  # one attribute: threads never see a torn pair
-        prefix = slot.prefix
         # The hold-or-produce decision: no schema id yet, or the backlog holds something.
         if prefix is None:
-            self._outcomes.hold(Record(slot.et, key, payload, False, headers, seq))
+            self._outcomes.hold(Record(slot.et, key, value, False, headers, seq))
             return
-        value = prefix + payload
         if self._outcomes.active:
             self._outcomes.hold(Record(slot.et, key, value, True, headers, seq))
             return

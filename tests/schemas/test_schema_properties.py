@@ -8,14 +8,18 @@ fastavro writes for the record it decodes to.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import io
 
 import fastavro
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rlmesh_stream.schemas.avro import load_schema
+from rlmesh_stream.schemas.avro_writer import _compile, avro_writer
 from rlmesh_stream.schemas.errors import ContractError
 from rlmesh_stream.schemas.serde import EventDecoder, EventEncoder, EventSerializer
 from rlmesh_stream.schemas.testing.examples import example
@@ -143,3 +147,36 @@ def test_non_ascii_text_is_carried_as_utf8():
     assert event.message.encode("utf-8") in EventEncoder("avro").encode(event)
 
 
+
+
+@pytest.mark.parametrize("event_type", EVENT_TYPES, ids=lambda et: et.value)
+def test_avro_memos_never_serve_stale_bytes(event_type):
+    """The writer's memos (id runs, the last lane flags) across a stream of events, one
+    object reused and its lists changed in place as a caller may: every payload is what a
+    freshly generated writer (empty memos) and fastavro write for the event as it is now,
+    and a framed call is the prefix then those bytes."""
+    parsed = fastavro.parse_schema(load_schema(event_type))
+    writer = avro_writer(event_type)
+
+    @PROPERTY
+    @given(stream=st.lists(events(event_type), min_size=2, max_size=5))
+    def same_bytes(stream):
+        reused = copy.deepcopy(stream[0])
+        for event in stream:
+            for f in dataclasses.fields(event):
+                value, held = getattr(event, f.name), getattr(reused, f.name)
+                if type(value) is list and type(held) is list:
+                    held[:] = value  # in place: the memo must not keep the caller's list
+                else:
+                    setattr(reused, f.name, copy.deepcopy(value))
+            ours = writer(reused)
+            fresh = _compile(event_type)[0](copy.deepcopy(reused))
+            record = fastavro.schemaless_reader(io.BytesIO(fresh), parsed, None,
+                                                return_record_name=True,
+                                                return_record_name_override=True)
+            theirs = io.BytesIO()
+            fastavro.schemaless_writer(theirs, parsed, record)
+            assert ours == fresh == theirs.getvalue()
+            assert writer(reused, b"\x00\x00\x00\x00\x07") == b"\x00\x00\x00\x00\x07" + ours
+
+    same_bytes()
