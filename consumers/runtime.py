@@ -16,20 +16,19 @@ last checkpoint and retry with back-off, never skip.
 Size (over 500 lines, on purpose): `ConsumerRuntime` is one state machine (assignment,
 buffered batches, offsets stored in the sink, the rewind after a registry outage,
 --until-end's stop rule) whose steps all read and change the same state under the
-same lock; the helpers that need none of it (watermarks, transient errors, headers) are
-functions at the bottom. Splitting the class would pass that state between objects.
+same lock; the helpers that need none of it (watermarks, headers) are functions at the
+bottom, and writing a checkpoint is `checkpoint_writer.py`'s. Splitting the class would
+pass that state between objects.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import signal
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -52,6 +51,7 @@ from rlmesh_stream.consumers.deadletter import (
     DeadLetterQueueError,
     LetterId,
 )
+from rlmesh_stream.consumers.interpreter import tuned_for_reading
 from rlmesh_stream.consumers.records import Record, timestamp_of
 from rlmesh_stream.consumers.sinks import OffsetUpdate, Sink, SinkBatch
 from rlmesh_stream.schemas.access import (
@@ -245,7 +245,7 @@ class ConsumerRuntime:
                                          daemon=True)
         self._warming.start()
         try:
-            with _interpreter_tuned():
+            with tuned_for_reading():
                 self._loop()
         except BaseException:
             self._writer.close()  # the checkpoint in flight: written or not, the sink knows
@@ -877,38 +877,6 @@ def _check_event_type(event: Any, expected: EventType, topic: str) -> None:
         raise WrongEventTypeError(
             f"{topic} carries {expected.value} events, this record holds "
             f"{EventType.of(event).value}")
-
-
-@contextlib.contextmanager
-def _interpreter_tuned() -> Iterator[None]:
-    """The garbage collector and the GIL's switch interval, tuned while `run` reads; both
-    restored when it returns, so a process that embeds the runtime gets its own back.
-
-    - A batch's records are short-lived and hold no cycles, yet each is an object the
-      cyclic collector tracks: with the default thresholds it ran every 700 allocations
-      and re-scanned the buffered records and every imported module's objects again and
-      again, ~10% of `consume episodes`' CPU. What exists before reading starts (modules,
-      schemas, generated readers) is frozen out of the scans, and the youngest
-      generation is collected every 50 000 allocations.
-    - The checkpoint writer's database statement releases the GIL but takes it back now
-      and then while it runs; with the default 5 ms switch interval the busy reading
-      thread keeps it waiting up to 5 ms each time (a 20 000-row DuckDB merge: 160 to
-      240 ms beside the reading thread, 70 ms alone); at 0.5 ms, ~80 ms.
-    (docs/benchmarks.md, "Consumers")
-    """
-    thresholds = gc.get_threshold()
-    frozen = gc.get_freeze_count()
-    switch = sys.getswitchinterval()
-    gc.freeze()
-    gc.set_threshold(max(thresholds[0], 50_000), *thresholds[1:])
-    sys.setswitchinterval(min(switch, 0.0005))
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(switch)
-        gc.set_threshold(*thresholds)
-        if not frozen:  # leave what the embedding process froze itself as it was
-            gc.unfreeze()
 
 
 def _header_dict(message: Message) -> dict[str, bytes]:
