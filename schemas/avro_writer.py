@@ -513,15 +513,20 @@ class _Gen:
                  + ":", f"    {p} = {c}[{len(vs)}]", "else:"]
         sub_parts: list[str] = []
         for f, v in zip(run, vs, strict=True):
-            t, q = self.var("t"), self.var()
-            body += [f"    if {self.lens[f['name']]}:", f"        {t} = tuple({v})",
-                     f"        {q} = _BA.get({t}) or bool_array({t})",
-                     "    else:", f"        {q} = b'\\x00'"]
+            q = self.var()
+            body += [f"    {line}" for line in self._bool_array(v, self.lens[f["name"]], q)]
             sub_parts.append(q)
         body += [f"    {p} = b''.join((" + "".join(f"{x}, " for x in sub_parts) + "))",
                  f"    if {lists}: {cell}[0] = (" + "".join(f"{v}.copy(), " for v in vs)
                  + f"{p})"]
         parts.append(p)
+
+    def _bool_array(self, v: str, n: str, p: str) -> list[str]:
+        """Lines setting `p` to the encoded `array<boolean>` `v` of length `n`: lane flags
+        repeat, so memoised per pattern (`bool_array`)."""
+        t = self.var("t")
+        return [f"if {n}:", f"    {t} = tuple({v})", f"    {p} = _BA.get({t}) or bool_array({t})",
+                "else:", f"    {p} = b'\\x00'"]
 
     def _scalar(self, t: Any) -> bool:
         t = self.define(t)
@@ -608,11 +613,10 @@ class _Gen:
                      f"    {r} = b'\\x00'", "else:", f"    {p} = b'\\x00'", f"    {q} = {r} = b''"]
             parts += (p, q, r)
             return
-        elif items == "boolean":  # lane flags repeat: memoised per pattern
-            t = self.var("t")
-            body.append(f"if {n}:")
-            body.append(f"    {t} = tuple({v})")
-            body.append(f"    {p} = _BA.get({t}) or bool_array({t})")
+        elif items == "boolean":
+            body += self._bool_array(v, n, p)
+            parts.append(p)
+            return
         elif items in ("string", "bytes"):
             conv = ".encode()" if items == "string" else ""
             it = self.var("x")
