@@ -17,7 +17,7 @@ import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from rlmesh_stream.consumers.sinks import OffsetConflict, Sink, SinkBatch
 
@@ -104,7 +104,7 @@ def _apply(sink: Sink, batch: SinkBatch) -> None:
             time.sleep(0.2 * attempt)
 
 
-def _transient(exc: Any) -> bool:
+def _transient(exc: Exception) -> bool:
     """A sink failure worth retrying: lost connection, deadlock, serialization failure."""
     name = type(exc).__name__
     return name in {"OperationalError", "DeadlockDetected", "SerializationFailure",
