@@ -95,7 +95,10 @@ class HomeState:
 def is_alive(pid: int) -> bool:
     child = _CHILDREN.get(pid)
     if child is not None and child.poll() is not None:
-        return False  # our own child that exited (a zombie until reaped)
+        # Our own child, reaped just now: forget it, for the system may give its pid
+        # to another process from here on (only this reaping frees the pid).
+        del _CHILDREN[pid]
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,19 @@ def test_stop_ends_a_detached_server_and_its_group(tmp_path: Path) -> None:
     pid = proc.spawn_detached(["sh", "-c", "sleep 60 & sleep 60"], tmp_path, tmp_path / "log")
     proc.stop(pid, timeout=10)
     assert not proc.is_alive(pid)
+
+
+def test_a_reaped_childs_pid_is_judged_afresh_once_the_system_reuses_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pid = proc.spawn_detached(["true"], tmp_path, tmp_path / "log")
+    deadline = time.monotonic() + 10
+    while proc.is_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not proc.is_alive(pid)
+    # The pid is free now; pretend the system gave it to a new, running process.
+    monkeypatch.setattr(proc.os, "kill", lambda _pid, _sig: None)
+    monkeypatch.setattr(proc, "_state", lambda _pid: "S")
+    assert proc.is_alive(pid)
 
 
 def test_owns_needs_the_marker_in_the_command_line(tmp_path: Path) -> None:
