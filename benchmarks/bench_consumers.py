@@ -151,7 +151,7 @@ def bench_floor(config: StreamConfig, total: int) -> float:
 class _Split:
     """Calling-thread CPU of the runtime's phases, by wrapping its methods (bench only)."""
 
-    PHASES = (("_ingest_all", "read + decode"), ("_build_batch", "reduce"),
+    PHASES = (("_ingest_all", "read + decode"), ("_reduce", "reduce"),
               ("apply", "sink transaction (its own thread, overlapping reading)"))
 
     def __init__(self, runtime: ConsumerRuntime) -> None:

@@ -615,16 +615,23 @@ class ConsumerRuntime:
 
     def _flush(self, final: bool = False, wait: bool = False) -> None:
         """Cut a checkpoint of the buffer (every builder's rows and every offset, one
-        transaction) and hand it to the writer; `final` or `wait`: until it is written."""
-        self._finish_checkpoint(final=final)  # one transaction at a time, in order
+        transaction) and hand it to the writer; `final` or `wait`: until it is written.
+
+        The cut is reduced while the writer may still be writing the checkpoint before
+        it: the two hold different offsets of every partition, and only the offsets,
+        which move on from where that one leaves them, wait for it to be accounted for.
+        """
         started = self._last_flush = time.monotonic()
         if not self._buffer:
+            self._finish_checkpoint(final=final)
             return
-        dead = [d for d in self._buffer if isinstance(d, DeadLetter)]
+        cut, self._buffer = self._buffer, []
+        dead = [d for d in cut if isinstance(d, DeadLetter)]
         # before the offsets move: at least once in the topic, or its refusal recorded
         try:
             refused = self.dlq.send(dead) if dead else {}
         except (DeadLetterQueueError, KafkaException) as exc:
+            self._finish_checkpoint(final=final)  # the one before is good
             if final:  # an offline run must not end as if everything was applied
                 raise ConsumerError(f"{exc}; the last checkpoint was not written, run again "
                                     "to resume from the one before") from exc
@@ -632,33 +639,33 @@ class ConsumerRuntime:
             # stored offsets (the next attempt waits for Kafka as long as `send` does)
             log.warning("checkpoint not written, the dead-letter topic did not take its "
                         "letters (%s); rewinding to the last checkpoint", exc)
-            self._buffer.clear()
             self._rewind = True
             return
         for letter_id, reason in refused.items():
             log.error("dead-letter topic %s refused %s[%d]@%d for good (%s); recorded in "
                       "dead_letters and skipped", self.dlq.topic, *letter_id, reason)
-        batch, by_builder, progress = self._build_batch(refused)
-        buffer, self._buffer = self._buffer, []
-        self._writer.submit(batch, _Checkpoint(buffer, len(dead), by_builder, progress,
-                                               started))
+        batch, by_builder, progress = self._reduce(cut, refused)
+        if self._finish_checkpoint(final=final):  # one transaction at a time, in order
+            return  # the one before was dropped: rewinding, this cut is read again
+        self._add_offsets(batch, progress)
+        self._writer.submit(batch, _Checkpoint(cut, len(dead), by_builder, progress, started))
         if final or wait:
             self._finish_checkpoint(final=final)
 
-    def _finish_checkpoint(self, block: bool = True, final: bool = False) -> None:
+    def _finish_checkpoint(self, block: bool = True, final: bool = False) -> bool:
         """Account for the checkpoint in flight once written (`block`: wait for it):
         stored offsets, counts, the group's offsets, `on_checkpoint`. One dropped by a
-        fence rewinds; one that failed raises its error here."""
+        fence rewinds (True); one that failed raises its error here."""
         written: Written[_Checkpoint] | None = self._writer.finish(block)
         if written is None:
-            return
+            return False
         if written.error is not None:
             raise written.error
         if written.conflict is not None:
             log.warning("checkpoint dropped: %s", written.conflict)
             self._rewind = True
             self._buffer.clear()
-            return
+            return True
         ck, batch = written.context, written.batch
         self._flush_cost = written.finished - ck.started
         for u in batch.offsets:
@@ -672,12 +679,19 @@ class ConsumerRuntime:
         if self.on_checkpoint:
             self.on_checkpoint(CheckpointInfo(count - ck.dead, written.committed_at,
                                               ck.by_builder))
+        return False
 
-    def _build_batch(self, refused: dict[LetterId, str]
-                     ) -> tuple[SinkBatch, dict[str, list[Record]], dict[TP, int]]:
+    def _reduce(self, cut: list[Record | DeadLetter], refused: dict[LetterId, str]
+                ) -> tuple[SinkBatch, dict[str, list[Record]], dict[TP, int]]:
+        """A cut's rows (each builder's records it has not stored yet, reduced) and dead
+        letters as a batch without offsets, the records by builder, and the offset after
+        the cut in each partition.
+
+        Reading the stored offsets before the checkpoint in flight is accounted for
+        filters alike: that checkpoint ends where the cut begins, in every partition."""
         batch = SinkBatch(group_id=self.options.group_id)
         progress: dict[TP, int] = {}
-        for item in self._buffer:
+        for item in cut:
             key = (item.topic, item.partition)
             progress[key] = max(progress.get(key, 0), item.offset + 1)
         by_builder: dict[str, list[Record]] = {}
@@ -685,7 +699,7 @@ class ConsumerRuntime:
         for b in self.builders:
             stored = self._stored[b.name]
             topics = set(b.topics_of(prefix))
-            mine = [r for r in self._buffer if type(r) is Record and r.topic in topics
+            mine = [r for r in cut if type(r) is Record and r.topic in topics
                     and r.offset >= stored.get((r.topic, r.partition), -1)]
             by_builder[b.name] = mine
             reduced: Reduced = reduce(b, mine)
@@ -693,13 +707,7 @@ class ConsumerRuntime:
                 batch.rows[table] = reduced.sorted_rows(table)
             batch.after_sql.extend(b.after_sql)
             batch.locks.extend(b.lock_keys(reduced))
-            for key, nxt in sorted(progress.items()):
-                if b not in self._builders_of[key[0]]:
-                    continue
-                old = stored.get(key)
-                if old is None or nxt > old:
-                    batch.offsets.append(OffsetUpdate(b.name, key[0], key[1], old, nxt))
-        for d in self._buffer:
+        for d in cut:
             if isinstance(d, DeadLetter):
                 names = ",".join(b.name for b in self._builders_of[d.topic])
                 why = refused.get(d.id)
@@ -711,6 +719,17 @@ class ConsumerRuntime:
                                           f"{d.error}; not copied to the dead-letter topic "
                                           f"{self.dlq.topic}, which refused it: {why}", None)
         return batch, by_builder, progress
+
+    def _add_offsets(self, batch: SinkBatch, progress: dict[TP, int]) -> None:
+        """Each builder's offsets, from its stored ones to the cut's end (the fence)."""
+        for b in self.builders:
+            stored = self._stored[b.name]
+            for key, nxt in sorted(progress.items()):
+                if b not in self._builders_of[key[0]]:
+                    continue
+                old = stored.get(key)
+                if old is None or nxt > old:
+                    batch.offsets.append(OffsetUpdate(b.name, key[0], key[1], old, nxt))
 
     def _commit_to_kafka(self, progress: dict[TP, int], wait: bool = False) -> None:
         """Mirror the sink's offsets into the group, for lag tools only."""
