@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 import operator
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -73,6 +73,10 @@ class Table:
     # rows only staged for a builder's `after_sql` (as `{stage:<name>}`): the sinks create
     # no table for it and upsert nothing
     stage_only: bool = False
+    # a statement names the key in ON CONFLICT (the offsets' fence, the delivery ranges'
+    # merge), so every store keeps it as a PRIMARY KEY; otherwise DuckDB keeps no index
+    # of it (see `create_table_sql`)
+    conflict_target: bool = False
     column_by_name: dict[str, Column] = field(init=False, repr=False, compare=False)
 
     has_derived: bool = field(init=False, repr=False, compare=False)
@@ -324,6 +328,17 @@ def column_defs(table: Table, dialect: Dialect) -> str:
 
 
 def create_table_sql(table: Table, dialect: Dialect) -> str:
+    """The table, its key a PRIMARY KEY; in DuckDB only where ON CONFLICT names it.
+
+    DuckDB upserts with `merge_into_sql`, which keeps keys unique by itself and, from
+    DuckDB 1.4, joins by a scan rather than the key's index: the index (an ART) would
+    only be maintained, at about a fifth of the sink's time and memory per stored row
+    (docs/benchmarks.md, "Consumers"). Its key columns are NOT NULL all the same.
+    """
+    if dialect is Dialect.DUCKDB and not table.conflict_target:
+        keyed = Table(table.name, tuple(replace(c, nullable=False) if c.name in table.primary_key
+                                        else c for c in table.columns), table.primary_key)
+        return f"CREATE TABLE IF NOT EXISTS {table.name} (\n  {column_defs(keyed, dialect)}\n)"
     cols = column_defs(table, dialect)
     return (f"CREATE TABLE IF NOT EXISTS {table.name} (\n  {cols},\n"
             f"  PRIMARY KEY ({', '.join(table.primary_key)})\n)")
@@ -578,6 +593,7 @@ DELIVERY_SEQUENCES = Table(
     "duplicate; the space between ranges are gaps. Shared by all consumer processes, so "
     "gaps are computed over the whole fleet's topics, not one process's share. Written by "
     "`DELIVERY_MERGE_SQL` from the batch's `delivery_batch` rows, in the batch's transaction.",
+    conflict_target=True,
 )
 
 DELIVERY_BATCH = Table(
@@ -711,6 +727,7 @@ CONSUMER_OFFSETS = Table(
     ("builder", "topic", "partition_id"),
     "The next offset each builder applies per partition, written in the same transaction "
     "as the rows: the source of truth for where to resume (Kafka commits are for lag tools).",
+    conflict_target=True,
 )
 
 TABLES: tuple[Table, ...] = (
