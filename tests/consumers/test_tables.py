@@ -132,6 +132,30 @@ def test_opening_a_sink_creates_every_table(sink_url: str) -> None:
     assert {t.name for t in TABLES} | {"delivery_producers"} <= names
 
 
+def test_duckdb_keeps_a_primary_key_only_where_on_conflict_names_it(tmp_path: Any) -> None:
+    sink = open_sink(f"duckdb://{tmp_path / 'store.duckdb'}")
+    keyed = {r[0] for r in sink.query(
+        "SELECT table_name FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY'")}
+    nullable = {r[0] for r in sink.query(
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_name = 'episodes' AND is_nullable = 'YES'")}
+    sink.close()
+    assert keyed == {"consumer_offsets", "delivery_sequences"}
+    assert not set(EPISODES.primary_key) & nullable
+
+
+def test_a_duckdb_store_keyed_by_an_older_version_merges_alike(tmp_path: Any) -> None:
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(f"CREATE TABLE {SESSIONS.name} ("
+                + ", ".join(f"{c.name} {c.type.replace('JSON', 'TEXT')}" for c in SESSIONS.columns)
+                + f", PRIMARY KEY ({', '.join(SESSIONS.primary_key)}))")
+    con.close()
+    rows = _apply_each(f"duckdb://{path}", SESSIONS, SESSION_PARTIALS)
+    assert len(rows) == 1
+    assert rows == _apply_each(f"duckdb://{tmp_path / 'new.duckdb'}", SESSIONS, SESSION_PARTIALS)
+
+
 def test_an_offset_update_from_a_stale_position_is_refused_with_its_rows(sink_url: str) -> None:
     sink = open_sink(sink_url)
     row = _partial(SESSIONS, session_id="s", status="running")
