@@ -690,23 +690,31 @@ class ConsumerRuntime:
         Reading the stored offsets before the checkpoint in flight is accounted for
         filters alike: that checkpoint ends where the cut begins, in every partition."""
         batch = SinkBatch(group_id=self.options.group_id)
+        first: dict[TP, int] = {}
         progress: dict[TP, int] = {}
-        for item in cut:
+        for item in cut:  # a partition's records are in offset order
             key = (item.topic, item.partition)
-            progress[key] = max(progress.get(key, 0), item.offset + 1)
+            if key not in first:
+                first[key] = item.offset
+            progress[key] = item.offset + 1
         by_builder: dict[str, list[Record]] = {}
         prefix = self.config.topic_prefix
+        shared = self.sink.shared_writers
         for b in self.builders:
             stored = self._stored[b.name]
             topics = set(b.topics_of(prefix))
-            mine = [r for r in cut if type(r) is Record and r.topic in topics
-                    and r.offset >= stored.get((r.topic, r.partition), -1)]
+            if all(t in topics and stored.get((t, p), -1) <= o for (t, p), o in first.items()):
+                mine = [r for r in cut if type(r) is Record]  # all of it (a backlog's case)
+            else:
+                mine = [r for r in cut if type(r) is Record and r.topic in topics
+                        and r.offset >= stored.get((r.topic, r.partition), -1)]
             by_builder[b.name] = mine
             reduced: Reduced = reduce(b, mine)
             for table in b.tables:
                 batch.rows[table] = reduced.sorted_rows(table)
             batch.after_sql.extend(b.after_sql)
-            batch.locks.extend(b.lock_keys(reduced))
+            if shared:
+                batch.locks.extend(b.lock_keys(reduced))
         for d in cut:
             if isinstance(d, DeadLetter):
                 names = ",".join(b.name for b in self._builders_of[d.topic])

@@ -90,6 +90,8 @@ class DatasetSink:
     Only `load_offsets` and `apply` are called by the runtime; a dataset has no SQL.
     """
 
+    shared_writers = False  # one process exports a dataset: no lock keys
+
     def __init__(self, options: ExportOptions, prefix: str) -> None:
         self.options = options
         self.prefix = prefix

@@ -96,6 +96,8 @@ class SinkBatch:
 
 class Sink(abc.ABC):
     dialect: Dialect
+    # several processes may write the store at once: the batch's lock keys are taken
+    shared_writers = True
     # how information_schema's table_name matches one of our names: DuckDB resolves
     # identifiers case-insensitively (a user's "Episodes" IS episodes), PostgreSQL does not
     name_match_sql = "table_name = %s"

@@ -82,6 +82,7 @@ def to_arrow(table: Table, rows: list[Any]) -> pa.Table:
 
 class DuckDBSink(Sink):
     dialect = Dialect.DUCKDB
+    shared_writers = False  # a DuckDB file has one writing process
     name_match_sql = "lower(table_name) = lower(%s)"
 
     def __init__(self, path: Path) -> None:

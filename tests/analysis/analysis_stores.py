@@ -44,6 +44,15 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, rows: Iterable[Mapping[st
         con.execute(f"INSERT INTO {table} ({cols}) VALUES ({marks})", list(values.values()))
 
 
+def episodes_store(tmp_path: Path, episodes: Iterable[Mapping[str, Any]]) -> str:
+    """The sink URL of a new store in `tmp_path` holding `episodes` (rows of `episode`)."""
+    path = tmp_path / "store.duckdb"
+    con = make_store(path)
+    insert(con, "episodes", episodes)
+    con.close()
+    return f"duckdb://{path}"
+
+
 def episode(session: str, index: int, **fields: Any) -> dict[str, Any]:
     """A completed episode row with plausible defaults; `fields` override them."""
     row: dict[str, Any] = {

@@ -19,7 +19,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from analysis_stores import T0, at, episode, insert, make_store
+from analysis_stores import T0, at, episode, episodes_store
 from click.testing import CliRunner
 
 from rlmesh_stream.consumers.analysis.join import (
@@ -53,14 +53,6 @@ def write_log(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def make_sink(tmp_path: Path, episodes: list[dict[str, Any]]) -> str:
-    path = tmp_path / "store.duckdb"
-    con = make_store(path)
-    insert(con, "episodes", episodes)
-    con.close()
-    return f"duckdb://{path}"
-
-
 def timeline_episodes(**extra: Any) -> list[dict[str, Any]]:
     starts = {1: 10, 2: 20, 3: 35, 4: 50}
     return [episode("s", i, started_at=at(t), completed_at=at(t + 1),
@@ -83,7 +75,7 @@ def joined(sink: str, spec: JoinSpec) -> tuple[dict[str, str], Any]:
 
 def test_asof_join_gives_each_episode_the_latest_log_row_at_or_before_its_start(
         tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     log = write_log(tmp_path / "log.jsonl", LOG)
     pairs, result = joined(sink, JoinSpec("asof", log))
     assert pairs == {"ep-000001": "c100", "ep-000002": "c100",
@@ -92,21 +84,21 @@ def test_asof_join_gives_each_episode_the_latest_log_row_at_or_before_its_start(
 
 
 def test_asof_join_counts_a_log_row_at_exactly_the_episode_start(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, [episode("s", 1, started_at=at(30))])
+    sink = episodes_store(tmp_path, [episode("s", 1, started_at=at(30))])
     pairs, _ = joined(sink, JoinSpec("asof", write_log(tmp_path / "log.jsonl", LOG)))
     assert pairs == {"ep-000001": "c200"}
 
 
 def test_asof_join_on_completion_time(tmp_path: Path) -> None:
     # started under c100 at t=25, finished at t=31 under c200
-    sink = make_sink(tmp_path, [episode("s", 1, started_at=at(25), completed_at=at(31))])
+    sink = episodes_store(tmp_path, [episode("s", 1, started_at=at(25), completed_at=at(31))])
     log = write_log(tmp_path / "log.jsonl", LOG)
     pairs, _ = joined(sink, JoinSpec("asof", log, episode_time="completed_at"))
     assert pairs == {"ep-000001": "c200"}
 
 
 def test_episodes_before_the_first_log_row_are_left_out_and_counted(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, [episode("s", 9, started_at=at(-5)), *timeline_episodes()])
+    sink = episodes_store(tmp_path, [episode("s", 9, started_at=at(-5)), *timeline_episodes()])
     pairs, result = joined(sink, JoinSpec("asof", write_log(tmp_path / "log.jsonl", LOG)))
     assert "ep-000009" not in pairs
     assert (result.matched, result.episodes) == (4, 5)
@@ -114,7 +106,7 @@ def test_episodes_before_the_first_log_row_are_left_out_and_counted(tmp_path: Pa
 
 
 def test_running_episodes_have_no_completion_time_and_are_counted(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, [*timeline_episodes(),
+    sink = episodes_store(tmp_path, [*timeline_episodes(),
                                 episode("s", 5, status="running", completed_at=None)])
     log = write_log(tmp_path / "log.jsonl", LOG)
     _, result = joined(sink, JoinSpec("asof", log, episode_time="completed_at"))
@@ -124,7 +116,7 @@ def test_running_episodes_have_no_completion_time_and_are_counted(tmp_path: Path
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
 def test_the_log_may_be_jsonl_csv_or_parquet(tmp_path: Path, suffix: str) -> None:
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     log = write_log(tmp_path / f"log{suffix}", LOG)
     pairs, _ = joined(sink, JoinSpec("asof", log))
     assert pairs["ep-000003"] == "c200"
@@ -133,7 +125,7 @@ def test_the_log_may_be_jsonl_csv_or_parquet(tmp_path: Path, suffix: str) -> Non
 def test_log_column_names_are_configurable(tmp_path: Path) -> None:
     rows = [{"global_step": r["step"], "wall": r["time"], "ckpt": r["checkpoint"],
              "lr": r["loss"]} for r in LOG]
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     spec = JoinSpec("asof", write_log(tmp_path / "log.jsonl", rows),
                     columns=LogColumns(step="global_step", time="wall", checkpoint="ckpt",
                                        metric="lr"))
@@ -152,7 +144,7 @@ def test_timestamps_with_an_offset_are_compared_as_instants(tmp_path: Path) -> N
     shifted = [dict(r, time=t) for r, t in zip(LOG, [
         "2026-03-01T14:00:00+02:00", "2026-03-01T14:00:30+02:00", "2026-03-01T07:00:45-05:00"],
         strict=True)]
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     pairs, _ = joined(sink, JoinSpec("asof", write_log(tmp_path / "log.jsonl", shifted)))
     assert pairs == {"ep-000001": "c100", "ep-000002": "c100",
                      "ep-000003": "c200", "ep-000004": "c300"}
@@ -160,7 +152,7 @@ def test_timestamps_with_an_offset_are_compared_as_instants(tmp_path: Path) -> N
 
 def test_timestamps_without_an_offset_are_refused_as_ambiguous(tmp_path: Path) -> None:
     naive = [dict(r, time=r["time"].removesuffix("Z")) for r in LOG]
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     with pytest.raises(JoinError, match=r"3 timestamp\(s\) .* have no UTC offset .*line 1"):
         joined(sink, JoinSpec("asof", write_log(tmp_path / "log.jsonl", naive)))
 
@@ -169,7 +161,7 @@ def test_a_named_log_timezone_resolves_local_timestamps(tmp_path: Path) -> None:
     # Paris is UTC+1 in March: 13:00:30 local is 12:00:30Z
     local = [dict(r, time=t) for r, t in zip(LOG, [
         "2026-03-01 13:00:00", "2026-03-01 13:00:30", "2026-03-01 13:00:45"], strict=True)]
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     log = write_log(tmp_path / "log.csv", local)
     pairs, _ = joined(sink, JoinSpec("asof", log, log_timezone="Europe/Paris"))
     assert pairs["ep-000003"] == "c200"
@@ -178,7 +170,7 @@ def test_a_named_log_timezone_resolves_local_timestamps(tmp_path: Path) -> None:
 
 def test_naive_parquet_timestamps_need_a_log_timezone(tmp_path: Path) -> None:
     rows = [dict(r, time=T0.replace(tzinfo=None)) for r in LOG[:1]]
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     log = write_log(tmp_path / "log.parquet", rows)
     with pytest.raises(JoinError, match="without a time zone"):
         joined(sink, JoinSpec("asof", log))
@@ -189,7 +181,7 @@ def test_naive_parquet_timestamps_need_a_log_timezone(tmp_path: Path) -> None:
 def test_local_times_repeated_by_a_dst_change_are_refused(tmp_path: Path) -> None:
     # 2026-10-25 02:30 happened twice in Paris (clocks went back at 03:00 CEST)
     rows = [dict(LOG[0], time="2026-10-25T02:30:00")]
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     log = write_log(tmp_path / "log.jsonl", rows)
     with pytest.raises(JoinError, match=r"ambiguous .* in Europe/Paris"):
         joined(sink, JoinSpec("asof", log, log_timezone="Europe/Paris"))
@@ -197,14 +189,14 @@ def test_local_times_repeated_by_a_dst_change_are_refused(tmp_path: Path) -> Non
 
 def test_local_times_skipped_by_a_dst_change_are_refused(tmp_path: Path) -> None:
     rows = [dict(LOG[0], time="2026-03-29T02:30:00")]
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     log = write_log(tmp_path / "log.jsonl", rows)
     with pytest.raises(JoinError, match="nonexistent"):
         joined(sink, JoinSpec("asof", log, log_timezone="Europe/Paris"))
 
 
 def test_an_unknown_log_timezone_is_refused(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     log = write_log(tmp_path / "log.jsonl", LOG)
     with pytest.raises(JoinError, match="unknown time zone 'Mars/Olympus'"):
         joined(sink, JoinSpec("asof", log, log_timezone="Mars/Olympus"))
@@ -212,7 +204,7 @@ def test_an_unknown_log_timezone_is_refused(tmp_path: Path) -> None:
 
 def test_unparseable_timestamps_are_reported_with_their_rows(tmp_path: Path) -> None:
     rows = [LOG[0], dict(LOG[1], time="yesterday-ish"), LOG[2]]
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     with pytest.raises(JoinError, match=r"1 timestamp\(s\) .* cannot be parsed \(line 2: "
                                         r"'yesterday-ish'\)"):
         joined(sink, JoinSpec("asof", write_log(tmp_path / "log.jsonl", rows)))
@@ -221,7 +213,7 @@ def test_unparseable_timestamps_are_reported_with_their_rows(tmp_path: Path) -> 
 def test_a_csv_logs_bad_timestamp_is_reported_at_its_line_below_the_header(
         tmp_path: Path) -> None:
     rows = [LOG[0], dict(LOG[1], time="yesterday-ish"), LOG[2]]
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     with pytest.raises(JoinError, match=r"cannot be parsed \(line 3: 'yesterday-ish'\)"):
         joined(sink, JoinSpec("asof", write_log(tmp_path / "log.csv", rows)))
 
@@ -229,7 +221,7 @@ def test_a_csv_logs_bad_timestamp_is_reported_at_its_line_below_the_header(
 def test_a_time_that_is_not_a_finite_number_is_refused_with_its_line(tmp_path: Path) -> None:
     base = T0.timestamp()
     rows = [dict(LOG[0], time=base), dict(LOG[1], time=float("nan")), dict(LOG[2], time=base)]
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     with pytest.raises(JoinError, match=r"1 time\(s\) .* not finite numbers \(first: line 2"):
         joined(sink, JoinSpec("asof", write_log(tmp_path / "log.jsonl", rows)))
 
@@ -237,7 +229,7 @@ def test_a_time_that_is_not_a_finite_number_is_refused_with_its_line(tmp_path: P
 def test_epoch_seconds_are_instants(tmp_path: Path) -> None:
     base = T0.timestamp()
     rows = [dict(r, time=base + dt) for r, dt in zip(LOG, [0, 30, 45], strict=True)]
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     pairs, _ = joined(sink, JoinSpec("asof", write_log(tmp_path / "log.jsonl", rows)))
     assert pairs["ep-000003"] == "c200"
 
@@ -246,7 +238,7 @@ def test_epoch_milliseconds_are_refused_unless_the_unit_is_given(tmp_path: Path)
     base = T0.timestamp() * 1000
     rows = [dict(r, time=int(base + dt)) for r, dt in zip(LOG, [0, 30_000, 45_000],
                                                           strict=True)]
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     log = write_log(tmp_path / "log.csv", rows)
     with pytest.raises(JoinError, match="--epoch-unit ms"):
         joined(sink, JoinSpec("asof", log))
@@ -258,7 +250,7 @@ def test_epoch_milliseconds_are_refused_unless_the_unit_is_given(tmp_path: Path)
 
 
 def test_key_join_puts_a_checkpoints_episodes_next_to_its_row(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, [
+    sink = episodes_store(tmp_path, [
         episode("s", 1, model_component_id="c200"),
         episode("s", 2, model_component_id="c300"),
         episode("t", 1, model_component_id="c200"),
@@ -274,7 +266,7 @@ def test_key_join_puts_a_checkpoints_episodes_next_to_its_row(tmp_path: Path) ->
 def test_key_join_uses_the_first_row_of_a_repeated_checkpoint(tmp_path: Path) -> None:
     # a log that repeats the current checkpoint on every step: c200 was saved at step 200
     log_rows = [*LOG, dict(LOG[1], step=250, loss=0.45)]
-    sink = make_sink(tmp_path, [episode("s", 1, model_component_id="c200")])
+    sink = episodes_store(tmp_path, [episode("s", 1, model_component_id="c200")])
     con = connect(sink)
     result = run_join(con, JoinSpec("key", write_log(tmp_path / "log.jsonl", log_rows)))
     assert con.execute("SELECT train_step FROM joined").fetchall() == [(200,)]
@@ -282,7 +274,7 @@ def test_key_join_uses_the_first_row_of_a_repeated_checkpoint(tmp_path: Path) ->
 
 
 def test_key_join_explains_episodes_of_unknown_checkpoints(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, [
+    sink = episodes_store(tmp_path, [
         episode("s", 1, model_component_id="c100"),
         episode("s", 2, model_component_id="c999"),
         episode("s", 3, model_component_id=None),
@@ -296,7 +288,7 @@ def test_key_join_explains_episodes_of_unknown_checkpoints(tmp_path: Path) -> No
 
 def test_key_join_does_not_need_a_time_column(tmp_path: Path) -> None:
     rows = [{"step": r["step"], "checkpoint": r["checkpoint"], "loss": r["loss"]} for r in LOG]
-    sink = make_sink(tmp_path, [episode("s", 1, model_component_id="c300")])
+    sink = episodes_store(tmp_path, [episode("s", 1, model_component_id="c300")])
     pairs, _ = joined(sink, JoinSpec("key", write_log(tmp_path / "log.csv", rows)))
     assert pairs == {"ep-000001": "c300"}
 
@@ -305,7 +297,7 @@ def test_key_join_does_not_need_a_time_column(tmp_path: Path) -> None:
 
 
 def test_a_log_that_matches_nothing_says_how_many_matched_and_why(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, [episode("s", 1, started_at=at(-100)),
+    sink = episodes_store(tmp_path, [episode("s", 1, started_at=at(-100)),
                                 episode("s", 2, started_at=at(-50))])
     log = write_log(tmp_path / "log.jsonl", LOG)
     with pytest.raises(JoinError, match=r"no episode matched the training log: 0 of 2 "
@@ -316,7 +308,7 @@ def test_a_log_that_matches_nothing_says_how_many_matched_and_why(tmp_path: Path
 
 def test_a_missing_log_column_names_the_column_and_lists_the_others(tmp_path: Path) -> None:
     rows = [{"step": r["step"], "time": r["time"]} for r in LOG]
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     with pytest.raises(JoinError, match=r"has no checkpoint column 'checkpoint' "
                                         r"\(--checkpoint-column\); its columns are: step, "
                                         r"time"):
@@ -325,14 +317,14 @@ def test_a_missing_log_column_names_the_column_and_lists_the_others(tmp_path: Pa
 
 
 def test_a_missing_metric_column_is_named(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     with pytest.raises(JoinError, match=r"metric column 'reward_model_loss' \(--metric\)"):
         joined(sink, JoinSpec("asof", write_log(tmp_path / "log.jsonl", LOG),
                               columns=LogColumns(metric="reward_model_loss")))
 
 
 def test_an_empty_store_is_reported(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, [])
+    sink = episodes_store(tmp_path, [])
     with pytest.raises(JoinError, match="no episodes"):
         joined(sink, JoinSpec("asof", write_log(tmp_path / "log.jsonl", LOG)))
 
@@ -341,7 +333,7 @@ def test_an_empty_store_is_reported(tmp_path: Path) -> None:
 
 
 def test_aggregate_per_checkpoint(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, [
+    sink = episodes_store(tmp_path, [
         episode("s", 1, started_at=at(10), cumulative_reward=10.0, success=True, step_ms=1.0),
         episode("s", 2, started_at=at(20), cumulative_reward=20.0, success=False, step_ms=3.0),
         episode("s", 3, started_at=at(35), cumulative_reward=50.0, success=True, step_ms=2.0),
@@ -359,7 +351,7 @@ def test_aggregate_per_checkpoint(tmp_path: Path) -> None:
 
 
 def test_cli_writes_the_table_export_and_plot(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, timeline_episodes(success=True))
+    sink = episodes_store(tmp_path, timeline_episodes(success=True))
     log = write_log(tmp_path / "log.jsonl", LOG)
     result = CliRunner().invoke(join, [
         "--sink", sink, "--log", str(log), "--by", "asof", "--table", "episodes_training",
@@ -379,7 +371,7 @@ def test_cli_writes_the_table_export_and_plot(tmp_path: Path) -> None:
 
 
 def test_cli_exports_csv(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     log = write_log(tmp_path / "log.jsonl", LOG)
     out = tmp_path / "joined.csv"
     result = CliRunner().invoke(join, ["--sink", sink, "--log", str(log), "--by", "asof",
@@ -391,7 +383,7 @@ def test_cli_exports_csv(tmp_path: Path) -> None:
 
 
 def test_cli_turns_join_errors_into_a_message_and_status_1(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     log = write_log(tmp_path / "log.jsonl", [{"step": 1}])
     result = CliRunner().invoke(join, ["--sink", sink, "--log", str(log)])
     assert result.exit_code == 1
@@ -399,7 +391,7 @@ def test_cli_turns_join_errors_into_a_message_and_status_1(tmp_path: Path) -> No
 
 
 def test_cli_refuses_to_overwrite_a_consumer_table(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     log = write_log(tmp_path / "log.jsonl", LOG)
     result = CliRunner().invoke(join, ["--sink", sink, "--log", str(log), "--by", "asof",
                                        "--table", "episodes"])
@@ -413,7 +405,7 @@ def test_an_unreachable_postgresql_store_is_named_in_the_error() -> None:
 
 
 def test_the_log_may_be_a_json_array(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     log = tmp_path / "log.json"
     log.write_text(json.dumps(LOG))
     pairs, _ = joined(sink, JoinSpec("asof", log))
@@ -431,7 +423,7 @@ TWO_RUNS = [  # two training runs logging at interleaved times
 
 
 def test_asof_match_follows_each_actors_own_run(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, [
+    sink = episodes_store(tmp_path, [
         episode("a", 1, model_component_id="run-a", started_at=at(35)),  # a20 (b20 not yet)
         episode("b", 1, model_component_id="run-b", started_at=at(35)),  # b10, not a20
         episode("b", 2, model_component_id="run-b", started_at=at(45)),  # b20
@@ -446,7 +438,7 @@ def test_asof_match_follows_each_actors_own_run(tmp_path: Path) -> None:
 
 
 def test_asof_match_counts_episodes_of_runs_not_in_the_log(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, [
+    sink = episodes_store(tmp_path, [
         episode("a", 1, model_component_id="run-a", started_at=at(35)),
         episode("c", 1, model_component_id="run-c", started_at=at(35)),
         episode("b", 1, model_component_id="run-b", started_at=at(1)),  # before run-b's first row
@@ -459,7 +451,7 @@ def test_asof_match_counts_episodes_of_runs_not_in_the_log(tmp_path: Path) -> No
 
 
 def test_cli_match_needs_two_column_names(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     log = write_log(tmp_path / "log.jsonl", LOG)
     result = CliRunner().invoke(join, ["--sink", sink, "--log", str(log), "--by", "asof",
                                        "--match", "model_component_id"])
@@ -471,7 +463,7 @@ def test_a_log_timezone_leaves_timestamps_with_an_offset_alone(tmp_path: Path) -
     # 02:30 does not exist in Paris on 2026-03-29, but this one says it is UTC
     rows = [dict(LOG[0], time="2026-03-29T02:30:00+00:00")]
     later = dt.datetime(2026, 3, 29, 3, 0, tzinfo=dt.UTC)
-    sink = make_sink(tmp_path, [episode("s", 1, started_at=later)])
+    sink = episodes_store(tmp_path, [episode("s", 1, started_at=later)])
     log = write_log(tmp_path / "log.jsonl", rows)
     pairs, _ = joined(sink, JoinSpec("asof", log, log_timezone="Europe/Paris"))
     assert pairs == {"ep-000001": "c100"}

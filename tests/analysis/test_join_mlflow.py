@@ -13,16 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from analysis_stores import at, episode, insert, make_store
-from analysis_training_logs import LOSS, REWARD, write_csv, write_mlflow
+from analysis_join import join_rows
+from analysis_stores import at, episode, episodes_store
+from analysis_training_logs import LOSS, write_csv, write_mlflow
 from click.testing import CliRunner
 
 from rlmesh_stream.consumers.analysis.join import (
     JoinSpec,
     LogColumns,
-    aggregate,
-    connect,
-    run_join,
 )
 from rlmesh_stream.consumers.analysis.join_cli import join
 
@@ -39,30 +37,16 @@ def mlflow_runs(uri: str, runs: list[str] | None = None) -> dict[str, str]:
     return write_mlflow(uri, f"exp-{uuid.uuid4().hex[:8]}", runs)
 
 
-def make_sink(tmp_path: Path, episodes: list[dict[str, Any]]) -> str:
-    path = tmp_path / "store.duckdb"
-    con = make_store(path)
-    insert(con, "episodes", episodes)
-    con.close()
-    return f"duckdb://{path}"
-
-
 def run(sink: str, spec: JoinSpec) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]], str]:
-    con = connect(sink)
-    try:
-        result = run_join(con, spec)
-        rows = con.execute(f"""
-            SELECT episode_record_id, train_run, train_step, "train_{LOSS}", "train_{REWARD}"
-            FROM joined ORDER BY ALL""").fetchall()
-        return rows, aggregate(con, spec, result), result.summary()
-    finally:
-        con.close()
+    """`join_rows`, with the result as its summary line (results of two stores compare so)."""
+    rows, summary, result = join_rows(sink, spec)
+    return rows, summary, result.summary()
 
 
 def test_key_join_reads_a_runs_metric_history_at_the_checkpoints_step(
         tracking_uri: str, tmp_path: Path) -> None:
     ids = mlflow_runs(tracking_uri, ["ppo_1"])
-    sink = make_sink(tmp_path, [episode("s", i, model_component_id=m) for i, m in
+    sink = episodes_store(tmp_path, [episode("s", i, model_component_id=m) for i, m in
                                 enumerate(["ckpt-1000", "ckpt-2000", "ckpt-3000"], start=1)])
     rows, summary, _ = run(sink, JoinSpec("key", None, COLUMNS, checkpoint_step=r"ckpt-(\d+)",
                                           mlflow_runs=(ids["ppo_1"],),
@@ -76,7 +60,7 @@ def test_key_join_reads_a_runs_metric_history_at_the_checkpoints_step(
 
 def test_asof_join_uses_the_metric_timestamps(tracking_uri: str, tmp_path: Path) -> None:
     ids = mlflow_runs(tracking_uri, ["ppo_1"])
-    sink = make_sink(tmp_path, [episode("s", i, started_at=at(t))
+    sink = episodes_store(tmp_path, [episode("s", i, started_at=at(t))
                                 for i, t in enumerate([5, 20, 27, 40], start=1)])
     rows, _, _ = run(sink, JoinSpec("asof", None, COLUMNS, mlflow_runs=(ids["ppo_1"],),
                                     mlflow_tracking_uri=tracking_uri))
@@ -97,7 +81,7 @@ def test_two_mlflow_runs_join_exactly_like_the_same_log_as_csv(
         spec = JoinSpec("asof", None, COLUMNS, asof_match=("model_component_id", "run"))
         episodes = [episode("s", i, model_component_id=f"ppo_{1 + i % 2}", started_at=at(t))
                     for i, t in enumerate([-1, 3, 5, 12, 15, 22, 26, 31, 45], start=1)]
-    sink = make_sink(tmp_path, episodes)
+    sink = episodes_store(tmp_path, episodes)
     ml = run(sink, replace(spec, mlflow_runs=tuple(ids.values()),
                            mlflow_tracking_uri=tracking_uri))
     from_csv = run(sink, replace(spec, log=write_csv(tmp_path / "log.csv")))
@@ -108,7 +92,7 @@ def test_two_mlflow_runs_join_exactly_like_the_same_log_as_csv(
 def test_cli_reads_the_tracking_uri_from_the_environment(tracking_uri: str,
                                                          tmp_path: Path) -> None:
     ids = mlflow_runs(tracking_uri, ["ppo_1"])
-    sink = make_sink(tmp_path, [episode("s", 1, model_component_id="ckpt-3000")])
+    sink = episodes_store(tmp_path, [episode("s", 1, model_component_id="ckpt-3000")])
     result = CliRunner().invoke(join, [
         "--sink", sink, "--mlflow-run", ids["ppo_1"], "--checkpoint-step", r"ckpt-(\d+)",
         "--metric", LOSS, "--format", "json"], env={"MLFLOW_TRACKING_URI": tracking_uri})
@@ -125,7 +109,7 @@ def test_a_local_file_store_reads_like_the_sqlite_store(tracking_uri: str, tmp_p
     file_uri = (tmp_path / "mlruns").as_uri()
     episodes = [episode("s", i, model_component_id=m) for i, m in
                 enumerate(["ckpt-1000", "ckpt-2000", "ckpt-3000"], start=1)]
-    sink = make_sink(tmp_path, episodes)
+    sink = episodes_store(tmp_path, episodes)
     spec = JoinSpec("key", None, COLUMNS, checkpoint_step=r"ckpt-(\d+)")
     results = [run(sink, replace(spec, mlflow_runs=(mlflow_runs(uri, ["ppo_1"])["ppo_1"],),
                                  mlflow_tracking_uri=uri))

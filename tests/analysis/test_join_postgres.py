@@ -13,9 +13,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from analysis_stores import at, episode
+from analysis_stores import at, episode, episodes_store
 from click.testing import CliRunner
-from test_join import LOG, joined, make_sink, timeline_episodes, write_log
+from test_join import LOG, joined, timeline_episodes, write_log
 
 from rlmesh_stream.consumers.analysis.join import JoinSpec, aggregate, connect, run_join
 from rlmesh_stream.consumers.analysis.join_cli import join
@@ -51,7 +51,7 @@ def test_the_join_pairs_episodes_as_on_duckdb(mode: str, postgres_dsn: str,
         episode("s", i, model_component_id=f"c{100 * i}") for i in (1, 2, 3)]
     log = write_log(tmp_path / "log.jsonl", LOG)
     spec = JoinSpec(mode, log)  # type: ignore[arg-type]
-    on_duckdb, _ = joined(make_sink(tmp_path, rows), spec)
+    on_duckdb, _ = joined(episodes_store(tmp_path, rows), spec)
     on_postgres, result = joined(fill_postgres(postgres_dsn, rows), spec)
     assert on_postgres == on_duckdb
     assert result.matched == len(rows)
@@ -62,7 +62,7 @@ def test_the_aggregate_per_checkpoint_is_the_same_as_on_duckdb(postgres_dsn: str
     rows = [*timeline_episodes(success=True), episode("s", 7, status="abandoned")]
     spec = JoinSpec("asof", write_log(tmp_path / "log.jsonl", LOG))
     assert (aggregates(fill_postgres(postgres_dsn, rows), spec)
-            == aggregates(make_sink(tmp_path, rows), spec))
+            == aggregates(episodes_store(tmp_path, rows), spec))
 
 
 def test_the_joined_table_is_written_into_postgresql(postgres_dsn: str, tmp_path: Path) -> None:

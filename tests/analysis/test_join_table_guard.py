@@ -10,8 +10,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from analysis_stores import episodes_store
 from click.testing import CliRunner
-from test_join import LOG, make_sink, timeline_episodes, write_log
+from test_join import LOG, timeline_episodes, write_log
 
 from rlmesh_stream.consumers.analysis.join_cli import join
 from rlmesh_stream.consumers.tables import OWNED_NAMES, TABLES, VIEWS
@@ -27,7 +28,7 @@ def test_every_consumer_table_and_view_is_owned() -> None:
 
 @pytest.mark.parametrize("name", [s for n in sorted(OWNED_NAMES) for s in _spellings(n)])
 def test_join_refuses_a_consumer_owned_name(tmp_path: Path, name: str) -> None:
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     log = write_log(tmp_path / "log.jsonl", LOG)
     result = CliRunner().invoke(join, ["--sink", sink, "--log", str(log), "--by", "asof",
                                        "--table", name])
@@ -38,7 +39,7 @@ def test_join_refuses_a_consumer_owned_name(tmp_path: Path, name: str) -> None:
 
 
 def test_a_refused_table_name_leaves_the_episodes_as_they_were(tmp_path: Path) -> None:
-    sink = make_sink(tmp_path, timeline_episodes())
+    sink = episodes_store(tmp_path, timeline_episodes())
     log = write_log(tmp_path / "log.jsonl", LOG)
     CliRunner().invoke(join, ["--sink", sink, "--log", str(log), "--by", "asof",
                               "--table", "Episodes"])

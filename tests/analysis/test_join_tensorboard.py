@@ -11,42 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from analysis_stores import at, episode, insert, make_store
-from analysis_training_logs import LOSS, REWARD, write_csv, write_tensorboard
+from analysis_join import join_rows
+from analysis_stores import at, episode, episodes_store
+from analysis_training_logs import LOSS, write_csv, write_tensorboard
 
 from rlmesh_stream.consumers.analysis.join import (
     JoinError,
     JoinSpec,
     LogColumns,
-    aggregate,
-    connect,
-    run_join,
 )
 
 COLUMNS = LogColumns(metric=LOSS)
 STEP_KEY = r"ckpt-(\d+)"
 RUN_KEY = r"(?P<run>[^/]+)/ckpt-(?P<step>\d+)"
-
-
-def make_sink(tmp_path: Path, episodes: list[dict[str, Any]]) -> str:
-    path = tmp_path / "store.duckdb"
-    con = make_store(path)
-    insert(con, "episodes", episodes)
-    con.close()
-    return f"duckdb://{path}"
-
-
-def run(sink: str, spec: JoinSpec) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]], Any]:
-    """Joined rows (episode, run, log step, loss, reward), the per-checkpoint summary, result."""
-    con = connect(sink)
-    try:
-        result = run_join(con, spec)
-        rows = con.execute(f"""
-            SELECT episode_record_id, train_run, train_step, "train_{LOSS}", "train_{REWARD}"
-            FROM joined ORDER BY ALL""").fetchall()
-        return rows, aggregate(con, spec, result), result
-    finally:
-        con.close()
 
 
 def checkpoint_episodes(*ids: str) -> list[dict[str, Any]]:
@@ -59,8 +36,9 @@ def checkpoint_episodes(*ids: str) -> list[dict[str, Any]]:
 def test_key_join_reads_the_step_from_the_checkpoint_id_and_takes_that_steps_row(
         tmp_path: Path) -> None:
     logdir = write_tensorboard(tmp_path / "runs", ["ppo_1"])
-    sink = make_sink(tmp_path, checkpoint_episodes("ckpt-1000", "ckpt-3000"))
-    rows, _, _ = run(sink, JoinSpec("key", logdir / "ppo_1", COLUMNS, checkpoint_step=STEP_KEY))
+    sink = episodes_store(tmp_path, checkpoint_episodes("ckpt-1000", "ckpt-3000"))
+    spec = JoinSpec("key", logdir / "ppo_1", COLUMNS, checkpoint_step=STEP_KEY)
+    rows, _, _ = join_rows(sink, spec)
     assert rows == [("ep-000001", ".", 1000, 0.5, 20.0), ("ep-000002", ".", 3000, 0.125, 80.0)]
 
 
@@ -68,8 +46,8 @@ def test_a_checkpoint_between_logged_steps_gets_the_latest_row_with_the_metric(
         tmp_path: Path) -> None:
     # step 2000 logged only the reward: ckpt-2000's loss is the one logged at step 1000
     logdir = write_tensorboard(tmp_path / "runs", ["ppo_1"])
-    sink = make_sink(tmp_path, checkpoint_episodes("ckpt-2000"))
-    rows, summary, _ = run(sink, JoinSpec("key", logdir / "ppo_1", COLUMNS,
+    sink = episodes_store(tmp_path, checkpoint_episodes("ckpt-2000"))
+    rows, summary, _ = join_rows(sink, JoinSpec("key", logdir / "ppo_1", COLUMNS,
                                           checkpoint_step=STEP_KEY))
     assert rows == [("ep-000001", ".", 1000, 0.5, 20.0)]
     assert [(r["checkpoint"], r["step"], r["metric"]) for r in summary] == [
@@ -79,8 +57,8 @@ def test_a_checkpoint_between_logged_steps_gets_the_latest_row_with_the_metric(
 def test_episodes_whose_id_the_checkpoint_regex_does_not_match_are_counted(
         tmp_path: Path) -> None:
     logdir = write_tensorboard(tmp_path / "runs", ["ppo_1"])
-    sink = make_sink(tmp_path, checkpoint_episodes("ckpt-1000", "final", "best"))
-    _, _, result = run(sink, JoinSpec("key", logdir / "ppo_1", COLUMNS,
+    sink = episodes_store(tmp_path, checkpoint_episodes("ckpt-1000", "final", "best"))
+    _, _, result = join_rows(sink, JoinSpec("key", logdir / "ppo_1", COLUMNS,
                                       checkpoint_step=STEP_KEY))
     assert result.summary() == (
         "1 of 3 episodes matched a training-log row (2 have a model_component_id that "
@@ -90,8 +68,8 @@ def test_episodes_whose_id_the_checkpoint_regex_does_not_match_are_counted(
 
 def test_a_regex_group_named_run_picks_each_checkpoints_own_run(tmp_path: Path) -> None:
     logdir = write_tensorboard(tmp_path / "runs")
-    sink = make_sink(tmp_path, checkpoint_episodes("ppo_1/ckpt-2000", "ppo_2/ckpt-2000"))
-    rows, _, _ = run(sink, JoinSpec("key", logdir, COLUMNS, checkpoint_step=RUN_KEY))
+    sink = episodes_store(tmp_path, checkpoint_episodes("ppo_1/ckpt-2000", "ppo_2/ckpt-2000"))
+    rows, _, _ = join_rows(sink, JoinSpec("key", logdir, COLUMNS, checkpoint_step=RUN_KEY))
     assert rows == [("ep-000001", "ppo_1", 1000, 0.5, 20.0),
                     ("ep-000002", "ppo_2", 1500, 1.5, 10.0)]
 
@@ -102,9 +80,9 @@ def test_a_regex_group_named_run_picks_each_checkpoints_own_run(tmp_path: Path) 
 def test_asof_join_uses_the_events_wall_time(tmp_path: Path) -> None:
     # loss rows of ppo_1 at t=0 (step 0), 10 (1000), 25 (2500), 30 (3000); 20 (2000) has none
     logdir = write_tensorboard(tmp_path / "runs", ["ppo_1"])
-    sink = make_sink(tmp_path, [episode("s", i, started_at=at(t))
+    sink = episodes_store(tmp_path, [episode("s", i, started_at=at(t))
                                 for i, t in enumerate([5, 20, 27, 40], start=1)])
-    rows, _, _ = run(sink, JoinSpec("asof", logdir, COLUMNS))
+    rows, _, _ = join_rows(sink, JoinSpec("asof", logdir, COLUMNS))
     assert [(r[0], r[2], r[3]) for r in rows] == [
         ("ep-000001", 0, 1.0), ("ep-000002", 1000, 0.5), ("ep-000003", 2500, 0.25),
         ("ep-000004", 3000, 0.125)]
@@ -112,9 +90,9 @@ def test_asof_join_uses_the_events_wall_time(tmp_path: Path) -> None:
 
 def test_asof_match_tells_the_runs_apart_by_their_directory(tmp_path: Path) -> None:
     logdir = write_tensorboard(tmp_path / "runs")
-    sink = make_sink(tmp_path, [episode("a", 1, model_component_id="ppo_1", started_at=at(20)),
+    sink = episodes_store(tmp_path, [episode("a", 1, model_component_id="ppo_1", started_at=at(20)),
                                 episode("b", 1, model_component_id="ppo_2", started_at=at(20))])
-    rows, _, _ = run(sink, JoinSpec("asof", logdir, COLUMNS,
+    rows, _, _ = join_rows(sink, JoinSpec("asof", logdir, COLUMNS,
                                     asof_match=("model_component_id", "run")))
     assert rows == [("ep-000001", "ppo_1", 1000, 0.5, 20.0),
                     ("ep-000001", "ppo_2", 1500, 1.5, 10.0)]
@@ -123,9 +101,9 @@ def test_asof_match_tells_the_runs_apart_by_their_directory(tmp_path: Path) -> N
 def test_the_summary_keeps_two_runs_at_the_same_step_apart(tmp_path: Path) -> None:
     # both runs logged their loss at step 3000 (t=30): 0.125 in ppo_1, 0.75 in ppo_2
     logdir = write_tensorboard(tmp_path / "runs")
-    sink = make_sink(tmp_path, [episode("a", 1, model_component_id="ppo_1", started_at=at(40)),
+    sink = episodes_store(tmp_path, [episode("a", 1, model_component_id="ppo_1", started_at=at(40)),
                                 episode("b", 1, model_component_id="ppo_2", started_at=at(40))])
-    _, summary, _ = run(sink, JoinSpec("asof", logdir, COLUMNS,
+    _, summary, _ = join_rows(sink, JoinSpec("asof", logdir, COLUMNS,
                                        asof_match=("model_component_id", "run")))
     assert [(r["checkpoint"], r["step"], r["metric"]) for r in summary] == [
         ("ppo_1/3000", 3000, 0.125), ("ppo_2/3000", 3000, 0.75)]
@@ -133,16 +111,16 @@ def test_the_summary_keeps_two_runs_at_the_same_step_apart(tmp_path: Path) -> No
 
 def test_several_runs_without_a_match_are_refused(tmp_path: Path) -> None:
     logdir = write_tensorboard(tmp_path / "runs")
-    sink = make_sink(tmp_path, [episode("s", 1, started_at=at(20))])
+    sink = episodes_store(tmp_path, [episode("s", 1, started_at=at(20))])
     with pytest.raises(JoinError, match=r"several runs \(ppo_1, ppo_2\).*--match"):
-        run(sink, JoinSpec("asof", logdir, COLUMNS))
+        join_rows(sink, JoinSpec("asof", logdir, COLUMNS))
 
 
 def test_a_single_event_file_is_a_log(tmp_path: Path) -> None:
     logdir = write_tensorboard(tmp_path / "runs", ["ppo_1"])
     (event_file,) = (logdir / "ppo_1").glob("events.out.tfevents.*")
-    sink = make_sink(tmp_path, checkpoint_episodes("ckpt-3000"))
-    rows, _, _ = run(sink, JoinSpec("key", event_file, COLUMNS, checkpoint_step=STEP_KEY))
+    sink = episodes_store(tmp_path, checkpoint_episodes("ckpt-3000"))
+    rows, _, _ = join_rows(sink, JoinSpec("key", event_file, COLUMNS, checkpoint_step=STEP_KEY))
     assert rows == [("ep-000001", ".", 3000, 0.125, 80.0)]
 
 
@@ -169,9 +147,9 @@ def test_a_tensorboard_log_joins_exactly_like_the_same_log_as_csv(tmp_path: Path
     runs, spec, episodes = CASES[case]
     logdir = write_tensorboard(tmp_path / "runs", runs)
     csv_log = write_csv(tmp_path / "log.csv", runs)
-    sink = make_sink(tmp_path, episodes)
-    tb_rows, tb_summary, tb_result = run(sink, replace(spec, log=logdir))
-    csv_rows, csv_summary, csv_result = run(sink, replace(spec, log=csv_log))
+    sink = episodes_store(tmp_path, episodes)
+    tb_rows, tb_summary, tb_result = join_rows(sink, replace(spec, log=logdir))
+    csv_rows, csv_summary, csv_result = join_rows(sink, replace(spec, log=csv_log))
     assert len(tb_rows) > 2
     assert tb_rows == csv_rows
     assert tb_summary == csv_summary

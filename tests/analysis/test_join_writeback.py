@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from analysis_stores import episode, insert, make_store
+from analysis_stores import episode, episodes_store
 from analysis_training_logs import LOSS, write_mlflow, write_tensorboard
 from click.testing import CliRunner
 
@@ -34,14 +34,6 @@ EXPECTED = {  # step -> eval metric -> value, worked out from EPISODES
     2000: {"eval/success_rate": 1.0, "eval/mean_reward": 40.0, "eval/episodes": 2.0},
     3000: {"eval/success_rate": 1.0, "eval/mean_reward": 99.5, "eval/episodes": 1.0},
 }
-
-
-def make_sink(tmp_path: Path) -> str:
-    path = tmp_path / "store.duckdb"
-    con = make_store(path)
-    insert(con, "episodes", EPISODES)
-    con.close()
-    return f"duckdb://{path}"
 
 
 def join_cli(sink: str, logdir: Path, *extra: str, env: dict[str, str] | None = None
@@ -77,7 +69,8 @@ def tensorboard_points(directory: Path) -> dict[str, list[tuple[int, float]]]:
 def test_to_tensorboard_writes_the_printed_summary_at_each_checkpoints_step(
         tmp_path: Path) -> None:
     logdir = write_tensorboard(tmp_path / "runs", ["ppo_1"])
-    rows = join_cli(make_sink(tmp_path), logdir, "--to-tensorboard", str(logdir / "eval"))
+    sink = episodes_store(tmp_path, EPISODES)
+    rows = join_cli(sink, logdir, "--to-tensorboard", str(logdir / "eval"))
     written = tensorboard_points(logdir / "eval")
     assert written == summary_points(rows)
     for step, metrics in EXPECTED.items():
@@ -88,7 +81,7 @@ def test_to_tensorboard_writes_the_printed_summary_at_each_checkpoints_step(
 
 def test_to_tensorboard_twice_leaves_one_point_per_checkpoint_and_metric(tmp_path: Path) -> None:
     logdir = write_tensorboard(tmp_path / "runs", ["ppo_1"])
-    sink = make_sink(tmp_path)
+    sink = episodes_store(tmp_path, EPISODES)
     join_cli(sink, logdir, "--to-tensorboard", str(logdir / "eval"))
     rows = join_cli(sink, logdir, "--to-tensorboard", str(logdir / "eval"))
     assert len(list((logdir / "eval").glob("events.out.tfevents.*"))) == 1
@@ -100,7 +93,8 @@ def test_the_eval_run_sits_next_to_the_training_run_in_the_log_directory(
     from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
 
     logdir = write_tensorboard(tmp_path / "runs", ["ppo_1"])
-    join_cli(make_sink(tmp_path), logdir / "ppo_1", "--to-tensorboard", str(logdir / "ppo_1_eval"))
+    sink = episodes_store(tmp_path, EPISODES)
+    join_cli(sink, logdir / "ppo_1", "--to-tensorboard", str(logdir / "ppo_1_eval"))
     mux = EventMultiplexer().AddRunsFromDirectory(str(logdir))
     mux.Reload()
     assert sorted(mux.Runs()) == ["ppo_1", "ppo_1_eval"]
@@ -123,7 +117,7 @@ def test_to_mlflow_run_logs_the_printed_summary_and_skips_it_the_second_time(
         tracking_uri: str, tmp_path: Path) -> None:
     run_id = write_mlflow(tracking_uri, f"exp-{uuid.uuid4().hex[:8]}", ["ppo_1"])["ppo_1"]
     logdir = write_tensorboard(tmp_path / "runs", ["ppo_1"])
-    sink = make_sink(tmp_path)
+    sink = episodes_store(tmp_path, EPISODES)
     env = {"MLFLOW_TRACKING_URI": tracking_uri}
     first = join_cli(sink, logdir, "--to-mlflow-run", run_id, env=env)
     assert mlflow_points(tracking_uri, run_id) == summary_points(first)
@@ -139,7 +133,7 @@ def test_to_mlflow_run_logs_the_printed_summary_and_skips_it_the_second_time(
 def test_an_eval_curve_written_into_the_training_runs_own_directory_is_not_read_as_training(
         tmp_path: Path) -> None:
     logdir = write_tensorboard(tmp_path / "runs", ["ppo_1"])
-    sink = make_sink(tmp_path)
+    sink = episodes_store(tmp_path, EPISODES)
     first = join_cli(sink, logdir, "--to-tensorboard", str(logdir / "ppo_1"))
     second = join_cli(sink, logdir, "--to-tensorboard", str(logdir / "ppo_1"))
     assert second == first
