@@ -619,12 +619,14 @@ class ConsumerRuntime:
 
         The cut is reduced while the writer may still be writing the checkpoint before
         it: the two hold different offsets of every partition, and only the offsets,
-        which move on from where that one leaves them, wait for it to be accounted for.
+        which move on from where that one leaves them, wait for it to be accounted for
+        (all of it waits for a sink that `reads_builder_state`).
         """
         started = self._last_flush = time.monotonic()
-        if not self._buffer:
-            self._finish_checkpoint(final=final)
-            return
+        if not self._buffer or self.sink.reads_builder_state:
+            dropped = self._finish_checkpoint(final=final)
+            if dropped or not self._buffer:
+                return  # nothing to cut, or the one before was dropped: rewinding
         cut, self._buffer = self._buffer, []
         dead = [d for d in cut if isinstance(d, DeadLetter)]
         # before the offsets move: at least once in the topic, or its refusal recorded

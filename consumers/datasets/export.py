@@ -91,6 +91,7 @@ class DatasetSink:
     """
 
     shared_writers = False  # one process exports a dataset: no lock keys
+    reads_builder_state = True  # the builders feed the joiner and certificate `apply` reads
 
     def __init__(self, options: ExportOptions, prefix: str) -> None:
         self.options = options

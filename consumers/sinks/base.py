@@ -98,6 +98,9 @@ class Sink(abc.ABC):
     dialect: Dialect
     # several processes may write the store at once: the batch's lock keys are taken
     shared_writers = True
+    # `apply` reads state the builders' `rows()` feed (the dataset exporter's joiner): the
+    # runtime reduces a cut only once the checkpoint before it is written
+    reads_builder_state = False
     # how information_schema's table_name matches one of our names: DuckDB resolves
     # identifiers case-insensitively (a user's "Episodes" IS episodes), PostgreSQL does not
     name_match_sql = "table_name = %s"
