@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 from consumer_helpers import create_topics, query, run_offline
+from publishing import close_delivered
 
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.manifest import Manifest
@@ -61,7 +62,7 @@ def fleet(stack: Any) -> Iterator[Fleet]:
     recording = _Recording(hooks)
     manifest = simulate_fleet(recording, sessions=12, lanes=3, episodes=4, seed=11,
                               failure_rate=0.3, window_every=5)
-    hooks.close()
+    close_delivered(hooks)
     yield Fleet(config, manifest, recording.sent, hooks.producer_id)
 
 

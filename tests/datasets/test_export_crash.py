@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow.dataset as pads
 import pytest
+from publishing import close_delivered
 
 from rlmesh_stream.consumers.datasets.episodes import Filters
 from rlmesh_stream.consumers.datasets.export import ExportOptions, run_export
@@ -45,7 +46,7 @@ def _fleet(stack: Any, **size: Any) -> tuple[StreamConfig, Any]:
     hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False)
     manifest = simulate_fleet(hooks, lanes=3, seed=3, failure_rate=0.1, next_step_fraction=1.0,
                               window_every=50, **size)
-    hooks.close()
+    close_delivered(hooks)
     return config, manifest
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow.dataset as pads
 import pytest
+from publishing import close_delivered
 
 from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
@@ -58,7 +59,7 @@ def fleet(stack: Any) -> Iterator[Fleet]:
     recording = _Recording(hooks)
     manifest = simulate_fleet(recording, sessions=10, lanes=LANES, episodes=5, seed=5,
                               failure_rate=0.3, window_every=5)
-    hooks.close()
+    close_delivered(hooks)
     yield Fleet(config, manifest, recording.resets)
 
 
@@ -164,7 +165,7 @@ def test_lane_driven_one_lane_sessions_are_skipped_as_incomplete_never_misassemb
     hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False)
     manifest = simulate_fleet(hooks, sessions=0, lane_driven=2, episodes=3, seed=2,
                               failure_rate=0.0)
-    hooks.close()
+    close_delivered(hooks)
 
     sink = _export(Fleet(config, manifest, {}), tmp_path / "pq", "parquet")
 

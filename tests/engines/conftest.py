@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
+from publishing import close_delivered
 
 from rlmesh_stream.consumers.flink_episodes import VIEW_NAME, episodes_view
 from rlmesh_stream.infra.flink import FlinkArtifacts, run_sql
@@ -58,8 +59,7 @@ def fleet_config(stack: Any) -> StreamConfig:
     simulate_fleet(hooks, sessions=4, lanes=2, episodes=3, seed=7, failure_rate=0.5,
                    window_every=5)
     _publish_deep_shapes(hooks)
-    hooks.close()
-    assert hooks.stats().delivered == hooks.stats().accepted
+    close_delivered(hooks)
     return config
 
 
