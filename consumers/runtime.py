@@ -189,6 +189,8 @@ class ConsumerRuntime:
         self._assigned: set[TP] = set()
         self._next: dict[TP, int] = {}  # next offset to take from Kafka per partition
         self._ends: dict[TP, int] = {}  # --until-end: the end offset seen at assignment
+        # live mode: the partitions there when reading started (None: not known)
+        self._existing: set[TP] | None = None
         self._first_assigned_at: float | None = None  # monotonic time of the first assignment
         self._idle_checked_at = 0.0  # --until-end without partitions: last look at the group
         self._admin: Any = None  # AdminClient describing the group, made when first needed
@@ -238,6 +240,8 @@ class ConsumerRuntime:
         self.consumer = Consumer(self._kafka_config())
         if self.options.until_end:
             self._check_topics()
+        elif not self.options.from_beginning:
+            self._existing = self._partitions_now()
         self.consumer.subscribe(self.topics, on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         # the group join is a wait: import and compile what the first batch needs meanwhile
@@ -325,6 +329,19 @@ class ConsumerRuntime:
                 f"(e.g. {self.topics[0]}): check --topic-prefix, and that producers have "
                 "published or `rlmesh-stream topics create` has run")
 
+    def _partitions_now(self) -> set[TP] | None:
+        """Live mode: the topics' partitions as they are when reading starts (None: Kafka
+        did not answer within a few seconds). One created later holds nothing from
+        before the start, so it is read from its first record (`_start_offset`)."""
+        assert self.consumer is not None
+        try:
+            metadata = self.consumer.list_topics(timeout=5.0)
+        except KafkaException as exc:
+            log.debug("no topic metadata at start (%s): new partitions start at their end", exc)
+            return None
+        return {(t, p) for t in self.topics if t in metadata.topics
+                for p in metadata.topics[t].partitions}
+
     def _kafka_config(self) -> dict[str, Any]:
         conf = {
             **self.config.kafka_config(),
@@ -342,6 +359,9 @@ class ConsumerRuntime:
             # still fetched whole (docs/benchmarks.md, "Consumers")
             "max.partition.fetch.bytes": 65_536,
             "session.timeout.ms": 10_000,
+            # a topic created after the subscription (producers started after the
+            # consumers) is joined within 10 s, not librdkafka's 5 minutes
+            "topic.metadata.refresh.interval.ms": 10_000,
             "heartbeat.interval.ms": 1_000,
             "error_cb": self._on_kafka_error,
             # librdkafka's lines stay off the terminal (a broker that is down repeats them
@@ -413,6 +433,8 @@ class ConsumerRuntime:
             return min(known)
         if self.options.from_beginning:
             return OFFSET_BEGINNING
+        if not known and self._existing is not None and key not in self._existing:
+            return OFFSET_BEGINNING  # created after reading started: all of it is new
         return min(known) if known else OFFSET_END
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

@@ -84,6 +84,21 @@ def test_live_mode_applies_events_published_after_it_started(
     _wait_for(lambda: _count(path) == 2)
 
 
+def test_live_mode_started_before_its_topics_exist_applies_them_from_their_first_record(
+    stream_config: StreamConfig, tmp_path: object, runtime_thread: Callable[..., object],
+) -> None:
+    path = str(tmp_path) + "/early.duckdb"
+    sink = open_sink(f"duckdb://{path}")
+    runtime = ConsumerRuntime(stream_config, make_builders(["sessions"]), sink,
+                              RuntimeOptions(group_id=uuid.uuid4().hex,
+                                             checkpoint_interval=0.1))
+    runtime_thread(runtime)
+    time.sleep(2.0)  # subscribed, none of its topics there yet
+    create_topics(stream_config, partitions=2)
+    _publish_sessions(PlainKafkaHooks(stream_config), ["first-1", "first-2"])
+    _wait_for(lambda: _count(path) == 2, timeout=40.0)  # topics are looked for every 10 s
+
+
 class _Proxy:
     """A TCP relay to the real registry that can be switched on late (a registry outage)."""
 

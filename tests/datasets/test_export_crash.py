@@ -118,9 +118,11 @@ def _minari_episodes(root: Path) -> dict[tuple[str, str], tuple[Any, ...]]:
 def test_sigkilled_minari_exports_restarted_give_the_clean_runs_dataset(stack, tmp_path):
     config, manifest = _fleet(stack, sessions=20, episodes=20)
     clean = tmp_path / "clean"
-    run_export(config, ExportOptions(clean, "minari", "rlmesh/x-v0", Filters()),
-               RuntimeOptions(group_id=f"g-{uuid.uuid4().hex[:8]}", from_beginning=True,
-                              until_end=True))
+    sink, runtime = run_export(config, ExportOptions(clean, "minari", "rlmesh/x-v0", Filters()),
+                               RuntimeOptions(group_id=f"g-{uuid.uuid4().hex[:8]}",
+                                              from_beginning=True, until_end=True))
+    clean_run = (f"the clean export read {runtime.events} records and skipped "
+                 f"{dict(sink.joiner.skipped)}")
 
     crashed = tmp_path / "crashed"
     generations = _kill_repeatedly(config, crashed, "minari", 5)
@@ -130,5 +132,5 @@ def test_sigkilled_minari_exports_restarted_give_the_clean_runs_dataset(stack, t
     assert final.returncode == 0, final.stderr[-2000:]
     assert generations[0] > 0
     expected = _minari_episodes(clean)
-    assert len(expected) == sum(e.status != "aborted" for e in manifest.episodes)
+    assert len(expected) == sum(e.status != "aborted" for e in manifest.episodes), clean_run
     assert _minari_episodes(crashed) == expected
