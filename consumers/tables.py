@@ -332,8 +332,8 @@ def create_table_sql(table: Table, dialect: Dialect) -> str:
 
     DuckDB upserts with `merge_into_sql`, which keeps keys unique by itself and, from
     DuckDB 1.4, joins by a scan rather than the key's index: the index (an ART) would
-    only be maintained, at about a fifth of the sink's time and memory per stored row
-    (docs/benchmarks.md, "Consumers"). Its key columns are NOT NULL all the same.
+    only be maintained, at about a sixth of the sink's time (docs/benchmarks.md, "Round
+    three"). Its key columns are NOT NULL all the same.
     """
     if dialect is Dialect.DUCKDB and not table.conflict_target:
         keyed = Table(table.name, tuple(replace(c, nullable=False) if c.name in table.primary_key
