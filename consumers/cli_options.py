@@ -36,8 +36,8 @@ def reading_options(*, default_group: str, store: str, until_end_help: str) -> C
                      help=f"Consumer group id [default: {default_group}]"),
         click.option("--from-beginning", is_flag=True,
                      help=f"Start partitions the {store} has no offset for at the earliest "
-                          "record [default: at the end, except topics and partitions "
-                          "created after the start, read from their first record]."),
+                          "record [default: where it ended when the process started; "
+                          "a topic or partition created later, from its first record]."),
         click.option("--until-end", is_flag=True, help=until_end_help),
         click.option("--settle-time", default=None, type=click.FloatRange(min=0),
                      help="--until-end: a process holding no partitions this many seconds "

@@ -189,8 +189,8 @@ class ConsumerRuntime:
         self._assigned: set[TP] = set()
         self._next: dict[TP, int] = {}  # next offset to take from Kafka per partition
         self._ends: dict[TP, int] = {}  # --until-end: the end offset seen at assignment
-        # live mode: the partitions there when reading started (None: not known)
-        self._existing: set[TP] | None = None
+        # live mode: each partition's end offset when reading started (None: not known)
+        self._start_ends: dict[TP, int] | None = None
         self._first_assigned_at: float | None = None  # monotonic time of the first assignment
         self._idle_checked_at = 0.0  # --until-end without partitions: last look at the group
         self._admin: Any = None  # AdminClient describing the group, made when first needed
@@ -241,7 +241,7 @@ class ConsumerRuntime:
         if self.options.until_end:
             self._check_topics()
         elif not self.options.from_beginning:
-            self._existing = self._partitions_now()
+            self._start_ends = self._ends_at_start()
         self.consumer.subscribe(self.topics, on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         # the group join is a wait: import and compile what the first batch needs meanwhile
@@ -329,18 +329,31 @@ class ConsumerRuntime:
                 f"(e.g. {self.topics[0]}): check --topic-prefix, and that producers have "
                 "published or `rlmesh-stream topics create` has run")
 
-    def _partitions_now(self) -> set[TP] | None:
-        """Live mode: the topics' partitions as they are when reading starts (None: Kafka
-        did not answer within a few seconds). One created later holds nothing from
-        before the start, so it is read from its first record (`_start_offset`)."""
+    def _ends_at_start(self) -> dict[TP, int] | None:
+        """Live mode: each of the topics' partitions and its end offset as reading starts
+        (None: Kafka did not answer within a few seconds, and each partition starts at
+        its end when assigned). A partition the sink has no offset for starts there, so
+        what is published while the group forms is read; one created later holds only
+        records from after the start, and is read from its first (`_start_offset`)."""
         assert self.consumer is not None
+        from confluent_kafka import IsolationLevel
+        from confluent_kafka.admin import AdminClient, OffsetSpec
+
         try:
             metadata = self.consumer.list_topics(timeout=5.0)
-        except KafkaException as exc:
-            log.debug("no topic metadata at start (%s): new partitions start at their end", exc)
+            partitions = [TopicPartition(t, p) for t in self.topics if t in metadata.topics
+                          for p in metadata.topics[t].partitions]
+            if not partitions:
+                return {}
+            if self._admin is None:
+                self._admin = AdminClient(self.config.kafka_config())
+            ends = self._admin.list_offsets(  # one request per broker
+                {tp: OffsetSpec.latest() for tp in partitions}, request_timeout=5.0,
+                isolation_level=IsolationLevel.READ_COMMITTED)  # as the consumer reads
+            return {(tp.topic, tp.partition): f.result().offset for tp, f in ends.items()}
+        except Exception as exc:  # any failure: the old rule, never a crash
+            log.debug("no end offsets at start (%s): partitions start at their end", exc)
             return None
-        return {(t, p) for t in self.topics if t in metadata.topics
-                for p in metadata.topics[t].partitions}
 
     def _kafka_config(self) -> dict[str, Any]:
         conf = {
@@ -433,9 +446,10 @@ class ConsumerRuntime:
             return min(known)
         if self.options.from_beginning:
             return OFFSET_BEGINNING
-        if not known and self._existing is not None and key not in self._existing:
-            return OFFSET_BEGINNING  # created after reading started: all of it is new
-        return min(known) if known else OFFSET_END
+        if known or self._start_ends is None:
+            return min(known) if known else OFFSET_END
+        # live: where the partition ended at the start; created since: all of it is new
+        return self._start_ends.get(key, OFFSET_BEGINNING)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Checkpoint what was read before the partitions go to another member."""

@@ -84,6 +84,23 @@ def test_live_mode_applies_events_published_after_it_started(
     _wait_for(lambda: _count(path) == 2)
 
 
+def test_live_mode_applies_what_is_published_while_it_joins_its_group(
+    stream_config: StreamConfig, tmp_path: object, runtime_thread: Callable[..., object],
+) -> None:
+    create_topics(stream_config, partitions=2)
+    hooks = PlainKafkaHooks(stream_config)
+    _publish_sessions(hooks, ["before"])
+    path = str(tmp_path) + "/joining.duckdb"
+    sink = open_sink(f"duckdb://{path}")
+    runtime = ConsumerRuntime(stream_config, make_builders(["sessions"]), sink,
+                              RuntimeOptions(group_id=uuid.uuid4().hex,
+                                             checkpoint_interval=0.1))
+    runtime_thread(runtime)
+    _wait_for(lambda: runtime._start_ends is not None)  # reading has started
+    _publish_sessions(hooks, ["joining-1", "joining-2"])  # most likely before the join
+    _wait_for(lambda: _count(path) == 2)
+
+
 def test_live_mode_started_before_its_topics_exist_applies_them_from_their_first_record(
     stream_config: StreamConfig, tmp_path: object, runtime_thread: Callable[..., object],
 ) -> None:
