@@ -66,6 +66,15 @@ def runtime_thread() -> Iterator[Callable[[ConsumerRuntime], threading.Thread]]:
         thread.join(30)
 
 
+def _live_sessions(config: StreamConfig, path: str,
+                   runtime_thread: Callable[..., object]) -> ConsumerRuntime:
+    """A live `sessions` consumer into the DuckDB file `path`, started on its own thread."""
+    runtime = ConsumerRuntime(config, make_builders(["sessions"]), open_sink(f"duckdb://{path}"),
+                              RuntimeOptions(group_id=uuid.uuid4().hex, checkpoint_interval=0.1))
+    runtime_thread(runtime)
+    return runtime
+
+
 def test_live_mode_applies_events_published_after_it_started(
     stream_config: StreamConfig, tmp_path: object, runtime_thread: Callable[..., object],
 ) -> None:
@@ -73,11 +82,7 @@ def test_live_mode_applies_events_published_after_it_started(
     hooks = PlainKafkaHooks(stream_config)
     _publish_sessions(hooks, ["before"])  # live mode starts at the end: not applied
     path = str(tmp_path) + "/live.duckdb"
-    sink = open_sink(f"duckdb://{path}")
-    runtime = ConsumerRuntime(stream_config, make_builders(["sessions"]), sink,
-                              RuntimeOptions(group_id=uuid.uuid4().hex,
-                                             checkpoint_interval=0.1))
-    runtime_thread(runtime)
+    runtime = _live_sessions(stream_config, path, runtime_thread)
     _wait_for(lambda: len(runtime.assignment) == 2 * 5)  # 5 topics x 2 partitions
     time.sleep(1.0)  # let the fetchers settle at the end offsets
     _publish_sessions(hooks, ["live-1", "live-2"])
@@ -91,11 +96,7 @@ def test_live_mode_applies_what_is_published_while_it_joins_its_group(
     hooks = PlainKafkaHooks(stream_config)
     _publish_sessions(hooks, ["before"])
     path = str(tmp_path) + "/joining.duckdb"
-    sink = open_sink(f"duckdb://{path}")
-    runtime = ConsumerRuntime(stream_config, make_builders(["sessions"]), sink,
-                              RuntimeOptions(group_id=uuid.uuid4().hex,
-                                             checkpoint_interval=0.1))
-    runtime_thread(runtime)
+    runtime = _live_sessions(stream_config, path, runtime_thread)
     _wait_for(lambda: runtime._start_ends is not None)  # reading has started
     _publish_sessions(hooks, ["joining-1", "joining-2"])  # most likely before the join
     _wait_for(lambda: _count(path) == 2)
@@ -105,11 +106,7 @@ def test_live_mode_started_before_its_topics_exist_applies_them_from_their_first
     stream_config: StreamConfig, tmp_path: object, runtime_thread: Callable[..., object],
 ) -> None:
     path = str(tmp_path) + "/early.duckdb"
-    sink = open_sink(f"duckdb://{path}")
-    runtime = ConsumerRuntime(stream_config, make_builders(["sessions"]), sink,
-                              RuntimeOptions(group_id=uuid.uuid4().hex,
-                                             checkpoint_interval=0.1))
-    runtime_thread(runtime)
+    _live_sessions(stream_config, path, runtime_thread)
     time.sleep(2.0)  # subscribed, none of its topics there yet
     create_topics(stream_config, partitions=2)
     _publish_sessions(PlainKafkaHooks(stream_config), ["first-1", "first-2"])
