@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -77,6 +77,9 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 _UNSEEN = object()  # a value header not looked up yet
+# longer than a value header, so a run's first record looks its reader up (a value that
+# does start with it has no reader in hand, and is decoded whole)
+_NO_HEAD = b"\xff" * 6
 
 
 class Decoder(Protocol):
@@ -272,8 +275,7 @@ class ConsumerRuntime:
         while not self._stopping:
             if self._rewind:
                 self._do_rewind()
-            messages = self.consumer.consume(self.options.poll_batch,
-                                             self.options.poll_timeout)
+            messages = self._consume()
             # a full batch means a backlog: checkpoints may then be spaced out
             self._behind = len(messages) >= self.options.poll_batch
             if self.metrics:
@@ -304,6 +306,18 @@ class ConsumerRuntime:
         if self.metrics:
             self.metrics.tick(self.lag_by_partition, force=True)
 
+    def _consume(self) -> list[Message]:
+        """The records already fetched, up to `poll_batch`, at once; when there are none,
+        wait up to `poll_timeout` for some. librdkafka's batch consume waits for a full
+        batch until the timeout, so asking with a timeout first idled at every partial
+        batch: at the end of a backlog, and whenever the fetches fell behind the reading
+        (docs/benchmarks.md, "Round four")."""
+        assert self.consumer is not None
+        messages = self.consumer.consume(self.options.poll_batch, 0)
+        if messages:
+            return messages
+        return self.consumer.consume(self.options.poll_batch, self.options.poll_timeout)
+
     def _check_topics(self) -> None:
         """--until-end: Kafka answers and at least one of the topics exists, or an error.
 
@@ -312,7 +326,7 @@ class ConsumerRuntime:
         assert self.consumer is not None
         timeout = self.options.connect_timeout
         try:
-            metadata = self.consumer.list_topics(timeout=timeout)
+            found = _existing_topics(self.consumer, self.topics, timeout)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else exc
             self._checking_topics = True
@@ -322,7 +336,7 @@ class ConsumerRuntime:
                 f"({err.str() if isinstance(err, KafkaError) else err}"
                 f"{'; ' + self._last_error if self._last_error else ''}): check --bootstrap "
                 "and --security-protocol") from exc
-        if not any(t in metadata.topics for t in self.topics):
+        if not found:
             raise ConsumerError(
                 f"none of the {len(self.topics)} topics under prefix "
                 f"{self.config.topic_prefix!r} exists in Kafka at {self.config.bootstrap} "
@@ -340,9 +354,9 @@ class ConsumerRuntime:
         from confluent_kafka.admin import AdminClient, OffsetSpec
 
         try:
-            metadata = self.consumer.list_topics(timeout=5.0)
-            partitions = [TopicPartition(t, p) for t in self.topics if t in metadata.topics
-                          for p in metadata.topics[t].partitions]
+            partitions = [TopicPartition(t, p) for t, meta in
+                          _existing_topics(self.consumer, self.topics, 5.0).items()
+                          for p in meta.partitions]
             if not partitions:
                 return {}
             if self._admin is None:
@@ -371,6 +385,11 @@ class ConsumerRuntime:
             # and 10% less CPU for `consume episodes` over 120k events; a bigger record is
             # still fetched whole (docs/benchmarks.md, "Consumers")
             "max.partition.fetch.bytes": 65_536,
+            # once the prefetched records reach queued.min.messages (100 000: the whole
+            # consumer queue, not a partition's), librdkafka stops fetching for this long
+            # (default 1 s); a backlog's reader drains 100 000 records in about a second, so
+            # it found its queue empty for up to that long (docs/benchmarks.md, "Round four")
+            "fetch.queue.backoff.ms": 10,
             "session.timeout.ms": 10_000,
             # a topic created after the subscription (producers started after the
             # consumers) is joined within 10 s, not librdkafka's 5 minutes
@@ -495,9 +514,11 @@ class ConsumerRuntime:
     def _ingest_all(self, messages: list[Message]) -> None:
         """Buffer a consume() batch as Records: the per-record hot path.
 
-        Everything per topic is looked up once per batch, headers are only read
-        for topics a header-reading builder takes, and a record's timestamp
-        datetime is shared with the records of the same millisecond.
+        librdkafka hands a partition's records over in runs: what they share (assigned?
+        the next offset expected, the topic's plan, the projection's reader of the last
+        value header) is looked up once per run. Headers are only read for topics a
+        header-reading builder takes, and a record's timestamp datetime is shared with
+        the records of the same millisecond.
         """
         if not messages:
             return
@@ -512,7 +533,8 @@ class ConsumerRuntime:
         stamps = self._stamps
         if len(stamps) > 4096:
             stamps.clear()
-        plans = self._plans
+        plans, projectors = self._plans, self._projectors
+        run: TP | None = None  # the partition of the run of messages being read
         message: Any  # without an error, topic(), partition() and offset() are set
         for message in messages:
             if message.error() is not None:
@@ -520,25 +542,31 @@ class ConsumerRuntime:
                 continue
             topic = message.topic()
             partition = message.partition()
+            if run is None or partition != run[1] or topic != run[0]:
+                # a new run: what a partition's records share, looked up once per run
+                run = key = (topic, partition)
+                taken = key in assigned  # not: fetched before a revoke
+                expected = nxt.get(key, -1)  # below it: already buffered or applied
+                event_type, needs_decode, reads_headers, packer = plans[topic]
+                readers, head, project = projectors[topic], _NO_HEAD, None
             offset = message.offset()
-            key = (topic, partition)
-            if key not in assigned:
-                continue  # fetched before a revoke
-            expected = nxt.get(key)
-            if expected is not None and offset < expected:
-                continue  # already buffered or applied
-            event_type, needs_decode, reads_headers, packer = plans[topic]
+            if not taken or offset < expected:
+                continue
             headers = _header_dict(message) if reads_headers else {}
             ts_ms = message.timestamp()[1]
             stamp = stamps.get(ts_ms)
             if stamp is None:
                 stamp = stamps[ts_ms] = timestamp_of(ts_ms)
             event = None
-            if packer is not None:  # the packed builder's row, straight from the payload
-                value = message.value()
-                project = self._projectors[topic].get(value[:5], _UNSEEN) if value else None
-                if project is _UNSEEN:
-                    project = self._projector(topic, value, packer)
+            value = message.value() if needs_decode else None
+            if packer is not None and value:  # the packed row, straight from the payload
+                if not value.startswith(head):  # another header than the run's last one's
+                    head = value[:5]
+                    project = readers.get(head, _UNSEEN)
+                    if project is _UNSEEN:
+                        project = self._projector(topic, value, packer)
+                    if project is None:  # decoded whole: the next one looks again
+                        head = _NO_HEAD
                 if project is not None:
                     nxt[key] = offset + 1
                     try:
@@ -550,9 +578,8 @@ class ConsumerRuntime:
                                   values))
                     continue
             if needs_decode:
-                value = message.value()
                 try:
-                    event = decode(value)  # type: ignore[misc]  # None: a tombstone, named as one
+                    event = decode(value)  # type: ignore[misc,arg-type]  # None: a tombstone, named as one
                     _check_event_type(event, event_type, topic)
                 except RegistryUnavailableError as exc:
                     raise _RegistryDown(str(exc)) from exc
@@ -635,15 +662,18 @@ class ConsumerRuntime:
         While catching up on a backlog, the interval is at least four times what the
         last checkpoint took, so a slow sink spends at most a fifth of the time
         checkpointing (exactly once all the same: only how many records each holds moves).
-        Under `max_batch`, no checkpoint is cut while the previous one is being written.
+        Under `max_batch`, no checkpoint is cut while the previous one is being written,
+        except the last one of an offline run (there is nothing to read meanwhile).
         """
         n = len(self._buffer)
         if n >= self.options.max_batch:
             return True
-        if not n or self._writer.busy:  # reading on while the last one is written
+        if not n:
             return False
         if self.options.until_end and self._read_to_end():
-            return True
+            return True  # nothing more to read meanwhile: the last cut waits for the writer
+        if self._writer.busy:  # reading on while the last one is written
+            return False
         interval = self.options.checkpoint_interval
         if self._behind:
             interval = max(interval, 4 * self._flush_cost)
@@ -682,7 +712,7 @@ class ConsumerRuntime:
         for letter_id, reason in refused.items():
             log.error("dead-letter topic %s refused %s[%d]@%d for good (%s); recorded in "
                       "dead_letters and skipped", self.dlq.topic, *letter_id, reason)
-        batch, by_builder, progress = self._reduce(cut, refused)
+        batch, by_builder, progress = self._reduce(cut, refused, clean=not dead)
         if self._finish_checkpoint(final=final):  # one transaction at a time, in order
             return  # the one before was dropped: rewinding, this cut is read again
         self._add_offsets(batch, progress)
@@ -719,22 +749,18 @@ class ConsumerRuntime:
                                               ck.by_builder))
         return False
 
-    def _reduce(self, cut: list[Record | DeadLetter], refused: dict[LetterId, str]
+    def _reduce(self, cut: list[Record | DeadLetter], refused: dict[LetterId, str],
+                clean: bool = False
                 ) -> tuple[SinkBatch, dict[str, list[Record]], dict[TP, int]]:
         """A cut's rows (each builder's records it has not stored yet, reduced) and dead
         letters as a batch without offsets, the records by builder, and the offset after
         the cut in each partition.
 
         Reading the stored offsets before the checkpoint in flight is accounted for
-        filters alike: that checkpoint ends where the cut begins, in every partition."""
+        filters alike: that checkpoint ends where the cut begins, in every partition.
+        `clean`: the cut holds no dead letter (only Records)."""
         batch = SinkBatch(group_id=self.options.group_id)
-        first: dict[TP, int] = {}
-        progress: dict[TP, int] = {}
-        for item in cut:  # a partition's records are in offset order
-            key = (item.topic, item.partition)
-            if key not in first:
-                first[key] = item.offset
-            progress[key] = item.offset + 1
+        first, progress = _offset_ranges(cut)
         by_builder: dict[str, list[Record]] = {}
         prefix = self.config.topic_prefix
         shared = self.sink.shared_writers
@@ -742,7 +768,9 @@ class ConsumerRuntime:
             stored = self._stored[b.name]
             topics = set(b.topics_of(prefix))
             if all(t in topics and stored.get((t, p), -1) <= o for (t, p), o in first.items()):
-                mine = [r for r in cut if type(r) is Record]  # all of it (a backlog's case)
+                # all of it (a backlog's case)
+                mine = cast(list[Record], cut) if clean else [
+                    r for r in cut if type(r) is Record]
             else:
                 mine = [r for r in cut if type(r) is Record and r.topic in topics
                         and r.offset >= stored.get((r.topic, r.partition), -1)]
@@ -894,6 +922,39 @@ _RETRIABLE_METADATA = {
     KafkaError._TIMED_OUT,
     KafkaError._TRANSPORT,
 }
+
+
+def _existing_topics(consumer: Consumer, topics: list[str], timeout: float) -> dict[str, Any]:
+    """The metadata of those of `topics` that exist, asked for topic by topic (a consumer
+    never creates a topic by asking): the whole cluster's metadata, every topic of every
+    team, took 130 to 200 ms to fetch and parse with 10 000 topics."""
+    found: dict[str, Any] = {}
+    for topic in topics:
+        meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        # absent from the whole listing: unknown, or not ours to see (as the listing does)
+        if meta is not None and (meta.error is None or meta.error.code() not in (
+                KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED)):
+            found[topic] = meta
+    return found
+
+
+def _offset_ranges(cut: list[Record | DeadLetter]) -> tuple[dict[TP, int], dict[TP, int]]:
+    """Per partition, the cut's first offset and the offset after its last: a partition's
+    records are in offset order, in runs (looked at once per run)."""
+    first: dict[TP, int] = {}
+    after: dict[TP, int] = {}
+    run: TP | None = None
+    last = 0
+    for item in cut:
+        if run is None or item.partition != run[1] or item.topic != run[0]:
+            if run is not None:
+                after[run] = last + 1
+            run = (item.topic, item.partition)
+            first.setdefault(run, item.offset)
+        last = item.offset
+    if run is not None:
+        after[run] = last + 1
+    return first, after
 
 
 def _watermarks(

@@ -109,21 +109,24 @@ def _reduce_packed(projections: Projections, records: Iterable[Record],
     """Merge every record's packed row into `reduced` (`tables.tuple_merger`), with what
     each event type needs looked up once: the per-record loop of a backlog."""
     plans: dict[EventType, tuple[Any, ...]] = {}
-    for record in records:
+    last_type: EventType | None = None  # records come in runs of one event type: an
+    for record in records:  # enum's hash is a Python call, looked up once per run
         values = record.values
         if values is None:
             if record.event is None:
                 continue  # dead-lettered: no row
             values = projections[record.event_type].pack(record.event,
                                                          epoch_ms(record.timestamp))
-        plan = plans.get(record.event_type)
-        if plan is None:
-            projection = projections[record.event_type]
-            table = projection.table
-            plan = plans[record.event_type] = (
-                reduced.rows.setdefault(table.name, {}), projection.key_of,
-                tuple_merger(table))
-        by_key, key_of, merge = plan
+        if record.event_type is not last_type:
+            last_type = record.event_type
+            plan = plans.get(last_type)
+            if plan is None:
+                projection = projections[last_type]
+                table = projection.table
+                plan = plans[last_type] = (
+                    reduced.rows.setdefault(table.name, {}), projection.key_of,
+                    tuple_merger(table))
+            by_key, key_of, merge = plan
         key = key_of(values)
         old = by_key.get(key)
         by_key[key] = values if old is None else merge(old, values)

@@ -5,6 +5,7 @@ what its builders feed it."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -18,8 +19,9 @@ from confluent_kafka import Consumer
 from rlmesh_stream.consumers.builders import EpisodesBuilder
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.datasets.export import DatasetSink
+from rlmesh_stream.consumers.deadletter import DeadLetter
 from rlmesh_stream.consumers.records import Record
-from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
+from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions, _offset_ranges
 from rlmesh_stream.consumers.sinks import SinkBatch, open_sink
 from rlmesh_stream.consumers.tables import Table
 from rlmesh_stream.schemas.config import StreamConfig
@@ -62,6 +64,43 @@ def test_max_batch_records_checkpoint_at_once_even_on_a_backlog(
         runtime: ConsumerRuntime) -> None:
     _buffer(runtime, 10, last_checkpoint_ago=0.0, last_checkpoint_cost=5.0, behind=True)
     assert runtime._checkpoint_due()
+
+
+@contextlib.contextmanager
+def _writer_busy(rt: ConsumerRuntime) -> Iterator[None]:
+    """A checkpoint in flight until the block ends."""
+    release = threading.Event()
+    rt._writer._write = lambda batch, context: release.wait(5)  # type: ignore[method-assign,assignment,return-value]
+    rt._writer.submit(SinkBatch(group_id="g"), None)
+    try:
+        assert rt._writer.busy
+        yield
+    finally:
+        release.set()
+        rt._writer.close()
+
+
+def _offline(rt: ConsumerRuntime, read_to: int, end: int) -> None:
+    rt.options = RuntimeOptions(group_id="g", until_end=True, max_batch=10)
+    rt._assigned = {("t", 0)}
+    rt._next, rt._ends = {("t", 0): read_to}, {("t", 0): end}
+
+
+def test_an_offline_run_read_to_its_end_cuts_its_last_checkpoint_while_one_is_written(
+        runtime: ConsumerRuntime) -> None:
+    """Nothing is left to read meanwhile: waiting for the writer before cutting only idles."""
+    _offline(runtime, read_to=3, end=3)
+    _buffer(runtime, 3, last_checkpoint_ago=0.0, last_checkpoint_cost=5.0, behind=True)
+    with _writer_busy(runtime):
+        assert runtime._checkpoint_due()
+
+
+def test_an_offline_run_not_at_its_end_reads_on_while_a_checkpoint_is_written(
+        runtime: ConsumerRuntime) -> None:
+    _offline(runtime, read_to=3, end=8)
+    _buffer(runtime, 3, last_checkpoint_ago=9.0, last_checkpoint_cost=0.0, behind=False)
+    with _writer_busy(runtime):
+        assert not runtime._checkpoint_due()
 
 
 class _Watch(Builder):
@@ -127,3 +166,12 @@ def test_a_sink_that_reads_builder_state_sees_a_cut_reduced_only_after_the_one_b
 
 def test_the_dataset_exporter_reads_its_builders_state() -> None:
     assert DatasetSink.reads_builder_state
+
+
+def test_a_cut_moves_each_partition_from_its_first_record_to_after_its_last() -> None:
+    stamp = datetime(2026, 1, 1, tzinfo=UTC)
+    runs = [("a", 0, 4), ("a", 0, 5), ("b", 0, 9), ("a", 1, 0), ("a", 0, 6), ("b", 0, 10)]
+    cut: list[Record | DeadLetter] = [
+        Record(t, p, o, stamp, EventType.EPISODE_STARTED, None) for t, p, o in runs]
+    assert _offset_ranges(cut) == ({("a", 0): 4, ("b", 0): 9, ("a", 1): 0},
+                                   {("a", 0): 7, ("b", 0): 11, ("a", 1): 1})
