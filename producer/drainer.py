@@ -1,12 +1,13 @@
 """After produce(): delivery reports, Kafka's reachability, the backlog drainer, topic retries.
 
 `Drainer` owns the librdkafka producer's background side:
-* the poller thread, which serves delivery reports. Only failures are
-  reported (`delivery.report.only.error`: a delivered record costs no
-  Python call); a failed record goes back to the backlog when a retry can
-  help (spool, or a topic not ready yet), else is counted failed. Deliveries
-  are counted by the ledger (handed - held by librdkafka - failed), and the
-  poller notices them after each poll (Kafka answers again);
+* the poller thread, which serves delivery reports (so does the publishing
+  thread every 256 events while Kafka answers, `serve_inline`). Only
+  failures are reported (`delivery.report.only.error`: a delivered record
+  costs no Python call); a failed record goes back to the backlog when a
+  retry can help (spool, or a topic not ready yet), else is counted failed.
+  Deliveries are counted by the ledger (handed - held by librdkafka -
+  failed), and the poller notices them after each poll (Kafka answers again);
 * whether Kafka is reachable (from librdkafka's error callback, failed
   deliveries and metadata probes); it says so once at WARNING, with where
   the events are (on disk in the spool, or in memory) and how many;
@@ -47,6 +48,7 @@ from rlmesh_stream.producer.outcomes import Outcomes
 from rlmesh_stream.producer.records import Headers, Record
 from rlmesh_stream.producer.schema_ids import SchemaIdResolver
 from rlmesh_stream.schemas import access
+from rlmesh_stream.schemas import headers as h
 from rlmesh_stream.schemas.topics import EventType
 
 log = logging.getLogger("rlmesh_stream.producer.hooks")
@@ -60,6 +62,10 @@ _UNREACHABLE = (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError.
 # How often, during an outage with a spool, what librdkafka holds is moved to the spool again
 # (records it retries after a broken connection come back into its queue).
 _SPILL_INTERVAL_S = 0.25
+
+
+class _Yield(Exception):
+    """Raised by a failure's report served inline: stops serving, librdkafka keeps the rest."""
 
 
 class Drainer:
@@ -100,6 +106,7 @@ class Drainer:
         self._topic_wait_s = settings.topic_wait_s
         self._topic_trouble: dict[str, list[float]] = {}
         self._topic_retry_at = 0.0  # when the drainer next retries after a topic error
+        self._inline = threading.local()  # `serving`: this thread is in `serve_inline`
 
         conf = settings.kafka_config()
         conf["error_cb"] = self.on_kafka_error
@@ -129,12 +136,47 @@ class Drainer:
 
     # -- delivery reports (poller thread, or whoever calls flush) -------------------------------
 
-    def on_delivery(self, headers: Headers, err: KafkaError | None, msg: Message) -> None:
-        """A failed record's report (successes are not reported, see the module docstring)."""
+    def on_delivery(self, headers: Headers | bytes, err: KafkaError | None,
+                    msg: Message) -> None:
+        """A failed record's report (successes are not reported, see the module docstring).
+
+        `headers` is what the record was produced with, or its `rlmesh.ps` stamp alone
+        (the hook binds only that when it is all the headers hold).
+        """
         if err is None:
             return
         self._ledger.count_error(len(msg))
-        self._delivery_failed(headers, err, msg)
+        self._delivery_failed(
+            {h.PRODUCER_SEQUENCE: headers} if isinstance(headers, bytes) else headers, err, msg)
+        if getattr(self._inline, "serving", False):
+            # Served by the publishing thread (`serve_inline`): one failure's account is all it
+            # takes on; librdkafka puts the remaining reports back for the poller thread.
+            raise _Yield
+
+    def serve_inline(self) -> None:
+        """Serve the delivery reports that are ready, from the publishing thread.
+
+        confluent-kafka takes the GIL for every report, success or not, to free the
+        record's callback. From the poller thread that is a GIL hand-off per record
+        while the publishing thread runs, and the callbacks live on, long enough to
+        reach the garbage collector's old generation and trigger full collections.
+        Served here (every 256 events, `publisher`), they cost neither (see
+        docs/benchmarks.md, "Producer hot path"). Only while Kafka answers, and at most
+        one failure is handled here (`on_delivery` then yields): a burst of failures
+        never lands on the rollout's thread. Never raises.
+        """
+        if not self.kafka_ok or self.outage:
+            return
+        inline = self._inline
+        inline.serving = True
+        try:
+            self.producer.poll(0)
+        except _Yield:
+            pass
+        except Exception:
+            log.exception("rlmesh-stream: delivery report handling failed")
+        finally:
+            inline.serving = False
 
     def _delivered_again(self) -> None:
         """The poller saw the delivered count grow: Kafka takes records (again)."""

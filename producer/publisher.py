@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 _STAMP = h.PRODUCER_SEQUENCE
 _OMITTED = h.LEAVES_OMITTED_BYTES
 _FULL_RETRY_SLEEP_S = 0.0005
+# Every 256th event, the publishing thread serves the delivery reports that are ready
+# (`Drainer.serve_inline`).
+_SERVE_MASK = 255
 
 
 class Slot:
@@ -79,6 +82,7 @@ class Publisher:
         self._produce_now = producer.produce
         self._report = drainer.on_delivery
         self._refused = drainer.refused
+        self._serve_reports = drainer.serve_inline
 
     def publish(self, slot: Slot, event: Any) -> None:
         """The hot path (see the module docstring); never raises."""
@@ -122,10 +126,15 @@ class Publisher:
             self._outcomes.reject(slot.et, event, exc)
             return
         seq = self._next_sequence()
+        stamp = self._stamp % seq
         # A dict of bytes: the garbage collector does not track it (a list of tuples it does).
-        headers: dict[str, str | bytes | None] = {_STAMP: self._stamp % seq}
+        headers: dict[str, str | bytes | None] = {_STAMP: stamp}
+        # What a failure's report needs to rebuild the headers: the stamp alone (bytes, no
+        # container) unless there is more to them.
+        account: bytes | dict[str, str | bytes | None] = stamp
         if omitted:
             headers[_OMITTED] = b"%d" % omitted
+            account = headers
             with self._ledger.lock:
                 self._ledger.leaves_omitted += 1
         session, key = self._last_key
@@ -145,12 +154,15 @@ class Publisher:
             try:
                 # Positional (partition -1 = the partitioner's choice, timestamp 0 = now): the
                 # client parses keywords noticeably slower. Delivery reports carry no headers:
-                # the callback keeps them for a failure's account (only failures are reported):
-                # the report bound to them as a method, one object the garbage collector tracks
-                # (a functools.partial is two: itself and its arguments' tuple).
-                self._produce_now(slot.topic, value, key, -1, MethodType(self._report, headers),
+                # the callback keeps what rebuilds them for a failure's account (only failures
+                # are reported): the report bound to it as a method, the one object per record
+                # the garbage collector counts while librdkafka holds the record (a
+                # functools.partial is two; binding the headers' dict was two as well).
+                self._produce_now(slot.topic, value, key, -1, MethodType(self._report, account),
                                   None, 0, headers)
                 self._handed(len(value))
+                if not seq & _SERVE_MASK:
+                    self._serve_reports()
                 if self._shedding:
                     self._shedding = False
                 return
