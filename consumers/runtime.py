@@ -80,6 +80,8 @@ _UNSEEN = object()  # a value header not looked up yet
 # longer than a value header, so a run's first record looks its reader up (a value that
 # does start with it has no reader in hand, and is decoded whole)
 _NO_HEAD = b"\xff" * 6
+# The headers of a record whose builders read none: one shared dict, never written to.
+_NO_HEADERS: dict[str, bytes] = {}
 
 
 class Decoder(Protocol):
@@ -552,7 +554,7 @@ class ConsumerRuntime:
             offset = message.offset()
             if not taken or offset < expected:
                 continue
-            headers = _header_dict(message) if reads_headers else {}
+            headers = _header_dict(message) if reads_headers else _NO_HEADERS
             ts_ms = message.timestamp()[1]
             stamp = stamps.get(ts_ms)
             if stamp is None:

@@ -372,7 +372,10 @@ class _Projector(_Gen):
     def fields_into(self, t: dict[str, Any], prefix: str, wanted: set[str],
                     body: list[str], out: dict[str, str],
                     memo: dict[str, Callable[[Any], Any]] | None = None) -> None:
-        for f in t["fields"]:
+        fields = t["fields"]
+        if prefix:  # a flattened record: its leading strings are read through a memo
+            fields = fields[self.string_run(fields, prefix, body, out):]
+        for f in fields:
             path = f"{prefix}{f['name']}"
             ft = self.define(f["type"])
             inner = {w for w in wanted if w.startswith(path + ".")}
@@ -399,6 +402,35 @@ class _Projector(_Gen):
                     attrs = w[len(path) + 1:]
                     out[w] = f"(None if {out[path]} is None else {out[path]}.{attrs})"
 
+
+    def string_run(self, fields: list[dict[str, Any]], prefix: str, body: list[str],
+                   out: dict[str, str]) -> int:
+        """Read a flattened record's leading string fields (two or more) through a memo of
+        their bytes, and return how many it read. A route's ids (`env_id`,
+        `env_component_id`, `model_component_id`) are shared by most records of a fleet
+        while the session before them is not; Avro's encoding is prefix-free, so bytes
+        that start with the complete encoding of strings already read hold those strings
+        (a `startswith` instead of a varint, a slice and a UTF-8 decode each)."""
+        run = 0
+        while run < len(fields) and fields[run]["type"] == "string":
+            run += 1
+        if run < 2:
+            return 0
+        names = [self.var("v") for _ in range(run)]
+        for f, v in zip(fields, names, strict=False):
+            out[f"{prefix}{f['name']}"] = v
+        k = self.n = self.n + 1
+        self.ns[f"_R{k}"] = []
+        values = ", ".join(names) + ","
+        reads: list[str] = []
+        for v in names:
+            self.value("string", v, reads)
+        body += ["s = p", f"for raw, c in _R{k}:", "    if b.startswith(raw, p):",
+                 "        p += len(raw)", f"        {values} = c", "        break", "else:",
+                 *(f"    {line}" for line in reads),
+                 f"    if len(_R{k}) >= {self.MEMO_SIZE}:", f"        _R{k}.pop()",
+                 f"    _R{k}.insert(0, (b[s:p], ({values})))"]
+        return run
 
     def meta_map(self, t: Any, fn: Callable[[Any], Any], body: list[str]) -> bool:
         """`fn` of a (nullable) MetaMap field, memoised on its bytes (the episodes of a run

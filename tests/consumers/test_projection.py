@@ -96,6 +96,28 @@ def test_the_framed_projection_reads_and_refuses_as_the_projection_read_whole(
         assert exact(got) == exact(whole)
 
 
+@pytest.mark.parametrize("event_type", PROJECTED, ids=lambda et: et.value)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_one_projection_reads_each_event_of_a_stream_as_its_own(event_type: Any,
+                                                                data: Any) -> None:
+    # One reader over many events whose routes come from a small pool (its memo of the
+    # route's ids hits, misses and evicts), ids that are prefixes of one another included.
+    projection = EpisodesBuilder.projections[event_type]
+    project = compile_projection(event_type, list(projection.items))
+    ids = st.sampled_from(["", "e", "env", "env-0", "env-01", "\u00e9nv"])
+    stream = data.draw(st.lists(events(event_type), min_size=1, max_size=12))
+    for event in stream:
+        if event.route is not None and data.draw(st.booleans()):
+            event.route.env_id = data.draw(ids)
+            event.route.env_component_id = data.draw(ids)
+            event.route.model_component_id = data.draw(ids)
+        payload = avro_writer(event_type)(event)
+        values, end = project(payload, 0, T0)
+        assert end == len(payload)
+        assert exact(values) == exact(projection.pack(event, T0))
+
+
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_packed_rows_merge_as_merge_rows(data: Any) -> None:
