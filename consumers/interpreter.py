@@ -12,7 +12,8 @@ work on another, and two process-wide defaults cost it (docs/benchmarks.md, "Con
 - The checkpoint writer's database statement releases the GIL but takes it back now and
   then while it runs; with the default 5 ms switch interval the busy reading thread keeps
   it waiting up to 5 ms each time (a 20 000-row DuckDB merge: 160 to 240 ms beside the
-  reading thread, 70 ms alone); at 0.5 ms, ~80 ms.
+  reading thread, 70 ms alone); at 0.5 ms, ~80 ms. At 0.1 ms the whole in-process run
+  is ~10% faster again (docs/benchmarks.md, "Round five").
 
 Both are process-wide: they are set when the first runtime of a process starts reading
 and restored when the last one returns, so a process that embeds runtimes gets its own
@@ -29,7 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 GEN0_THRESHOLD = 50_000
-SWITCH_INTERVAL_S = 0.0005
+SWITCH_INTERVAL_S = 0.0001
 
 _lock = threading.Lock()
 _readers = 0

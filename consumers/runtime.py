@@ -867,10 +867,10 @@ class ConsumerRuntime:
         from confluent_kafka.admin import AdminClient
 
         try:
-            metadata = self.consumer.list_topics(timeout=10)
+            metadata = _existing_topics(self.consumer, self.topics, timeout=10)
             wanted: set[TP] = set()
             for topic in self.topics:
-                meta = metadata.topics.get(topic)
+                meta = metadata.get(topic)
                 if meta is None or meta.error is not None or not meta.partitions:
                     return None
                 wanted |= {(topic, p) for p in meta.partitions}
