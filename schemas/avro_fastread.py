@@ -417,7 +417,7 @@ class _Projector(_Gen):
         if run < 2:
             return 0
         names = [self.var("v") for _ in range(run)]
-        for f, v in zip(fields, names, strict=False):
+        for f, v in zip(fields[:run], names, strict=True):
             out[f"{prefix}{f['name']}"] = v
         k = self.n = self.n + 1
         self.ns[f"_R{k}"] = []
@@ -425,12 +425,19 @@ class _Projector(_Gen):
         reads: list[str] = []
         for v in names:
             self.value("string", v, reads)
-        body += ["s = p", f"for raw, c in _R{k}:", "    if b.startswith(raw, p):",
-                 "        p += len(raw)", f"        {values} = c", "        break", "else:",
-                 *(f"    {line}" for line in reads),
-                 f"    if len(_R{k}) >= {self.MEMO_SIZE}:", f"        _R{k}.pop()",
-                 f"    _R{k}.insert(0, (b[s:p], ({values})))"]
+        body += self.bytes_memo(f"_R{k}", hit=[f"{values} = c"], miss=reads,
+                                value=f"({values})")
         return run
+
+    def bytes_memo(self, table: str, hit: list[str], miss: list[str], value: str) -> list[str]:
+        """Lines that read a value through `table`, the last MEMO_SIZE (bytes, value) pairs:
+        bytes at `p` that start with a pair's bytes hold its value (`c`), and `hit` runs;
+        otherwise `miss` reads it from `s` (the start) and the pair is kept."""
+        return ["s = p", f"for raw, c in {table}:", "    if b.startswith(raw, p):",
+                "        p += len(raw)", *(f"        {line}" for line in hit), "        break",
+                "else:", *(f"    {line}" for line in miss),
+                f"    if len({table}) >= {self.MEMO_SIZE}:", f"        {table}.pop()",
+                f"    {table}.insert(0, (b[s:p], {value}))"]
 
     def meta_map(self, t: Any, fn: Callable[[Any], Any], body: list[str]) -> bool:
         """`fn` of a (nullable) MetaMap field, memoised on its bytes (the episodes of a run
@@ -446,11 +453,8 @@ class _Projector(_Gen):
         dec = self.record_func(node)
         k = self.n = self.n + 1
         self.ns.update({f"_M{k}": [], f"_FN{k}": fn})
-        memo = ["s = p", f"for raw, c in _M{k}:", "    if b.startswith(raw, p):",
-                "        p += len(raw)", "        break", "else:",
-                f"    c, p = {dec}(b, s)", f"    c = _FN{k}(c)",
-                f"    if len(_M{k}) >= {self.MEMO_SIZE}:", f"        _M{k}.pop()",
-                f"    _M{k}.insert(0, (b[s:p], c))"]
+        memo = self.bytes_memo(f"_M{k}", hit=[], miss=[f"c, p = {dec}(b, s)",
+                                                      f"c = _FN{k}(c)"], value="c")
         if not nullable:
             body += memo
             return True
