@@ -42,6 +42,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from rlmesh_stream.consumers import aligned_cut
 from rlmesh_stream.consumers.builders import Builder, Reduced, reduce
 from rlmesh_stream.consumers.builders.projection import Projection
 from rlmesh_stream.consumers.checkpoint_writer import CheckpointWriter, Written
@@ -200,6 +201,7 @@ class ConsumerRuntime:
         self._idle_checked_at = 0.0  # --until-end without partitions: last look at the group
         self._admin: Any = None  # AdminClient describing the group, made when first needed
         self._buffer: list[Record | DeadLetter] = []
+        self._held = 0  # records at the buffer's head that the last cut left for the next
         self._last_flush = time.monotonic()
         self._rewind = False
         self._stopping = False
@@ -297,7 +299,7 @@ class ConsumerRuntime:
                 continue
             self._finish_checkpoint(block=False)  # account for a written one at once
             if self._checkpoint_due():
-                self._flush()
+                self._flush(align=True)
             if self.progress:
                 self.progress.update(self.events, self._lag())
             if self.metrics:
@@ -382,10 +384,10 @@ class ConsumerRuntime:
             "isolation.level": "read_committed",
             "fetch.wait.max.ms": 100,
             # 64 KiB per partition and fetch (librdkafka: 1 MiB) keeps the partitions of a
-            # backlog in step, so more of an episode's events (one partition per session in
-            # every topic) meet in one checkpoint and merge before the upsert: 20% fewer rows
-            # and 10% less CPU for `consume episodes` over 120k events; a bigger record is
-            # still fetched whole (docs/benchmarks.md, "Consumers")
+            # backlog in step, so an aligned cut (`_cut`) leaves little behind: 60 400 rows
+            # for `consume episodes` over 120k events, 64 000 to 98 000 at 1 MiB, at the
+            # same speed; a bigger record is still fetched whole (docs/benchmarks.md,
+            # "Consumers", "Round six")
             "max.partition.fetch.bytes": 65_536,
             # once the prefetched records reach queued.min.messages (100 000: the whole
             # consumer queue, not a partition's), librdkafka stops fetching for this long
@@ -481,10 +483,15 @@ class ConsumerRuntime:
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Partitions lost without a revoke: their buffered records must not be written."""
         self._finish_checkpoint()  # cut before the loss: fenced like any other
-        self._buffer.clear()
+        self._drop_buffer()
         self._forget(partitions)
         self._rewind = True
         consumer.incremental_unassign(partitions)
+
+    def _drop_buffer(self) -> None:
+        """Forget what was read and not cut (read again from the stored offsets)."""
+        self._buffer.clear()
+        self._held = 0
 
     def _forget(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
@@ -497,7 +504,7 @@ class ConsumerRuntime:
         """Drop the buffer and go back to the sink's offsets for every assigned partition."""
         assert self.consumer is not None
         self._finish_checkpoint()
-        self._buffer.clear()
+        self._drop_buffer()
         for b in self.builders:
             self._stored[b.name] = self.sink.load_offsets(b.name)
         for key in sorted(self._assigned):
@@ -668,7 +675,7 @@ class ConsumerRuntime:
         except the last one of an offline run (there is nothing to read meanwhile).
         """
         n = len(self._buffer)
-        if n >= self.options.max_batch:
+        if n - self._held >= self.options.max_batch:
             return True
         if not n:
             return False
@@ -681,9 +688,11 @@ class ConsumerRuntime:
             interval = max(interval, 4 * self._flush_cost)
         return time.monotonic() - self._last_flush >= interval
 
-    def _flush(self, final: bool = False, wait: bool = False) -> None:
+    def _flush(self, final: bool = False, wait: bool = False, align: bool = False) -> None:
         """Cut a checkpoint of the buffer (every builder's rows and every offset, one
         transaction) and hand it to the writer; `final` or `wait`: until it is written.
+        `align`: while a backlog is read, the cut may leave each partition's newest
+        records for the next one (`_cut`).
 
         The cut is reduced while the writer may still be writing the checkpoint before
         it: the two hold different offsets of every partition, and only the offsets,
@@ -695,7 +704,7 @@ class ConsumerRuntime:
             dropped = self._finish_checkpoint(final=final)
             if dropped or not self._buffer:
                 return  # nothing to cut, or the one before was dropped: rewinding
-        cut, self._buffer = self._buffer, []
+        cut = self._cut(align and not final)
         dead = [d for d in cut if isinstance(d, DeadLetter)]
         # before the offsets move: at least once in the topic, or its refusal recorded
         try:
@@ -722,6 +731,26 @@ class ConsumerRuntime:
         if final or wait:
             self._finish_checkpoint(final=final)
 
+    def _cut(self, align: bool) -> list[Record | DeadLetter]:
+        """The buffered records the next checkpoint takes; the rest stays buffered.
+
+        All of them, unless `align` while a backlog is read with more to come: then each
+        partition's records up to the frontier of the partitions that lag, so the events
+        of one episode, in several topics, meet in one checkpoint (aligned_cut.py)."""
+        buffer, self._buffer, self._held = self._buffer, [], 0
+        if not align or not self._behind or self._read_to_end():
+            return buffer
+        lags = self.lag_by_partition()
+        if not lags:
+            return buffer
+        until = aligned_cut.frontier(aligned_cut.newest_stamps(buffer),
+                                     [tp for tp, lag in lags.items() if lag > 0])
+        if until is None:
+            return buffer
+        cut, self._buffer = aligned_cut.split(buffer, until, limit=2 * self.options.max_batch)
+        self._held = len(self._buffer)
+        return cut
+
     def _finish_checkpoint(self, block: bool = True, final: bool = False) -> bool:
         """Account for the checkpoint in flight once written (`block`: wait for it):
         stored offsets, counts, the group's offsets, `on_checkpoint`. One dropped by a
@@ -734,7 +763,7 @@ class ConsumerRuntime:
         if written.conflict is not None:
             log.warning("checkpoint dropped: %s", written.conflict)
             self._rewind = True
-            self._buffer.clear()
+            self._drop_buffer()
             return True
         ck, batch = written.context, written.batch
         self._flush_cost = written.finished - ck.started

@@ -1,7 +1,8 @@
 """When the runtime checkpoints: on a backlog, no more often than four times the last
 checkpoint's cost; reading live, every `checkpoint_interval`; always at `max_batch`. And
 when a cut is reduced: while the checkpoint before it is written, unless the sink reads
-what its builders feed it."""
+what its builders feed it. What a backlog's cut takes: each partition's records up to the
+frontier of the partitions that lag (aligned_cut.py), everything otherwise."""
 
 from __future__ import annotations
 
@@ -175,3 +176,66 @@ def test_a_cut_moves_each_partition_from_its_first_record_to_after_its_last() ->
         Record(t, p, o, stamp, EventType.EPISODE_STARTED, None) for t, p, o in runs]
     assert _offset_ranges(cut) == ({("a", 0): 4, ("b", 0): 9, ("a", 1): 0},
                                    {("a", 0): 7, ("b", 0): 11, ("a", 1): 1})
+
+
+@pytest.fixture
+def backlog(runtime: ConsumerRuntime) -> Iterator[ConsumerRuntime]:
+    """An offline run behind on two partitions, of two topics, both with more to read:
+    `started` read ahead of `completed`, as librdkafka does with a topic of smaller
+    records (an unconnected consumer: the ends seen at assignment give the lags)."""
+    runtime.options = RuntimeOptions(group_id="g", until_end=True, max_batch=10)
+    runtime.consumer = Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g"})
+    runtime._assigned = {("started", 0), ("completed", 0)}
+    runtime._next = {("started", 0): 6, ("completed", 0): 3}
+    runtime._ends = {("started", 0): 50, ("completed", 0): 50}
+    runtime._buffer = [_stamped("started", 0, ms=0), _stamped("started", 1, ms=1),
+                       _stamped("completed", 0, ms=0), _stamped("started", 2, ms=2),
+                       _stamped("completed", 1, ms=1), _stamped("started", 3, ms=3),
+                       _stamped("completed", 2, ms=2), _stamped("started", 4, ms=4),
+                       _stamped("started", 5, ms=5)]
+    runtime._behind = True
+    yield runtime
+    runtime.consumer.close()
+
+
+def _stamped(topic: str, offset: int, ms: int) -> Record:
+    stamp = datetime.fromtimestamp(1_800_000_000 + ms / 1000, tz=UTC)
+    return Record(topic, 0, offset, stamp, EventType.EPISODE_STARTED, None)
+
+
+def _offsets(items: list[Record | DeadLetter]) -> list[tuple[str, int]]:
+    return [(r.topic, r.offset) for r in items]
+
+
+def test_a_backlogs_checkpoint_leaves_what_was_read_past_the_lagging_frontier(
+        backlog: ConsumerRuntime) -> None:
+    cut = backlog._cut(align=True)
+    # `completed` was read up to 2 ms: `started` records after it wait for their partners
+    assert _offsets(cut) == [("started", 0), ("started", 1), ("completed", 0),
+                             ("started", 2), ("completed", 1), ("completed", 2)]
+    assert _offsets(backlog._buffer) == [("started", 3), ("started", 4), ("started", 5)]
+
+
+def test_records_left_for_the_next_checkpoint_do_not_count_towards_max_batch(
+        backlog: ConsumerRuntime) -> None:
+    backlog._cut(align=True)
+    backlog._buffer += [_stamped("started", 6 + i, ms=6 + i) for i in range(9)]
+    assert not backlog._checkpoint_due()  # 9 read since the cut (+3 left): max_batch is 10
+    backlog._buffer.append(_stamped("started", 15, ms=15))
+    assert backlog._checkpoint_due()
+
+
+def test_a_checkpoint_read_to_the_end_takes_everything(backlog: ConsumerRuntime) -> None:
+    backlog._ends = {("started", 0): 6, ("completed", 0): 3}
+    assert len(backlog._cut(align=True)) == 9 and backlog._buffer == []
+
+
+def test_a_checkpoint_read_live_takes_everything(backlog: ConsumerRuntime) -> None:
+    backlog._behind = False  # the last consume() was not a full batch: caught up
+    assert len(backlog._cut(align=True)) == 9 and backlog._buffer == []
+
+
+def test_a_checkpoint_cut_without_aligning_takes_everything(
+        backlog: ConsumerRuntime) -> None:
+    """The last one, one before a revoke, one after a registry outage."""
+    assert len(backlog._cut(align=False)) == 9 and backlog._buffer == []
