@@ -672,7 +672,10 @@ class ConsumerRuntime:
         last checkpoint took, so a slow sink spends at most a fifth of the time
         checkpointing (exactly once all the same: only how many records each holds moves).
         Under `max_batch`, no checkpoint is cut while the previous one is being written,
-        except the last one of an offline run (there is nothing to read meanwhile).
+        except the last one of an offline run (there is nothing to read meanwhile). Near
+        the end of an offline run (less than `max_batch` left to read), one is cut as soon
+        as the writer is free and a fifth of `max_batch` is read: the last transaction,
+        which is written after the last record is read, stays small.
         """
         n = len(self._buffer)
         if n - self._held >= self.options.max_batch:
@@ -683,6 +686,9 @@ class ConsumerRuntime:
             return True  # nothing more to read meanwhile: the last cut waits for the writer
         if self._writer.busy:  # reading on while the last one is written
             return False
+        if (self.options.until_end and n - self._held >= self.options.max_batch // 5
+                and self._left_to_read() < self.options.max_batch):
+            return True
         interval = self.options.checkpoint_interval
         if self._behind:
             interval = max(interval, 4 * self._flush_cost)
@@ -862,6 +868,11 @@ class ConsumerRuntime:
         if not self._assigned:
             return False
         return all(self._next.get(k, -1) >= self._ends.get(k, 0) for k in self._assigned)
+
+    def _left_to_read(self) -> int:
+        """Records left up to the end offsets seen at assignment (--until-end)."""
+        return sum(max(0, end - self._next.get(key, 0)) for key, end in self._ends.items()
+                   if key in self._assigned)
 
     def _settle_time(self) -> float:
         if self.options.settle_time is not None:

@@ -239,3 +239,26 @@ def test_a_checkpoint_cut_without_aligning_takes_everything(
         backlog: ConsumerRuntime) -> None:
     """The last one, one before a revoke, one after a registry outage."""
     assert len(backlog._cut(align=False)) == 9 and backlog._buffer == []
+
+
+def test_an_offline_run_near_its_end_cuts_as_soon_as_the_writer_is_free(
+        runtime: ConsumerRuntime) -> None:
+    """The last transaction is written after the last record is read: keep it small."""
+    _offline(runtime, read_to=3, end=12)  # 9 left, under max_batch (10)
+    _buffer(runtime, 2, last_checkpoint_ago=0.0, last_checkpoint_cost=5.0, behind=True)
+    assert runtime._checkpoint_due()  # 2 read: a fifth of max_batch
+
+
+def test_an_offline_run_near_its_end_reads_on_while_a_checkpoint_is_written(
+        runtime: ConsumerRuntime) -> None:
+    _offline(runtime, read_to=3, end=12)
+    _buffer(runtime, 2, last_checkpoint_ago=0.0, last_checkpoint_cost=5.0, behind=True)
+    with _writer_busy(runtime):
+        assert not runtime._checkpoint_due()
+
+
+def test_an_offline_run_far_from_its_end_waits_for_max_batch_or_the_interval(
+        runtime: ConsumerRuntime) -> None:
+    _offline(runtime, read_to=3, end=13)  # 10 left: max_batch
+    _buffer(runtime, 2, last_checkpoint_ago=0.0, last_checkpoint_cost=5.0, behind=True)
+    assert not runtime._checkpoint_due()
