@@ -55,6 +55,7 @@ from rlmesh_stream.consumers.deadletter import (
 from rlmesh_stream.consumers.interpreter import tuned_for_reading
 from rlmesh_stream.consumers.records import Record, timestamp_of
 from rlmesh_stream.consumers.sinks import OffsetUpdate, Sink, SinkBatch
+from rlmesh_stream.schemas import wire
 from rlmesh_stream.schemas.access import (
     AccessDeniedError,
     RateLimitedLog,
@@ -68,7 +69,7 @@ from rlmesh_stream.schemas.errors import (
     RegistryUnavailableError,
     WrongEventTypeError,
 )
-from rlmesh_stream.schemas.topics import EventType, event_type_of_topic
+from rlmesh_stream.schemas.topics import EventType, event_type_of_topic, subject_name
 
 if TYPE_CHECKING:  # only passed in: their imports (prometheus_client, rich) are the caller's
     from rlmesh_stream.consumers.metrics import ConsumerMetrics
@@ -638,9 +639,32 @@ class ConsumerRuntime:
                 for topic, plan in self._plans.items():
                     if plan[3] is not None:
                         warm_projection(self._event_type[topic], list(plan[3].items))
+                self._warm_projectors()
             self.sink.prepare()
         except Exception as exc:  # done again, and raised, where it is needed
             log.debug("warm-up failed: %s", exc)
+
+    def _warm_projectors(self) -> None:
+        """Each packed topic's reader for the schema id its producers most likely write
+        with, its subject's latest: one GET and one compile a topic (~15 ms), otherwise
+        paid when the topic's first record is read. A subject not registered yet is
+        skipped; a registry that does not answer is left to the first record."""
+        client = getattr(self._decoder_(), "client", None)  # a decoder passed in: none
+        if client is None:
+            return
+        from rlmesh_stream.schemas import registry
+
+        for topic, plan in self._plans.items():
+            if plan[3] is None:
+                continue
+            try:
+                latest = client.get_latest_version(subject_name(topic))
+            except Exception as exc:
+                if isinstance(exc, registry.registry_errors()) and registry.is_not_found(exc):
+                    continue
+                return
+            if latest.schema_id is not None:
+                self._projector(topic, wire.header(int(latest.schema_id)), plan[3])
 
     def _ingest_error(self, message: Message) -> None:
         error = message.error()

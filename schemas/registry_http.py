@@ -64,6 +64,7 @@ class Version:
     schema: Schema
     subject: str
     version: int
+    schema_id: int | None = None  # as confluent's RegisteredSchema names it
 
 
 def _schema(body: dict[str, Any]) -> Schema:
@@ -73,7 +74,8 @@ def _schema(body: dict[str, Any]) -> Schema:
 
 
 class SchemaFetcher:
-    """`get_schema(id)` and `get_version(subject, version)` of a Confluent-API registry."""
+    """`get_schema(id)`, `get_version(subject, version)` and `get_latest_version(subject)`
+    of a Confluent-API registry."""
 
     def __init__(self, conf: dict[str, Any]) -> None:
         unknown = set(conf) - SUPPORTED
@@ -98,8 +100,12 @@ class SchemaFetcher:
 
     def get_version(self, subject: str, version: int | str) -> Version:
         body = self._get(f"/subjects/{quote(subject, safe='')}/versions/{version}")
+        sid = body.get("id")
         return Version(_schema(body), body.get("subject", subject),
-                       int(body.get("version", version)))
+                       int(body.get("version", version)), None if sid is None else int(sid))
+
+    def get_latest_version(self, subject: str) -> Version:
+        return self.get_version(subject, "latest")
 
     def _get(self, path: str) -> Any:
         for i, url in enumerate(self.urls):

@@ -34,6 +34,17 @@ def test_a_schema_by_id_is_what_the_confluent_client_fetches(stream_config: Stre
         (r.name, r.subject, r.version) for r in theirs.references or []]
 
 
+def test_a_subjects_latest_version_names_the_id_the_confluent_client_does(
+        stream_config: StreamConfig) -> None:
+    client = SchemaRegistryClient(stream_config.registry_config())
+    SchemaRegistrar(client, "avro", stream_config.topic_prefix).schema_id(
+        EventType.EPISODE_STARTED)
+    subject = f"{EventType.EPISODE_STARTED.topic(stream_config.topic_prefix)}-value"
+    ours = SchemaFetcher(stream_config.registry_config()).get_latest_version(subject)
+    theirs = client.get_latest_version(subject)
+    assert (ours.schema_id, ours.version) == (theirs.schema_id, theirs.version)
+
+
 class _Fake(BaseHTTPRequestHandler):
     answers: ClassVar[dict[str, tuple[int, bytes]]] = {}
     seen: ClassVar[list[tuple[str, str | None]]] = []

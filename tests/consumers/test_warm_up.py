@@ -1,0 +1,56 @@
+"""What a consumer prepares while its group is joined: the reader of each topic's
+projection for the schema its producers most likely write with (the subject's latest),
+so the first records read are not the ones that wait for the registry."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from rlmesh_stream.consumers.builders import EpisodesBuilder
+from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
+from rlmesh_stream.consumers.sinks import open_sink
+from rlmesh_stream.schemas import wire
+from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.registrar import SchemaRegistrar
+from rlmesh_stream.schemas.topics import EventType
+
+
+def _runtime(config: StreamConfig, tmp_path: Path) -> Iterator[ConsumerRuntime]:
+    sink = open_sink(f"duckdb://{tmp_path / 'store.duckdb'}")
+    yield ConsumerRuntime(config, [EpisodesBuilder()], sink, RuntimeOptions(group_id="g"))
+    sink.close()
+
+
+@pytest.fixture
+def runtime(stream_config: StreamConfig, tmp_path: Path) -> Iterator[ConsumerRuntime]:
+    yield from _runtime(stream_config, tmp_path)
+
+
+def test_each_topics_reader_for_its_latest_schema_is_made_ahead(
+        runtime: ConsumerRuntime, stream_config: StreamConfig) -> None:
+    registrar = SchemaRegistrar(SchemaRegistryClient(stream_config.registry_config()),
+                                "avro", stream_config.topic_prefix)
+    sid = registrar.schema_id(EventType.EPISODE_STARTED)
+    runtime._warm_projectors()
+    started = EventType.EPISODE_STARTED.topic(stream_config.topic_prefix)
+    assert callable(runtime._projectors[started][wire.header(sid)])
+
+
+def test_a_topic_whose_subject_is_not_registered_yet_is_skipped(
+        runtime: ConsumerRuntime, stream_config: StreamConfig) -> None:
+    runtime._warm_projectors()
+    assert all(not readers for readers in runtime._projectors.values())
+
+
+def test_a_registry_that_does_not_answer_is_left_to_the_first_record(
+        stream_config: StreamConfig, tmp_path: Path) -> None:
+    away = StreamConfig.from_env(env={}, bootstrap=stream_config.bootstrap,
+                                 registry_url="http://127.0.0.1:1",
+                                 topic_prefix=stream_config.topic_prefix)
+    for runtime in _runtime(away, tmp_path):
+        runtime._warm_projectors()  # no error: the first record's decode reports it
+        assert all(not readers for readers in runtime._projectors.values())
