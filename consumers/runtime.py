@@ -214,6 +214,7 @@ class ConsumerRuntime:
         self._error_log = RateLimitedLog()
         self._checking_topics = False
         self._warming: threading.Thread | None = None
+        self._decoding_warmed = threading.Event()  # what the first batch needs is made
 
     def _packer(self, topic: str) -> Projection | None:
         """The projection the runtime reads straight from the payloads of `topic`: when
@@ -441,9 +442,12 @@ class ConsumerRuntime:
             start = self._start_offset(key)
             assign.append(TopicPartition(tp.topic, tp.partition, start))
             self._assigned.add(key)
-            if self.options.until_end:
-                self._ends[key] = _watermarks(consumer, tp)[1]
-            self._set_next(key, start)
+            marks = None
+            if self.options.until_end:  # one round trip a partition (in the rebalance
+                # callback, asking from other threads at once waits for it to return)
+                marks = _watermarks(consumer, tp)
+                self._ends[key] = marks[1]
+            self._set_next(key, start, marks)
         consumer.incremental_assign(assign)
         known = [tp for tp in assign if tp.offset >= 0]
         if known:  # the sink's offsets, mirrored into the group for lag tools
@@ -453,12 +457,13 @@ class ConsumerRuntime:
                 log.debug("kafka commit on assignment failed (harmless): %s", exc)
         log.info("assigned %s", sorted(k for k in self._assigned))
 
-    def _set_next(self, key: TP, start: int) -> None:
-        """Where reading `key` resumes; a logical start is resolved when --until-end needs it."""
+    def _set_next(self, key: TP, start: int, marks: tuple[int, int] | None = None) -> None:
+        """Where reading `key` resumes; a logical start is resolved when --until-end needs it
+        (from the partition's `marks`, its low and high offsets, when already known)."""
         if start >= 0:
             self._next[key] = start
         elif self.options.until_end and self.consumer is not None:
-            low, high = _watermarks(self.consumer, TopicPartition(*key))
+            low, high = marks or _watermarks(self.consumer, TopicPartition(*key))
             self._next[key] = low if start == OFFSET_BEGINNING else high
         else:
             self._next.pop(key, None)
@@ -532,11 +537,11 @@ class ConsumerRuntime:
         """
         if not messages:
             return
-        if self._warming is not None:  # the decoder is made there: one at a time
-            self._warming.join()
-            self._warming = None
         if self.first_record_at is None:
             self.first_record_at = time.monotonic()
+        if self._warming is not None:  # the decoder is made there: one at a time
+            self._decoding_warmed.wait()
+            self._warming = None
         assigned, nxt, buffer = self._assigned, self._next, self._buffer
         append = buffer.append
         decode = self._decoder_().decode if self._any_decode else None
@@ -628,9 +633,10 @@ class ConsumerRuntime:
         return project
 
     def _warm_up(self) -> None:
-        """On a thread while the group is joined: the decoder (serde, fastavro), the
-        projections' generated readers, the sink's staging (pyarrow). Best effort: what
-        fails here is done, and reported, on the first batch."""
+        """On a thread while the group is joined: the decoder (serde, fastavro) and the
+        projections' generated readers, which the first batch waits for, then the sink's
+        staging (pyarrow), which only the first checkpoint needs. Best effort: what fails
+        here is done, and reported, where it is needed."""
         try:
             if self._any_decode:
                 self._decoder_()
@@ -640,9 +646,14 @@ class ConsumerRuntime:
                     if plan[3] is not None:
                         warm_projection(self._event_type[topic], list(plan[3].items))
                 self._warm_projectors()
-            self.sink.prepare()
         except Exception as exc:  # done again, and raised, where it is needed
             log.debug("warm-up failed: %s", exc)
+        finally:
+            self._decoding_warmed.set()
+        try:
+            self.sink.prepare()
+        except Exception as exc:
+            log.debug("warm-up of the sink failed: %s", exc)
 
     def _warm_projectors(self) -> None:
         """Each packed topic's reader for the schema id its producers most likely write
@@ -764,11 +775,14 @@ class ConsumerRuntime:
     def _cut(self, align: bool) -> list[Record | DeadLetter]:
         """The buffered records the next checkpoint takes; the rest stays buffered.
 
-        All of them, unless `align` while a backlog is read with more to come: then each
+        All of them, unless `align` while a backlog is read with more to come and the sink
+        is the slower side (the checkpoint before is still being written): then each
         partition's records up to the frontier of the partitions that lag, so the events
-        of one episode, in several topics, meet in one checkpoint (aligned_cut.py)."""
+        of one episode, in several topics, meet in one checkpoint (aligned_cut.py). When
+        the reading is the slower side, the split and the merges it moves onto the reading
+        thread cost more than the upserts they save (docs/benchmarks.md, "Round six")."""
         buffer, self._buffer, self._held = self._buffer, [], 0
-        if not align or not self._behind or self._read_to_end():
+        if not align or not self._behind or not self._writer.busy or self._read_to_end():
             return buffer
         lags = self.lag_by_partition()
         if not lags:

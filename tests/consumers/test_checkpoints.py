@@ -1,8 +1,9 @@
 """When the runtime checkpoints: on a backlog, no more often than four times the last
 checkpoint's cost; reading live, every `checkpoint_interval`; always at `max_batch`. And
 when a cut is reduced: while the checkpoint before it is written, unless the sink reads
-what its builders feed it. What a backlog's cut takes: each partition's records up to the
-frontier of the partitions that lag (aligned_cut.py), everything otherwise."""
+what its builders feed it. What a backlog's cut takes while the sink is the slower side:
+each partition's records up to the frontier of the partitions that lag (aligned_cut.py);
+everything otherwise."""
 
 from __future__ import annotations
 
@@ -209,7 +210,8 @@ def _offsets(items: list[Record | DeadLetter]) -> list[tuple[str, int]]:
 
 def test_a_backlogs_checkpoint_leaves_what_was_read_past_the_lagging_frontier(
         backlog: ConsumerRuntime) -> None:
-    cut = backlog._cut(align=True)
+    with _writer_busy(backlog):  # the sink is the slower side
+        cut = backlog._cut(align=True)
     # `completed` was read up to 2 ms: `started` records after it wait for their partners
     assert _offsets(cut) == [("started", 0), ("started", 1), ("completed", 0),
                              ("started", 2), ("completed", 1), ("completed", 2)]
@@ -218,27 +220,37 @@ def test_a_backlogs_checkpoint_leaves_what_was_read_past_the_lagging_frontier(
 
 def test_records_left_for_the_next_checkpoint_do_not_count_towards_max_batch(
         backlog: ConsumerRuntime) -> None:
-    backlog._cut(align=True)
+    with _writer_busy(backlog):
+        backlog._cut(align=True)
     backlog._buffer += [_stamped("started", 6 + i, ms=6 + i) for i in range(9)]
     assert not backlog._checkpoint_due()  # 9 read since the cut (+3 left): max_batch is 10
     backlog._buffer.append(_stamped("started", 15, ms=15))
     assert backlog._checkpoint_due()
 
 
+def test_a_backlogs_checkpoint_takes_everything_while_the_sink_keeps_up(
+        backlog: ConsumerRuntime) -> None:
+    """The writer is idle: the reading is the slower side, and aligning would slow it."""
+    assert len(backlog._cut(align=True)) == 9 and backlog._buffer == []
+
+
 def test_a_checkpoint_read_to_the_end_takes_everything(backlog: ConsumerRuntime) -> None:
     backlog._ends = {("started", 0): 6, ("completed", 0): 3}
-    assert len(backlog._cut(align=True)) == 9 and backlog._buffer == []
+    with _writer_busy(backlog):
+        assert len(backlog._cut(align=True)) == 9 and backlog._buffer == []
 
 
 def test_a_checkpoint_read_live_takes_everything(backlog: ConsumerRuntime) -> None:
     backlog._behind = False  # the last consume() was not a full batch: caught up
-    assert len(backlog._cut(align=True)) == 9 and backlog._buffer == []
+    with _writer_busy(backlog):
+        assert len(backlog._cut(align=True)) == 9 and backlog._buffer == []
 
 
 def test_a_checkpoint_cut_without_aligning_takes_everything(
         backlog: ConsumerRuntime) -> None:
     """The last one, one before a revoke, one after a registry outage."""
-    assert len(backlog._cut(align=False)) == 9 and backlog._buffer == []
+    with _writer_busy(backlog):
+        assert len(backlog._cut(align=False)) == 9 and backlog._buffer == []
 
 
 def test_an_offline_run_near_its_end_cuts_as_soon_as_the_writer_is_free(

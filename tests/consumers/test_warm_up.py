@@ -1,9 +1,11 @@
 """What a consumer prepares while its group is joined: the reader of each topic's
 projection for the schema its producers most likely write with (the subject's latest),
-so the first records read are not the ones that wait for the registry."""
+so the first records read are not the ones that wait for the registry; and what the
+first batch waits for of it (the decoding, not the sink's staging)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,3 +56,17 @@ def test_a_registry_that_does_not_answer_is_left_to_the_first_record(
     for runtime in _runtime(away, tmp_path):
         runtime._warm_projectors()  # no error: the first record's decode reports it
         assert all(not readers for readers in runtime._projectors.values())
+
+
+def test_the_first_batch_waits_for_the_decoding_not_for_the_sinks_staging(
+        runtime: ConsumerRuntime) -> None:
+    staging = threading.Event()
+    runtime.sink.prepare = lambda: staging.wait(10)  # type: ignore[method-assign]
+    warming = threading.Thread(target=runtime._warm_up)
+    warming.start()
+    try:
+        assert runtime._decoding_warmed.wait(10)
+        assert warming.is_alive()  # the sink's staging is still being prepared
+    finally:
+        staging.set()
+        warming.join(10)
