@@ -8,7 +8,12 @@ work on another, and two process-wide defaults cost it (docs/benchmarks.md, "Con
   re-scanned the buffered records and every imported module's objects again and again,
   ~10% of `consume episodes`' CPU. What exists before reading starts (modules, schemas,
   generated readers) is frozen out of the scans, and the youngest generation is collected
-  every 50 000 allocations.
+  once 500 000 tracked objects more are alive than at the last collection: more than a
+  runtime holds at once (a buffer, a cut and a checkpoint in flight, about two tracked
+  objects a record), so a checkpoint's records die by their reference counts before any
+  scan reaches them. At 50 000, two to four scans a 120 000-event run took 80 to 170 ms
+  (docs/benchmarks.md, "Round six"). The hot path makes no reference cycles; what other
+  code makes is collected after at most that many objects.
 - The checkpoint writer's database statement releases the GIL but takes it back now and
   then while it runs; with the default 5 ms switch interval the busy reading thread keeps
   it waiting up to 5 ms each time (a 20 000-row DuckDB merge: 160 to 240 ms beside the
@@ -29,7 +34,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-GEN0_THRESHOLD = 50_000
+GEN0_THRESHOLD = 500_000
 SWITCH_INTERVAL_S = 0.0001
 
 _lock = threading.Lock()
