@@ -8,7 +8,8 @@ took the whole buffer split most episodes over two checkpoints: two upserts of o
 where one would do (docs/benchmarks.md, "Round six": 107 000 rows upserted for 60 000
 episodes).
 
-While a backlog is read, a checkpoint therefore takes of each partition the records up
+While a backlog is read and the sink is the slower side (the runtime decides when:
+`ConsumerRuntime._cut`), a checkpoint therefore takes of each partition the records up
 to the *frontier*: the oldest of the newest timestamps read from the partitions that
 have more to read. What was produced after it stays buffered for the next checkpoint,
 which also holds the records produced alongside it in the partitions that lag. Each
