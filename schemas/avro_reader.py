@@ -115,18 +115,25 @@ _PROJECTIONS: dict[tuple[EventType, tuple[Any, ...]], Any] = {}
 
 
 def warm_projection(event_type: EventType, items: list[Any]) -> Any:
-    """`avro_fastread.compile_projection` of whole framed values, compiled once per event
-    type and items (one per schema id otherwise; consumers compile theirs ahead, during
-    the group join). Refuses what `_whole_record` refuses, with its errors."""
+    """A reader of `items` of whole framed values, compiled once per event type and items
+    (one per schema id otherwise; consumers compile theirs ahead, during the group join):
+    the C one (`avro_native`) where the extension is built, else the generated Python
+    one (`avro_fastread.compile_projection`). Refuses what `_whole_record` refuses, with
+    its errors (the cause's text may differ between the two)."""
     key = (event_type, tuple(items))
     project = _PROJECTIONS.get(key)
     if project is None:
+        from rlmesh_stream.schemas import avro_native
         from rlmesh_stream.schemas.avro_fastread import Framing, compile_projection
 
         name = event_type.event_class.__name__
         framing = Framing(5, functools.partial(_refused, name),
                           functools.partial(_trailing, name))
-        project = _PROJECTIONS[key] = compile_projection(event_type, items, framed=framing)
+        if avro_native.available():
+            project = avro_native.compile_native_projection(event_type, items, framing)
+        else:
+            project = compile_projection(event_type, items, framed=framing)
+        _PROJECTIONS[key] = project
     return project
 
 

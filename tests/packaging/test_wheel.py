@@ -26,7 +26,8 @@ EXTRA_ONLY = ("duckdb", "pyarrow", "psycopg", "matplotlib", "rlmesh", "testconta
 
 def _copy_sources(target: Path) -> Path:
     ignore = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", "build",
-                                    ".mypy-path", ".mypy_cache", ".ruff_cache", "*.duckdb")
+                                    ".mypy-path", ".mypy_cache", ".ruff_cache", "*.duckdb",
+                                    "*.so")  # the wheel's build compiles its own
     for name in (*FOLDERS, "setup.py", "pyproject.toml", "README.md"):
         source = ROOT / name
         if source.is_dir():
@@ -67,7 +68,8 @@ def test_the_wheel_installs_only_the_rlmesh_stream_namespace(wheel: Path) -> Non
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
     top_level = {name.split("/", 1)[0] for name in names}
-    assert top_level == {"rlmesh_stream", wheel.name.split("-py3")[0] + ".dist-info"}
+    name, version = wheel.name.split("-")[:2]
+    assert top_level == {"rlmesh_stream", f"{name}-{version}.dist-info"}
     assert not any(name.startswith("rlmesh_stream/__init__") for name in names), (
         "rlmesh_stream is a namespace package: no __init__ of its own")
     for folder in FOLDERS:
@@ -82,6 +84,21 @@ def test_the_wheel_carries_the_schemas_and_the_stack_files(wheel: Path) -> None:
     assert any(n.startswith("rlmesh_stream/schemas/proto/") and n.endswith(".proto")
                for n in names)
     assert "rlmesh_stream/infra/kafka-pom.xml" in names
+
+
+def test_the_wheel_carries_the_compiled_projection_reader(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    assert any(n.startswith("rlmesh_stream/schemas/_avro_project.") and n.endswith(".so")
+               for n in names)
+    assert "rlmesh_stream/schemas/_avro_project.pyi" in names
+
+
+def test_the_compiled_projection_reader_loads_in_a_base_install(base_env: Path) -> None:
+    done = _python(base_env, "from rlmesh_stream.schemas import avro_native; "
+                             "print(avro_native.available())")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
 
 
 def test_the_hook_imports_in_a_base_install(base_env: Path) -> None:
