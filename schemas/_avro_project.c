@@ -2,8 +2,8 @@
  *
  * Why: a consumer's reading thread spends most of its time turning each record's Avro
  * bytes into the tuple a packed builder stores (`avro_fastread.compile_projection`).
- * The plan is derived from the same schema walk as the generated Python reader; this
- * file knows Avro's primitive encodings only. Anything else (records read whole,
+ * The plan is the same one the generated Python reader is made from
+ * (`avro_fastread.plan_projection`); this file knows Avro's primitive encodings only. Anything else (records read whole,
  * arrays, MetaMaps, SpaceSpecs) is one step that calls the generated Python reader of
  * that field, so the two readers cannot drift on the types they share.
  *
@@ -11,7 +11,7 @@
  *   (code, slot, nullable, obj, obj2)  slot -1: read, check and drop
  * then derived values (attributes of a record read whole), then the result's items.
  * Every value is checked as the Python reader checks it; whatever the Python reader
- * refuses, this refuses (tests/schemas/test_avro_native.py).
+ * refuses, this refuses (tests/schemas/test_schema_native_projection.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

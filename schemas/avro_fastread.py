@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from rlmesh_stream.schemas import bindings as bd
@@ -358,67 +358,124 @@ def _path_of(item: Item) -> str | None:
     return item if isinstance(item, str) else item.path if isinstance(item, Call) else None
 
 
-class _Projector(_Gen):
-    """Generates a decoder that keeps only the fields a projection names.
+@dataclass(frozen=True)
+class Step:
+    """One field of a projection's plan, in schema order: what is read, and where to."""
+
+    type: Any  # the field's Avro type, named types resolved (a nullable union as is)
+    path: str | None  # the value's dotted path, or None: read, checked and dropped
+    convert: Callable[[Any], Any] | None = None  # a (nullable) MetaMap read converted
+    strings: int = 0  # > 1: the first of a flattened record's leading string fields
+
+
+@dataclass
+class Plan:
+    """What a projection reads, derived from the schema once for both readers (the
+    generated Python one below and the C one, `avro_native`)."""
+
+    steps: list[Step] = field(default_factory=list)
+    # (path, the path of a record read whole, its attribute path): values read from a
+    # record in a union, or one also wanted whole
+    derived: list[tuple[str, str, str]] = field(default_factory=list)
+    # conversions of a MetaMap field that no plain item wants: memoised on the bytes
+    memo: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
+
+
+def plan_projection(gen: _Gen, event_type: EventType, items: list[Item]) -> Plan:
+    """The plan of `items` of `event_type` (paths name fields of the reader schema).
 
     Every field is still read and checked exactly as the full decoder reads it (so a
-    payload one of them refuses, the other refuses too); fields no item names are read
-    into a throw-away local, and records named only through their fields (`route.lane`)
-    are flattened: no dataclass is built for them.
-    """
+    payload one of them refuses, the other refuses too); fields no item names are
+    dropped, and records named only through their fields (`route.lane`) are flattened:
+    no dataclass is built for them. KeyError: an item names no field."""
+    plan = Plan()
+    calls = [i for i in items if isinstance(i, Call)]
+    plan.memo = {i.path: i.fn for i in calls if i.path not in items
+                 and sum(c.path == i.path for c in calls) == 1}
+    wanted = {p for p in map(_path_of, items) if p is not None}
+    _plan_fields(gen, plan, load_schema(event_type), "", wanted)
+    read = {s.path for s in plan.steps} | {d[0] for d in plan.derived}
+    missing = wanted - read
+    if missing:
+        raise KeyError(f"{event_type.value} has no field {sorted(missing)[0]!r}")
+    return plan
+
+
+def _plan_fields(gen: _Gen, plan: Plan, t: dict[str, Any], prefix: str,
+                 wanted: set[str]) -> None:
+    fields = t["fields"]
+    run = 0  # a flattened record's leading strings (a route's ids: see string_run)
+    while prefix and run < len(fields) and fields[run]["type"] == "string":
+        run += 1
+    for i, f in enumerate(fields):
+        path = f"{prefix}{f['name']}"
+        ft = gen.define(f["type"])
+        inner = {w for w in wanted if w.startswith(path + ".")}
+        memo = plan.memo.get(path) if not prefix else None
+        if memo is not None and not inner and _is_meta_map(gen, ft):
+            plan.steps.append(Step(ft, path, convert=memo))
+            continue
+        if path in wanted or not inner:
+            plan.steps.append(Step(ft, path if path in wanted else None,
+                                   strings=run if i == 0 and run > 1 else 0))
+        if not inner:
+            continue
+        if isinstance(ft, dict) and ft["type"] == "record" and path not in wanted:
+            gen._define_all(ft)
+            _plan_fields(gen, plan, ft, path + ".", inner)
+        else:  # a record inside a union, or also wanted whole: its attributes
+            if path not in wanted:
+                plan.steps.append(Step(ft, path))
+            plan.derived += [(w, path, w[len(path) + 1:]) for w in sorted(inner)]
+
+
+def _is_meta_map(gen: _Gen, t: Any) -> bool:
+    """A MetaMap, or a nullable one."""
+    node = gen.define(t[1]) if isinstance(t, list) and len(t) == 2 else t
+    return (isinstance(node, dict) and node.get("type") == "record"
+            and f"{node['namespace']}.{node['name']}" == bd.META_MAP)
+
+
+class _Projector(_Gen):
+    """Generates the Python reader of a projection's plan."""
 
     MEMO_SIZE = 4  # the last distinct values a memoised conversion keeps
 
-    def fields_into(self, t: dict[str, Any], prefix: str, wanted: set[str],
-                    body: list[str], out: dict[str, str],
-                    memo: dict[str, Callable[[Any], Any]] | None = None) -> None:
-        fields = t["fields"]
-        if prefix:  # a flattened record: its leading strings are read through a memo
-            fields = fields[self.string_run(fields, prefix, body, out):]
-        for f in fields:
-            path = f"{prefix}{f['name']}"
-            ft = self.define(f["type"])
-            inner = {w for w in wanted if w.startswith(path + ".")}
-            if memo and path in memo and not inner and self.meta_map(ft, memo[path], body):
-                v = self.var("v")  # meta_map left the converted value in `c`
-                body.append(f"{v} = c")
-                out[path] = v
+    def steps(self, plan: Plan, body: list[str]) -> dict[str, str]:
+        """The lines reading the plan's steps; returns path -> expression."""
+        out: dict[str, str] = {}
+        steps = plan.steps
+        i = 0
+        while i < len(steps):
+            step = steps[i]
+            if step.strings > 1:
+                self.string_run(steps[i:i + step.strings], body, out)
+                i += step.strings
                 continue
-            if path in wanted or not inner:
-                v = self.var("v")
-                self.value(ft, v, body)
-                out[path] = v
-            if not inner:
-                continue
-            if isinstance(ft, dict) and ft["type"] == "record" and path not in wanted:
-                self._define_all(ft)
-                self.fields_into(ft, path + ".", inner, body, out)
-            else:  # a record inside a union, or also wanted whole: its attributes
-                if path not in wanted:
-                    v = self.var("v")
-                    self.value(ft, v, body)
-                    out[path] = v
-                for w in inner:
-                    attrs = w[len(path) + 1:]
-                    out[w] = f"(None if {out[path]} is None else {out[path]}.{attrs})"
+            v = self.var("v")
+            if step.convert is not None:
+                self.meta_map(step.type, step.convert, body)
+                body.append(f"{v} = c")  # meta_map left the converted value in `c`
+            else:
+                self.value(step.type, v, body)
+            if step.path is not None:
+                out[step.path] = v
+            i += 1
+        for path, whole, attrs in plan.derived:
+            out[path] = f"(None if {out[whole]} is None else {out[whole]}.{attrs})"
+        return out
 
-
-    def string_run(self, fields: list[dict[str, Any]], prefix: str, body: list[str],
-                   out: dict[str, str]) -> int:
+    def string_run(self, steps: list[Step], body: list[str], out: dict[str, str]) -> None:
         """Read a flattened record's leading string fields (two or more) through a memo of
-        their bytes, and return how many it read. A route's ids (`env_id`,
-        `env_component_id`, `model_component_id`) are shared by most records of a fleet
-        while the session before them is not; Avro's encoding is prefix-free, so bytes
-        that start with the complete encoding of strings already read hold those strings
-        (a `startswith` instead of a varint, a slice and a UTF-8 decode each)."""
-        run = 0
-        while run < len(fields) and fields[run]["type"] == "string":
-            run += 1
-        if run < 2:
-            return 0
-        names = [self.var("v") for _ in range(run)]
-        for f, v in zip(fields[:run], names, strict=True):
-            out[f"{prefix}{f['name']}"] = v
+        their bytes. A route's ids (`env_id`, `env_component_id`, `model_component_id`)
+        are shared by most records of a fleet while the session before them is not;
+        Avro's encoding is prefix-free, so bytes that start with the complete encoding of
+        strings already read hold those strings (a `startswith` instead of a varint, a
+        slice and a UTF-8 decode each)."""
+        names = [self.var("v") for _ in steps]
+        for step, v in zip(steps, names, strict=True):
+            if step.path is not None:
+                out[step.path] = v
         k = self.n = self.n + 1
         self.ns[f"_R{k}"] = []
         values = ", ".join(names) + ","
@@ -427,7 +484,6 @@ class _Projector(_Gen):
             self.value("string", v, reads)
         body += self.bytes_memo(f"_R{k}", hit=[f"{values} = c"], miss=reads,
                                 value=f"({values})")
-        return run
 
     def bytes_memo(self, table: str, hit: list[str], miss: list[str], value: str) -> list[str]:
         """Lines that read a value through `table`, the last MEMO_SIZE (bytes, value) pairs:
@@ -439,32 +495,25 @@ class _Projector(_Gen):
                 f"    if len({table}) >= {self.MEMO_SIZE}:", f"        {table}.pop()",
                 f"    {table}.insert(0, (b[s:p], {value}))"]
 
-    def meta_map(self, t: Any, fn: Callable[[Any], Any], body: list[str]) -> bool:
+    def meta_map(self, t: Any, fn: Callable[[Any], Any], body: list[str]) -> None:
         """`fn` of a (nullable) MetaMap field, memoised on its bytes (the episodes of a run
         mostly repeat a few final_info values). Avro's encoding is prefix-free: bytes that
         start with the complete encoding of a value already read hold that value, so a hit
         is a `startswith` of the last few values' bytes; a miss decodes it as the full
         decoder does. Leaves the result in `c`."""
         nullable = isinstance(t, list)
-        node = self.define(t[1]) if nullable else t
-        if not (isinstance(node, dict) and node.get("type") == "record"
-                and f"{node['namespace']}.{node['name']}" == bd.META_MAP):
-            return False
-        dec = self.record_func(node)
+        dec = self.record_func(self.define(t[1]) if nullable else t)
         k = self.n = self.n + 1
         self.ns.update({f"_M{k}": [], f"_FN{k}": fn})
         memo = self.bytes_memo(f"_M{k}", hit=[], miss=[f"c, p = {dec}(b, s)",
                                                       f"c = _FN{k}(c)"], value="c")
         if not nullable:
             body += memo
-            return True
+            return
         assert t[0] == "null" and len(t) == 2
         body += ["i = b[p]", "p += 1", "if i == 0:", f"    c = _FN{k}(None)", "elif i == 2:"]
         body += [f"    {line}" for line in memo]
         body += ["else:", "    _bad('union branch')"]
-        return True
-
-
 
 
 @dataclass(frozen=True)
@@ -485,17 +534,9 @@ def compile_projection(event_type: EventType, items: list[Item], *,
     `framed`: (value, arg) -> values instead, the whole value one record from
     `framed.start` (one call per record where a wrapper costs two)."""
     gen = _Projector()
-    wanted = {p for p in map(_path_of, items) if p is not None}
+    plan = plan_projection(gen, event_type, items)
     body: list[str] = ["L = len(b)"]
-    out: dict[str, str] = {}
-    # a conversion of a field no plain item wants: memoised when it is a MetaMap
-    calls = [i for i in items if isinstance(i, Call)]
-    memo = {i.path: i.fn for i in calls if i.path not in items
-            and sum(c.path == i.path for c in calls) == 1}
-    gen.fields_into(load_schema(event_type), "", wanted, body, out, memo)
-    missing = wanted - out.keys()
-    if missing:
-        raise KeyError(f"{event_type.value} has no field {sorted(missing)[0]!r}")
+    out = gen.steps(plan, body)
     exprs: list[str] = []
     for i, item in enumerate(items):
         if isinstance(item, str):
@@ -503,7 +544,7 @@ def compile_projection(event_type: EventType, items: list[Item], *,
         elif isinstance(item, Const):
             gen.ns[f"_K{i}"] = item.value
             exprs.append(f"_K{i}")
-        elif isinstance(item, Call) and item.path in memo:
+        elif isinstance(item, Call) and item.path in plan.memo:
             exprs.append(out[item.path])  # converted by the memoised read
         elif isinstance(item, Call):
             gen.ns[f"_F{i}"] = item.fn
