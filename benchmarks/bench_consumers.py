@@ -152,13 +152,15 @@ class _Split:
     """Calling-thread CPU of the runtime's phases, by wrapping its methods (bench only)."""
 
     PHASES = (("_ingest_all", "read + decode"), ("_reduce", "reduce"),
-              ("apply", "sink transaction (its own thread, overlapping reading)"))
+              ("apply", "sink transaction (its own thread, overlapping reading)"),
+              ("_stage", "of which staging"), ("_upsert", "upserts"))
+    SINK = {"apply", "_stage", "_upsert"}
 
     def __init__(self, runtime: ConsumerRuntime) -> None:
         self.cpu = dict.fromkeys((name for name, _ in self.PHASES), 0.0)
         self.rows = self.checkpoints = 0  # rows upserted, in how many transactions
         for name, _ in self.PHASES:
-            owner: Any = runtime.sink if name == "apply" else runtime
+            owner: Any = runtime.sink if name in self.SINK else runtime
             setattr(owner, name, self._timed(name, getattr(owner, name)))
 
     def _timed(self, name: str, method: Any) -> Any:
