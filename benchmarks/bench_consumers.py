@@ -154,7 +154,7 @@ class _Split:
     PHASES = (("_ingest_all", "read + decode"), ("_reduce", "reduce"),
               ("apply", "sink transaction (its own thread, overlapping reading)"),
               ("_stage", "of which staging"), ("_upsert", "upserts"))
-    SINK = {"apply", "_stage", "_upsert"}
+    SINK = frozenset({"apply", "_stage", "_upsert"})
 
     def __init__(self, runtime: ConsumerRuntime) -> None:
         self.cpu = dict.fromkeys((name for name, _ in self.PHASES), 0.0)
