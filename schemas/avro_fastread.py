@@ -377,7 +377,8 @@ class Plan:
     # (path, the path of a record read whole, its attribute path): values read from a
     # record in a union, or one also wanted whole
     derived: list[tuple[str, str, str]] = field(default_factory=list)
-    # conversions of a MetaMap field that no plain item wants: memoised on the bytes
+    # path -> conversion of the MetaMap fields read converted (memoised on their bytes);
+    # while planning, every conversion of a field no plain item wants
     memo: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
 
 
@@ -394,6 +395,9 @@ def plan_projection(gen: _Gen, event_type: EventType, items: list[Item]) -> Plan
                  and sum(c.path == i.path for c in calls) == 1}
     wanted = {p for p in map(_path_of, items) if p is not None}
     _plan_fields(gen, plan, load_schema(event_type), "", wanted)
+    # only what a step reads converted: any other conversion is applied to the value read
+    plan.memo = {s.path: s.convert for s in plan.steps
+                 if s.convert is not None and s.path is not None}
     read = {s.path for s in plan.steps} | {d[0] for d in plan.derived}
     missing = wanted - read
     if missing:

@@ -138,6 +138,15 @@ def test_a_long_varint_reads_as_the_python_reader_reads_it(varint: bytes) -> Non
     assert _outcome(native, _session_ended(varint)) == _outcome(python, _session_ended(varint))
 
 
+@pytest.mark.parametrize("reader", ["python", "c"])
+def test_a_conversion_of_a_field_that_is_no_meta_map_is_applied(reader: str) -> None:
+    # only a MetaMap's conversion is read memoised; any other is applied to the value
+    items = [Call(repr, "reason"), Call(repr, "route.env_id"), Call(repr, "total_steps")]
+    value = _session_ended(_long(2))
+    read = _readers(EventType.SESSION_ENDED, items)[reader == "c"]
+    assert read(value, 0) == ("'s'", "'s'", "2")
+
+
 def test_a_projection_of_a_missing_field_is_refused_when_compiled() -> None:
     with pytest.raises(KeyError, match="no field 'nope'"):
         _readers(EventType.SESSION_ENDED, ["nope"])
