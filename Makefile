@@ -25,9 +25,9 @@ $(CLI):
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
 
-# The install compiles the C extension (schemas/_avro_project.c) in place; install again
+# The install compiles the C extension (schemas/codec/_avro_project.c) in place; install again
 # when its source changed since, or the consumers would run a stale build.
-$(NATIVE): schemas/_avro_project.c | $(CLI)
+$(NATIVE): schemas/codec/_avro_project.c | $(CLI)
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
@@ -42,9 +42,6 @@ bench: venv
 		echo "== $$script"; $(PY) "$$script" || exit $$?; \
 	done
 
-# mypy reads the namespace from a link tree (see [tool.mypy] in pyproject.toml).
 lint: venv
 	$(VENV)/bin/ruff check .
-	rm -rf .mypy-path && mkdir -p .mypy-path/rlmesh_stream
-	for d in schemas producer consumers infra; do ln -s ../../$$d .mypy-path/rlmesh_stream/$$d; done
 	$(VENV)/bin/mypy

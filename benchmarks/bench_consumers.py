@@ -51,11 +51,11 @@ from rlmesh_stream.consumers.runtime import CheckpointInfo, ConsumerRuntime, Run
 from rlmesh_stream.consumers.sinks import open_sink
 from rlmesh_stream.consumers.tables import EPISODES
 from rlmesh_stream.infra.topics import ensure_topics
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas import headers as h
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.serde import EventSerializer
-from rlmesh_stream.schemas.topics import EventType, confluent_serde_conf
+from rlmesh_stream.schemas.codec.serde import EventSerializer
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract import headers as h
+from rlmesh_stream.schemas.contract.topics import EventType, confluent_serde_conf
 
 TOPICS = (EventType.EPISODE_STARTED, EventType.EPISODE_COMPLETED, EventType.SESSION_ENDED)
 

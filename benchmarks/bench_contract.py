@@ -6,7 +6,7 @@ Prints each codec's time per 8-lane `StepCompletedEvent` and the ratios that
 matter: our Avro encoder vs fastavro's `schemaless_writer` (the engine inside
 confluent-kafka's `AvroSerializer`), and our decoder (to typed events) vs
 fastavro's reader (to dicts). Then the episodes builder's packed rows read from
-framed `EpisodeCompletedEvent` values: the C reader (`schemas/avro_native.py`) vs
+framed `EpisodeCompletedEvent` values: the C reader (`schemas/codec/avro_native.py`) vs
 the generated Python one vs fastavro's reader plus picking the columns. Ratios
 from one run, measured side by side.
 """
@@ -20,16 +20,17 @@ import sys
 import timeit
 from typing import Any
 
+import contract_codecs as bench
 import fastavro
 
 from rlmesh_stream.consumers.builders import EpisodesBuilder
-from rlmesh_stream.schemas import avro_native, bench
-from rlmesh_stream.schemas.avro import load_schema
-from rlmesh_stream.schemas.avro_fastread import Framing, compile_projection
-from rlmesh_stream.schemas.avro_reader import _refused, _trailing
-from rlmesh_stream.schemas.avro_writer import avro_writer
-from rlmesh_stream.schemas.events import EpisodeCompletedEvent, RuntimeEnvContext
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.codec import avro_native
+from rlmesh_stream.schemas.codec.avro_fastread import Framing, compile_projection
+from rlmesh_stream.schemas.codec.avro_reader import _refused, _trailing
+from rlmesh_stream.schemas.codec.avro_writer import avro_writer
+from rlmesh_stream.schemas.contract.avro import load_schema
+from rlmesh_stream.schemas.contract.events import EpisodeCompletedEvent, RuntimeEnvContext
+from rlmesh_stream.schemas.contract.topics import EventType
 
 
 def main() -> int:

@@ -36,8 +36,8 @@ from rlmesh_stream.consumers.runtime import RuntimeOptions
 from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.simulator import simulate_fleet
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.topics import EventType
 
 
 def floor(config: StreamConfig, total: int) -> tuple[float, dict[str, int]]:

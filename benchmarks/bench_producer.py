@@ -37,10 +37,10 @@ import numpy as np
 from confluent_kafka import Producer
 
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas import headers as h
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import EventType, confluent_serde_conf
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract import headers as h
+from rlmesh_stream.schemas.contract.topics import EventType, confluent_serde_conf
 
 BOOTSTRAP = os.environ.get("RLMESH_STREAM_BOOTSTRAP", "127.0.0.1:19092")
 REGISTRY = os.environ.get("RLMESH_STREAM_REGISTRY_URL", "http://127.0.0.1:18081/apis/ccompat/v7")
@@ -239,7 +239,7 @@ def bench_vs_avro_serializer(n: int) -> dict[str, float]:
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    from rlmesh_stream.schemas.avro import schema_text
+    from rlmesh_stream.schemas.contract.avro import schema_text
 
     event = _step_event(8)
     hooks = _hooks()

@@ -19,9 +19,9 @@ from rlmesh_stream.consumers.builders.telemetry import MIN_WINDOW_S
 from rlmesh_stream.consumers.cli_options import reading_options
 from rlmesh_stream.consumers.runtime import ConsumerError, ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import SinkError, open_sink, sink_option
-from rlmesh_stream.schemas.access import AccessDeniedError
-from rlmesh_stream.schemas.cli_options import stream_options
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.access import AccessDeniedError
+from rlmesh_stream.schemas.connection.cli_options import stream_options
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 if TYPE_CHECKING:  # imported when used: rich and prometheus_client cost ~0.1 s each
     from rlmesh_stream.consumers.metrics import ConsumerMetrics

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from rlmesh_stream.schemas.cli_options import topic_name_callback
+from rlmesh_stream.schemas.connection.cli_options import topic_name_callback
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -20,9 +20,9 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from rlmesh_stream.schemas import headers as h
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import MAX_MESSAGE_BYTES
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract import headers as h
+from rlmesh_stream.schemas.contract.topics import MAX_MESSAGE_BYTES
 
 # A dead letter is its record plus the DLQ headers: room for them above the record's limit.
 HEADER_ROOM_BYTES = 64 * 1024

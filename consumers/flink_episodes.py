@@ -17,9 +17,9 @@ columns from `route`), plus what `SOURCES` says (status, the record timestamp).
 from __future__ import annotations
 
 from rlmesh_stream.consumers.tables import EPISODE_STATUSES, EPISODES, Column, Merge, Table
+from rlmesh_stream.schemas.contract.topics import EventType
 from rlmesh_stream.schemas.engines.flink import quote, table_name, value_columns
 from rlmesh_stream.schemas.engines.reader import reader_schema
-from rlmesh_stream.schemas.topics import EventType
 
 VIEW_NAME = "episodes"
 

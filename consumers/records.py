@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from rlmesh_stream.schemas.events import RuntimeEnvContext, RuntimeEvent
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract.events import RuntimeEnvContext, RuntimeEvent
+from rlmesh_stream.schemas.contract.topics import EventType
 
 
 @dataclass(slots=True)

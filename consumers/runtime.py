@@ -55,21 +55,21 @@ from rlmesh_stream.consumers.deadletter import (
 from rlmesh_stream.consumers.interpreter import tuned_for_reading
 from rlmesh_stream.consumers.records import Record, timestamp_of
 from rlmesh_stream.consumers.sinks import OffsetUpdate, Sink, SinkBatch
-from rlmesh_stream.schemas import wire
-from rlmesh_stream.schemas.access import (
+from rlmesh_stream.schemas.codec import wire
+from rlmesh_stream.schemas.connection.access import (
     AccessDeniedError,
     RateLimitedLog,
     kafka_access_message,
 )
-from rlmesh_stream.schemas.client_errors import LIBRDKAFKA_LOG
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.errors import (
+from rlmesh_stream.schemas.connection.client_errors import LIBRDKAFKA_LOG
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.errors import (
     DecodeError,
     RegistryProtocolError,
     RegistryUnavailableError,
     WrongEventTypeError,
 )
-from rlmesh_stream.schemas.topics import EventType, event_type_of_topic, subject_name
+from rlmesh_stream.schemas.contract.topics import EventType, event_type_of_topic, subject_name
 
 if TYPE_CHECKING:  # only passed in: their imports (prometheus_client, rich) are the caller's
     from rlmesh_stream.consumers.metrics import ConsumerMetrics
@@ -640,7 +640,7 @@ class ConsumerRuntime:
         try:
             if self._any_decode:
                 self._decoder_()
-                from rlmesh_stream.schemas.avro_reader import warm_projection
+                from rlmesh_stream.schemas.codec.avro_reader import warm_projection
 
                 for topic, plan in self._plans.items():
                     if plan[3] is not None:
@@ -663,7 +663,7 @@ class ConsumerRuntime:
         client = getattr(self._decoder_(), "client", None)  # a decoder passed in: none
         if client is None:
             return
-        from rlmesh_stream.schemas import registry
+        from rlmesh_stream.schemas.registry import client as registry
 
         for topic, plan in self._plans.items():
             if plan[3] is None:
@@ -692,7 +692,7 @@ class ConsumerRuntime:
 
     def _decoder_(self) -> Decoder:
         if self._decoder is None:
-            from rlmesh_stream.schemas.serde import EventDecoder
+            from rlmesh_stream.schemas.codec.serde import EventDecoder
 
             self._decoder = EventDecoder(_registry_client(self.config))
         return self._decoder
@@ -1067,7 +1067,7 @@ def _watermarks(
 def _registry_client(config: StreamConfig) -> Any:
     """What fetches writer schemas: `registry_http.SchemaFetcher` (two GETs, no HTTP
     stack to import) unless a setting needs the confluent client."""
-    from rlmesh_stream.schemas.registry_http import SUPPORTED, SchemaFetcher
+    from rlmesh_stream.schemas.registry.http import SUPPORTED, SchemaFetcher
 
     conf = config.registry_config()
     if set(conf) <= SUPPORTED:

@@ -6,7 +6,7 @@ Commands are imported only when used, so `rlmesh-stream --help` stays fast and a
 command pays only for the libraries it needs.
 
 Options shared by several commands live in one module each:
-`rlmesh_stream.schemas.cli_options` (how to reach Kafka and the schema registry,
+`rlmesh_stream.schemas.connection.cli_options` (how to reach Kafka and the schema registry,
 `stream_options`) and `rlmesh_stream.consumers.sinks.url` (the `--sink` store,
 `sink_option`).
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from rlmesh_stream.schemas.redact import redact_url
+from rlmesh_stream.schemas.connection.redact import redact_url
 
 # command -> "module:attribute" of its click command or group, in the order data flows
 COMMANDS: dict[str, str] = {
@@ -35,7 +35,7 @@ COMMANDS: dict[str, str] = {
     "infra": "rlmesh_stream.infra.stack_cli:infra",
     "topics": "rlmesh_stream.infra.topics_cli:topics",
     # the contract (schemas/)
-    "schemas": "rlmesh_stream.schemas.cli:schemas",
+    "schemas": "rlmesh_stream.infra.schemas_cli:schemas",
     # publishing (producer/)
     "simulate": "rlmesh_stream.producer.cli:simulate",
     # ingestion (consumers/)

@@ -35,8 +35,8 @@ from typing import Any
 
 import click
 
-from rlmesh_stream.schemas.cli_options import stream_options
-from rlmesh_stream.schemas.config import DEFAULT_BOOTSTRAP, StreamConfig
+from rlmesh_stream.schemas.connection.cli_options import stream_options
+from rlmesh_stream.schemas.connection.config import DEFAULT_BOOTSTRAP, StreamConfig
 
 ENV_ID = "CartPole-v1"
 MAX_STEPS = 200
@@ -134,8 +134,8 @@ def _register_schemas(config: StreamConfig) -> Any:
     ids cached, is the hook's (it registers nothing again)."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from rlmesh_stream.schemas.errors import RegistryUnavailableError
-    from rlmesh_stream.schemas.registrar import SchemaRegistrar
+    from rlmesh_stream.schemas.contract.errors import RegistryUnavailableError
+    from rlmesh_stream.schemas.registry.registrar import SchemaRegistrar
 
     registrar = SchemaRegistrar(SchemaRegistryClient(config.registry_config()),
                                 topic_prefix=config.topic_prefix)

@@ -44,8 +44,8 @@ from rlmesh_stream.infra.kafka import KafkaNode
 from rlmesh_stream.infra.pki import USERS, Credentials, Pki, generate_users, make_pki, write_private
 from rlmesh_stream.infra.registry import RegistryServer
 from rlmesh_stream.infra.registry_proxy import RegistryProxy, nginx_available
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import all_topics
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.topics import all_topics
 
 SCRAM = "SCRAM-SHA-512"
 GROUP_PREFIX = "rlmesh-stream"

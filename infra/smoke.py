@@ -18,13 +18,13 @@ from urllib.parse import urlparse
 
 import click
 
-from rlmesh_stream.schemas.access import redact_url
-from rlmesh_stream.schemas.cli_options import stream_options
-from rlmesh_stream.schemas.client_errors import ClientErrors
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.errors import RegistryProtocolError, RegistryUnavailableError
-from rlmesh_stream.schemas.registry import call as registry_call
-from rlmesh_stream.schemas.topics import confluent_serde_conf
+from rlmesh_stream.schemas.connection.access import redact_url
+from rlmesh_stream.schemas.connection.cli_options import stream_options
+from rlmesh_stream.schemas.connection.client_errors import ClientErrors
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.errors import RegistryProtocolError, RegistryUnavailableError
+from rlmesh_stream.schemas.contract.topics import confluent_serde_conf
+from rlmesh_stream.schemas.registry.client import call as registry_call
 
 SMOKE_SCHEMA = json.dumps({
     "type": "record", "name": "SmokeRecord", "namespace": "rlmesh.stream.smoke",

@@ -23,9 +23,9 @@ from confluent_kafka.admin import (
     TopicMetadata,
 )
 
-from rlmesh_stream.schemas.client_errors import ClientErrors
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import MAX_MESSAGE_BYTES
+from rlmesh_stream.schemas.connection.client_errors import ClientErrors
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.topics import MAX_MESSAGE_BYTES
 
 DEFAULT_PARTITIONS = 12
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
@@ -43,7 +43,7 @@ class TopicsError(Exception):
 
 def event_topics(prefix: str) -> list[str]:
     """The event topics of one deployment, as the schema contract names them."""
-    from rlmesh_stream.schemas.topics import all_topics
+    from rlmesh_stream.schemas.contract.topics import all_topics
 
     return all_topics(prefix)
 

@@ -16,8 +16,8 @@ from rlmesh_stream.infra.topics import (
     TopicsError,
     ensure_topics,
 )
-from rlmesh_stream.schemas.cli_options import stream_options
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.cli_options import stream_options
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 DRIFT_EXIT_CODE = 3
 

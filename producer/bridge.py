@@ -47,8 +47,8 @@ import rlmesh
 from rlmesh_stream.producer.handoff import Handoff
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.leaves import LeafCodec, infer_space
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from rlmesh_stream.schemas.cli_options import stream_options
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.cli_options import stream_options
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 
 @click.command("simulate")

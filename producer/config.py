@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from rlmesh_stream.schemas.config import ENV_PREFIX, StreamConfig
-from rlmesh_stream.schemas.redact import redact_url
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection.config import ENV_PREFIX, StreamConfig
+from rlmesh_stream.schemas.connection.redact import redact_url
+from rlmesh_stream.schemas.contract.topics import EventType
 
 Format = Literal["avro", "protobuf"]
 Overflow = Literal["spool", "drop"]

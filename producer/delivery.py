@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError
 
 from rlmesh_stream.producer.records import Headers
-from rlmesh_stream.schemas import headers as h
+from rlmesh_stream.schemas.contract import headers as h
 
 log = logging.getLogger(__name__)
 

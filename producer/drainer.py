@@ -47,9 +47,9 @@ from rlmesh_stream.producer.delivery import (
 from rlmesh_stream.producer.outcomes import Outcomes
 from rlmesh_stream.producer.records import Headers, Record
 from rlmesh_stream.producer.schema_ids import SchemaIdResolver
-from rlmesh_stream.schemas import access
-from rlmesh_stream.schemas import headers as h
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection import access
+from rlmesh_stream.schemas.contract import headers as h
+from rlmesh_stream.schemas.contract.topics import EventType
 
 log = logging.getLogger("rlmesh_stream.producer.hooks")
 _ACCESS_LOG = access.RateLimitedLog()  # auth errors repeat on every reconnect

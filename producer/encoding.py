@@ -1,7 +1,7 @@
 """The producer's view of the contract's serde: encode a payload, learn a schema id, frame.
 
 Kept apart so the hook depends on three small protocols rather than on
-`rlmesh_stream.schemas.serde`'s classes, and so the one place that imports the registry
+`rlmesh_stream.schemas.codec.serde`'s classes, and so the one place that imports the registry
 client is here.
 """
 
@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from rlmesh_stream.producer.config import Format
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.events import RuntimeEvent
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.events import RuntimeEvent
+from rlmesh_stream.schemas.contract.topics import EventType
 
 
 class PayloadEncoder(Protocol):
@@ -25,7 +25,7 @@ class SchemaIds(Protocol):
 
 
 def make_encoder(format: Format) -> PayloadEncoder:
-    from rlmesh_stream.schemas.serde import EventEncoder
+    from rlmesh_stream.schemas.codec.serde import EventEncoder
 
     encoder: PayloadEncoder = EventEncoder(format=format)
     return encoder
@@ -41,7 +41,7 @@ def direct_encoders(format: Format) -> dict[EventType, Callable[..., bytes]]:
     """
     if format != "avro":
         return {}
-    from rlmesh_stream.schemas.avro_writer import avro_writer
+    from rlmesh_stream.schemas.codec.avro_writer import avro_writer
 
     return {et: avro_writer(et) for et in EventType}
 
@@ -49,7 +49,7 @@ def direct_encoders(format: Format) -> dict[EventType, Callable[..., bytes]]:
 def make_registrar(stream: StreamConfig, format: Format) -> SchemaIds:
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from rlmesh_stream.schemas.serde import SchemaRegistrar
+    from rlmesh_stream.schemas.codec.serde import SchemaRegistrar
 
     client = SchemaRegistryClient(stream.registry_config())
     registrar: SchemaIds = SchemaRegistrar(
@@ -64,7 +64,7 @@ def frame_prefix(schema_id: int, format: Format) -> bytes:
     Computed once per event type so the hot path frames with one
     concatenation; checked against `frame` so it cannot drift from the contract.
     """
-    from rlmesh_stream.schemas.serde import frame
+    from rlmesh_stream.schemas.codec.serde import frame
 
     prefix: bytes = frame(schema_id, b"", format=format)
     probe = b"\x02\x04probe"

@@ -34,9 +34,9 @@ from rlmesh_stream.producer.outcomes import Outcomes
 from rlmesh_stream.producer.publisher import Publisher, Slot
 from rlmesh_stream.producer.schema_ids import SchemaIdResolver
 from rlmesh_stream.producer.spool import Spool
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType
 
 log = logging.getLogger(__name__)
 

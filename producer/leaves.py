@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from rlmesh_stream.schemas._pb.rlmesh.spaces.v1 import spaces_pb2 as pb
-from rlmesh_stream.schemas.avro_writer import pin_space_spec
-from rlmesh_stream.schemas.events import SpaceSpec
-from rlmesh_stream.schemas.leaves import DTYPES
+from rlmesh_stream.schemas.codec.avro_writer import pin_space_spec
+from rlmesh_stream.schemas.codec.leaves import DTYPES
+from rlmesh_stream.schemas.contract._pb.rlmesh.spaces.v1 import spaces_pb2 as pb
+from rlmesh_stream.schemas.contract.events import SpaceSpec
 
 # numpy dtype name -> DataType, from the contract's table (schemas.leaves, the decoding side).
 _DTYPES: dict[str, int] = {dtype.name: code for code, dtype in DTYPES.items()}

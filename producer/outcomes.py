@@ -20,7 +20,7 @@ from rlmesh_stream.producer.backlog import Backlog
 from rlmesh_stream.producer.config import DeliveryFailure, ProducerSettings
 from rlmesh_stream.producer.delivery import Ledger
 from rlmesh_stream.producer.records import Record
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract.topics import EventType
 
 # The hook's components share one logger, so a user silences or raises the hook as one.
 log = logging.getLogger("rlmesh_stream.producer.hooks")

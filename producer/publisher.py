@@ -26,8 +26,8 @@ from rlmesh_stream.producer.delivery import Ledger
 from rlmesh_stream.producer.encoding import PayloadEncoder
 from rlmesh_stream.producer.outcomes import Outcomes
 from rlmesh_stream.producer.records import Record
-from rlmesh_stream.schemas import headers as h
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract import headers as h
+from rlmesh_stream.schemas.contract.topics import EventType
 
 if TYPE_CHECKING:
     from rlmesh_stream.producer.drainer import Drainer

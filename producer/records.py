@@ -12,7 +12,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
+from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType
 
 # confluent-kafka takes either; the hook builds a dict (one `rlmesh.ps` entry, not tracked by
 # the garbage collector), a spool hands back a list (and may hold version 1 headers).

@@ -20,8 +20,8 @@ from typing import Any
 from rlmesh_stream.producer.config import ProducerSettings
 from rlmesh_stream.producer.encoding import SchemaIds, frame_prefix, make_registrar
 from rlmesh_stream.producer.publisher import Slot
-from rlmesh_stream.schemas import access
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection import access
+from rlmesh_stream.schemas.contract.topics import EventType
 
 log = logging.getLogger("rlmesh_stream.producer.hooks")
 

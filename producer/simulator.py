@@ -37,8 +37,8 @@ from rlmesh_stream.producer.manifest import (
     Manifest,
     SessionManifest,
 )
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
 
 _ADVISORIES = [
     (ev.Leg.OBSERVATION, ev.AdvisorySeverity.CAUTION,

@@ -1,10 +1,13 @@
 """The event contract: runtime event types, their schemas, serialisation and naming.
 
-This is the one package both the producer and the consumers import.
+This is the one package both the producer and the consumers import. Its parts:
+`contract` (the events, topics, headers, validation and the schema files), `codec`
+(serialisation), `registry` (the schema registry), `connection` (settings and access),
+`engines` (DDL and reader schemas for other engines). It imports nothing else of ours.
 """
 
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.events import (
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.events import (
     ActionReceivedEvent,
     Advisory,
     AdvisorySeverity,
@@ -28,7 +31,7 @@ from rlmesh_stream.schemas.events import (
     StepCompletedEvent,
     TelemetrySnapshotEvent,
 )
-from rlmesh_stream.schemas.topics import (
+from rlmesh_stream.schemas.contract.topics import (
     EVENT_TYPES,
     EventType,
     all_topics,

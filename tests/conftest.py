@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 import psycopg
 import pytest
 
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 if TYPE_CHECKING:
     from rlmesh_stream.infra.stack import LocalStack

@@ -25,10 +25,10 @@ from typing import Any
 
 import click
 
-from rlmesh_stream.schemas.cli_options import stream_options
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.redact import redact_url
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection.cli_options import stream_options
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.connection.redact import redact_url
+from rlmesh_stream.schemas.contract.topics import EventType
 
 
 class TailError(Exception):
@@ -152,9 +152,12 @@ def run_tail(config: StreamConfig, event_type: EventType, emit: Callable[[str], 
     from confluent_kafka import KafkaException
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-    from rlmesh_stream.schemas.access import redact_url
-    from rlmesh_stream.schemas.client_errors import ClientErrors
-    from rlmesh_stream.schemas.errors import RegistryProtocolError, RegistryUnavailableError
+    from rlmesh_stream.schemas.connection.access import redact_url
+    from rlmesh_stream.schemas.connection.client_errors import ClientErrors
+    from rlmesh_stream.schemas.contract.errors import (
+        RegistryProtocolError,
+        RegistryUnavailableError,
+    )
 
     errors = ClientErrors()
     try:
@@ -177,8 +180,8 @@ def _consume(config: StreamConfig, event_type: EventType, emit: Callable[[str], 
     from confluent_kafka import Consumer, KafkaError, KafkaException
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from rlmesh_stream.schemas.errors import DecodeError
-    from rlmesh_stream.schemas.serde import EventDecoder
+    from rlmesh_stream.schemas.codec.serde import EventDecoder
+    from rlmesh_stream.schemas.contract.errors import DecodeError
 
     topic = event_type.topic(config.topic_prefix)
     consumer = Consumer({

@@ -8,8 +8,8 @@ from typing import ClassVar
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.records import Record, enum_text, route_columns
 from rlmesh_stream.consumers.tables import ADVISORIES, Table
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.topics import EventType
 
 
 class AdvisoriesBuilder(Builder):

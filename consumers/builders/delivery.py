@@ -25,8 +25,8 @@ from rlmesh_stream.consumers.tables import (
     INVALID_HEADERS,
     Table,
 )
-from rlmesh_stream.schemas import headers as h
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract import headers as h
+from rlmesh_stream.schemas.contract.topics import EventType
 
 
 class DeliveryBuilder(Builder):

@@ -24,8 +24,8 @@ from rlmesh_stream.consumers.builders.projection import (
 )
 from rlmesh_stream.consumers.records import Record, meta_json, route_columns
 from rlmesh_stream.consumers.tables import EPISODE_SESSION_ENDS, EPISODES, STEPS, Table
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.topics import EventType
 
 ABANDON_SQL = """
 UPDATE episodes SET status = 'abandoned'

@@ -20,8 +20,8 @@ from datetime import datetime
 from typing import Any
 
 from rlmesh_stream.consumers.tables import Table
-from rlmesh_stream.schemas.avro_fastread import Arg, Call, Const, Item
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.codec.avro_fastread import Arg, Call, Const, Item
+from rlmesh_stream.schemas.contract.topics import EventType
 
 TIMESTAMP = Arg()
 """A column holding the record timestamp: ms since the epoch in a packed row, an aware UTC

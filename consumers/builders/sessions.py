@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.records import Record, route_columns
 from rlmesh_stream.consumers.tables import SESSIONS, Table
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.topics import EventType
 
 
 class SessionsBuilder(Builder):

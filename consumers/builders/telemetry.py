@@ -17,9 +17,9 @@ from typing import ClassVar
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.records import Record, enum_text, route_columns
 from rlmesh_stream.consumers.tables import TELEMETRY_ROLLUPS, TELEMETRY_SESSIONS, Table
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.telemetry import Horizon
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.telemetry import Horizon
+from rlmesh_stream.schemas.contract.topics import EventType
 
 DEFAULT_WINDOW = timedelta(minutes=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -11,9 +11,9 @@ from typing import Any
 import click
 
 from rlmesh_stream.consumers.cli_options import reading_options
-from rlmesh_stream.schemas.access import AccessDeniedError
-from rlmesh_stream.schemas.cli_options import stream_options
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.access import AccessDeniedError
+from rlmesh_stream.schemas.connection.cli_options import stream_options
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 
 @click.group()

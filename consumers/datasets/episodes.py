@@ -36,9 +36,9 @@ from rlmesh_stream.consumers.datasets.model import (
     route_of,
 )
 from rlmesh_stream.consumers.datasets.vector import all_read, release_session
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.errors import ContractError
-from rlmesh_stream.schemas.leaves import LeafDecoder
+from rlmesh_stream.schemas.codec.leaves import LeafDecoder
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.errors import ContractError
 
 
 class Joiner:

@@ -33,8 +33,8 @@ from rlmesh_stream.consumers.records import Record
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import Sink, SinkBatch
 from rlmesh_stream.consumers.tables import Table
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.topics import EventType
 
 TRAJECTORY_EVENTS = frozenset({
     EventType.OBSERVATION_EMITTED, EventType.ACTION_RECEIVED, EventType.STEP_COMPLETED,

@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.errors import ContractError
-from rlmesh_stream.schemas.leaves import LeafDecoder
+from rlmesh_stream.schemas.codec.leaves import LeafDecoder
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.errors import ContractError
 
 
 @dataclass

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlmesh_stream.schemas import headers as h
+from rlmesh_stream.schemas.contract import headers as h
 
 STATE_DIR = ".rlmesh-export"
 VERSION = 1

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlmesh_stream.consumers.datasets.groups import GroupSession
-from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.contract import events as ev
 
 Key = tuple[str, str]  # (session_id, episode_record_id)
 Unit = tuple[str, ...]  # ("e", session, record): an episode; ("s", session): a vector session

@@ -18,8 +18,8 @@ from rlmesh_stream.consumers.datasets.model import (
     SessionState,
     StepRow,
 )
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.errors import ContractError
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.errors import ContractError
 
 if TYPE_CHECKING:
     from rlmesh_stream.consumers.datasets.episodes import Joiner

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from rlmesh_stream.consumers.datasets.manifest import DatasetError, write_atomically
 from rlmesh_stream.consumers.datasets.model import Episode
 from rlmesh_stream.consumers.records import meta_json
-from rlmesh_stream.schemas.leaves import gym_space, leaves_of
+from rlmesh_stream.schemas.codec.leaves import gym_space, leaves_of
 
 
 def _arrow(values: list[Any]) -> pa.Array:

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from rlmesh_stream.schemas.access import redact_url
+from rlmesh_stream.schemas.connection.access import redact_url
 
 if TYPE_CHECKING:
     import duckdb

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.engines import flink, spark
 
 

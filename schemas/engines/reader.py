@@ -19,8 +19,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from rlmesh_stream.schemas.avro import load_schema, named_types
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract.avro import load_schema, named_types
+from rlmesh_stream.schemas.contract.topics import EventType
 
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlmesh_stream.schemas.events import EpisodeCompletedEvent, RuntimeEnvContext
+from rlmesh_stream.schemas.contract.events import EpisodeCompletedEvent, RuntimeEnvContext
 
 ROUTE = RuntimeEnvContext(env_id="CartPole-v1", env_component_id="env-0",
                           model_component_id="ppo", lane=None)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from rlmesh_stream.infra.demo import CHECKPOINTS, CONCURRENT_SESSIONS, ENV_ID, SIM_ENV_ID, demo
 from rlmesh_stream.producer.manifest import Manifest
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 pytestmark = pytest.mark.stack
 

@@ -17,9 +17,9 @@ from rlmesh_stream.consumers.analysis.reports import advisory_report, delivery_r
 from rlmesh_stream.consumers.builders import make_builders
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import open_sink
-from rlmesh_stream.schemas import headers as h
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.events import (
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract import headers as h
+from rlmesh_stream.schemas.contract.events import (
     Advisory,
     AdvisorySeverity,
     Leg,
@@ -28,7 +28,7 @@ from rlmesh_stream.schemas.events import (
     SessionEndedEvent,
     SessionStartedEvent,
 )
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract.topics import EventType
 
 pytestmark = pytest.mark.stack
 
@@ -49,7 +49,7 @@ def _publish(config: StreamConfig, events: list) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from rlmesh_stream.schemas.serde import EventSerializer
+    from rlmesh_stream.schemas.codec.serde import EventSerializer
 
     serializer = EventSerializer(SchemaRegistryClient(config.registry_config()),
                                  topic_prefix=config.topic_prefix)

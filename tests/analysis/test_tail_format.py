@@ -6,9 +6,9 @@ import pytest
 from analysis_events import ROUTE, completed
 
 from rlmesh_stream.consumers.analysis.tail import TailError, describe, format_line, run_tail
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.events import ObservationEmittedEvent, SpaceSpec
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.events import ObservationEmittedEvent, SpaceSpec
+from rlmesh_stream.schemas.contract.topics import EventType
 
 
 def test_a_line_shows_payload_leaves_as_sizes_not_bytes() -> None:

@@ -12,9 +12,9 @@ from analysis_events import completed
 from click.testing import CliRunner
 
 from rlmesh_stream.consumers.analysis.tail import run_tail, tail
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.events import EpisodeCompletedEvent
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.events import EpisodeCompletedEvent
+from rlmesh_stream.schemas.contract.topics import EventType
 
 pytestmark = pytest.mark.stack
 
@@ -24,7 +24,7 @@ def publish(config: StreamConfig, events: list[EpisodeCompletedEvent]) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from rlmesh_stream.schemas.serde import EventSerializer
+    from rlmesh_stream.schemas.codec.serde import EventSerializer
 
     serializer = EventSerializer(SchemaRegistryClient(config.registry_config()),
                                  topic_prefix=config.topic_prefix)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 
 def _listening_socket() -> socket.socket:
@@ -107,9 +107,9 @@ def published_prefix(stream_config: StreamConfig) -> str:
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     from rlmesh_stream.infra.topics import ensure_topics
-    from rlmesh_stream.schemas import events as ev
-    from rlmesh_stream.schemas.serde import EventSerializer
-    from rlmesh_stream.schemas.topics import EventType
+    from rlmesh_stream.schemas.codec.serde import EventSerializer
+    from rlmesh_stream.schemas.contract import events as ev
+    from rlmesh_stream.schemas.contract.topics import EventType
 
     ensure_topics(stream_config, partitions=1, replication_factor=1)
     route = ev.RuntimeEnvContext(env_id="e", env_component_id="ec", model_component_id="m")

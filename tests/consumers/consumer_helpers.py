@@ -2,7 +2,7 @@
 
 `PlainKafkaHooks` publishes what the simulator emits exactly as the contract
 says (Confluent-framed value from `EventSerializer`, key = session id, the
-`rlmesh_stream.schemas.headers` headers with a per-producer sequence) through a plain
+`rlmesh_stream.schemas.contract.headers` headers with a per-producer sequence) through a plain
 `confluent_kafka.Producer`, so the consumer tests depend on the contract, not
 on the producer package's internals.
 """
@@ -20,11 +20,11 @@ from rlmesh_stream.consumers.builders import make_builders
 from rlmesh_stream.consumers.runtime import CheckpointInfo, ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import Sink, open_sink
 from rlmesh_stream.infra.topics import ensure_topics
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas import headers as h
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.serde import EventSerializer
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.codec.serde import EventSerializer
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract import headers as h
+from rlmesh_stream.schemas.contract.topics import EventType
 
 _CALLBACKS = {et.value: et for et in EventType} | {"on_telemetry": EventType.TELEMETRY_SNAPSHOT}
 

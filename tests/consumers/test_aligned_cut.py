@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from rlmesh_stream.consumers.aligned_cut import frontier, newest_stamps, split
 from rlmesh_stream.consumers.deadletter import DeadLetter
 from rlmesh_stream.consumers.records import Record
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract.topics import EventType
 
 T0 = datetime(2026, 12, 4, tzinfo=UTC)
 Item = Record | DeadLetter

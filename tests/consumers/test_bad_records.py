@@ -11,10 +11,10 @@ import pytest
 from confluent_kafka import Consumer
 from consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
 
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas import headers as h
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract import headers as h
+from rlmesh_stream.schemas.contract.topics import EventType
 
 pytestmark = pytest.mark.stack
 

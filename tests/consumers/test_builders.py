@@ -24,9 +24,9 @@ from rlmesh_stream.consumers.builders import (
 )
 from rlmesh_stream.consumers.records import Record
 from rlmesh_stream.consumers.sinks import SinkBatch, open_sink
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
+from rlmesh_stream.schemas.contract.topics import EventType
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ROUTE = ev.RuntimeEnvContext(env_id="e", env_component_id="ec", model_component_id="m", lane=1)

@@ -26,8 +26,8 @@ from rlmesh_stream.consumers.records import Record
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions, _offset_ranges
 from rlmesh_stream.consumers.sinks import SinkBatch, open_sink
 from rlmesh_stream.consumers.tables import Table
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.topics import EventType
 
 
 @pytest.fixture

@@ -19,10 +19,10 @@ from rlmesh_stream.consumers.datasets.manifest import header_sequence
 from rlmesh_stream.consumers.records import Record
 from rlmesh_stream.consumers.tables import DELIVERY_BATCH, INVALID_HEADERS
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas import headers as h
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract import headers as h
+from rlmesh_stream.schemas.contract.topics import EventType
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -17,10 +17,10 @@ from publishing import close_delivered
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.manifest import Manifest
 from rlmesh_stream.producer.simulator import simulate_fleet
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.telemetry import Horizon
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.telemetry import Horizon
+from rlmesh_stream.schemas.contract.topics import EventType
 
 pytestmark = pytest.mark.stack
 

@@ -18,10 +18,10 @@ from rlmesh_stream.consumers.deadletter import (
     DeadLetter,
     DeadLetterQueue,
 )
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas import headers as h
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import MAX_MESSAGE_BYTES, EventType
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract import headers as h
+from rlmesh_stream.schemas.contract.topics import MAX_MESSAGE_BYTES, EventType
 
 pytestmark = pytest.mark.stack
 

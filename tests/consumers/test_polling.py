@@ -16,8 +16,8 @@ from rlmesh_stream.consumers.builders import EpisodesBuilder
 from rlmesh_stream.consumers.builders.delivery import DeliveryBuilder
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions, _existing_topics
 from rlmesh_stream.consumers.sinks import open_sink
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.topics import EventType
 
 
 class _Queue:

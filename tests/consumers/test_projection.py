@@ -12,16 +12,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from contract_samples.strategies import events, exact
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlmesh_stream.consumers.builders import EpisodesBuilder
 from rlmesh_stream.consumers.records import epoch_ms, timestamp_of
 from rlmesh_stream.consumers.tables import EPISODES, merge_rows, tuple_merger
-from rlmesh_stream.schemas.avro_fastread import Framing, compile_projection, compile_reader
-from rlmesh_stream.schemas.avro_reader import _refused, _trailing, _whole_record, warm_projection
-from rlmesh_stream.schemas.avro_writer import avro_writer
-from rlmesh_stream.schemas.testing.strategies import events, exact
+from rlmesh_stream.schemas.codec.avro_fastread import Framing, compile_projection, compile_reader
+from rlmesh_stream.schemas.codec.avro_reader import (
+    _refused,
+    _trailing,
+    _whole_record,
+    warm_projection,
+)
+from rlmesh_stream.schemas.codec.avro_writer import avro_writer
 
 T0 = epoch_ms(datetime(2026, 1, 1, tzinfo=UTC))  # packed rows hold timestamps in ms
 PROJECTED = sorted(EpisodesBuilder.projections, key=lambda et: et.value)

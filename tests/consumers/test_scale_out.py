@@ -21,7 +21,7 @@ from rlmesh_stream.consumers.builders import make_builders
 from rlmesh_stream.consumers.runtime import CheckpointInfo, ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import open_sink
 from rlmesh_stream.producer.simulator import simulate_fleet
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 pytestmark = [pytest.mark.stack, pytest.mark.postgres]
 

@@ -29,8 +29,8 @@ from rlmesh_stream.consumers.tables import (
     create_table_sql,
     finish_row,
 )
-from rlmesh_stream.schemas import headers as h
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract import headers as h
+from rlmesh_stream.schemas.contract.topics import EventType
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

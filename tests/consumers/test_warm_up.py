@@ -15,10 +15,10 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from rlmesh_stream.consumers.builders import EpisodesBuilder
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import open_sink
-from rlmesh_stream.schemas import wire
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.registrar import SchemaRegistrar
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.codec import wire
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.topics import EventType
+from rlmesh_stream.schemas.registry.registrar import SchemaRegistrar
 
 
 def _runtime(config: StreamConfig, tmp_path: Path) -> Iterator[ConsumerRuntime]:

@@ -12,7 +12,7 @@ from rlmesh_stream.consumers.datasets.episodes import Filters
 from rlmesh_stream.consumers.datasets.export import DatasetSink, ExportOptions, run_export
 from rlmesh_stream.consumers.runtime import RuntimeOptions
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import numpy as np
 
 from rlmesh_stream.consumers.datasets.episodes import Filters, Joiner
 from rlmesh_stream.producer.leaves import LeafCodec
-from rlmesh_stream.schemas import events as ev
+from rlmesh_stream.schemas.contract import events as ev
 
 ROUTE = ev.RuntimeEnvContext(env_id="e", env_component_id="e", model_component_id="m")
 OBS = LeafCodec(gym.spaces.Box(-1, 1, (2,), np.float32))

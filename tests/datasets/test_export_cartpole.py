@@ -275,8 +275,8 @@ def test_an_undecodable_record_is_dead_lettered_and_counted_in_the_certificate(
 ):
     from confluent_kafka import Producer
 
-    from rlmesh_stream.schemas import headers as h
-    from rlmesh_stream.schemas.topics import EventType
+    from rlmesh_stream.schemas.contract import headers as h
+    from rlmesh_stream.schemas.contract.topics import EventType
 
     _run_cartpole(make_hooks, [91])
     producer = Producer(stream_config.kafka_config())

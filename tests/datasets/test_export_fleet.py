@@ -19,8 +19,8 @@ from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.manifest import EpisodeManifest, Manifest
 from rlmesh_stream.producer.simulator import simulate_fleet
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract import events as ev
 
 pytestmark = pytest.mark.stack
 LANES = 3

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlmesh_stream.producer.leaves import LeafCodec, space_spec
-from rlmesh_stream.schemas.errors import ContractError
-from rlmesh_stream.schemas.leaves import LeafDecoder, gym_space
+from rlmesh_stream.schemas.codec.leaves import LeafDecoder, gym_space
+from rlmesh_stream.schemas.contract.errors import ContractError
 
 _DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
            np.uint8, np.uint16, np.uint32, np.uint64]

@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
+from contract_samples.examples import box_space, discrete_space, example
+from contract_samples.strategies import deep_meta_map
 from publishing import close_delivered
 
 from rlmesh_stream.consumers.flink_episodes import VIEW_NAME, episodes_view
@@ -25,14 +27,12 @@ from rlmesh_stream.infra.flink import FlinkArtifacts, run_sql
 from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.simulator import simulate_fleet
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.codec.serde import EventDecoder
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.events import SpaceSpec
+from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType
 from rlmesh_stream.schemas.engines.flink import FlinkOptions, create_tables, table_name
-from rlmesh_stream.schemas.events import SpaceSpec
-from rlmesh_stream.schemas.serde import EventDecoder
-from rlmesh_stream.schemas.testing.examples import box_space, discrete_space, example
-from rlmesh_stream.schemas.testing.strategies import deep_meta_map
-from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def _publish_deep_shapes(hooks: KafkaRuntimeHooks) -> None:
 
 @pytest.fixture(scope="session")
 def decoded(fleet_config: StreamConfig) -> dict[EventType, list[Decoded]]:
-    """Every record of every topic, decoded by rlmesh_stream.schemas.serde.EventDecoder."""
+    """Every record of every topic, decoded by rlmesh_stream.schemas.codec.serde.EventDecoder."""
     decoder = EventDecoder(SchemaRegistryClient(fleet_config.registry_config()))
     consumer = Consumer({**fleet_config.kafka_config(), "group.id": uuid.uuid4().hex,
                          "enable.auto.commit": False})

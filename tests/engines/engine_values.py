@@ -13,7 +13,7 @@ import enum
 from datetime import UTC, datetime
 from typing import Any
 
-from rlmesh_stream.schemas.avro import named_types
+from rlmesh_stream.schemas.contract.avro import named_types
 from rlmesh_stream.schemas.engines.reader import ReaderSchema
 
 

@@ -15,7 +15,7 @@ from rlmesh_stream.consumers.builders import make_builders
 from rlmesh_stream.consumers.flink_episodes import VIEW_NAME, view_columns
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import open_sink
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 

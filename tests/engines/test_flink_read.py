@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from engine_values import expected_row, flink_timestamp_ms
 
+from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType
 from rlmesh_stream.schemas.engines.flink import table_name
 from rlmesh_stream.schemas.engines.reader import reader_schema
-from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 

@@ -11,19 +11,19 @@ from pathlib import Path
 import fastavro
 import pytest
 from click.testing import CliRunner
+from contract_samples.strategies import events, exact
 from engine_values import expected_row
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlmesh_stream.consumers.flink_episodes import episodes_view, view_columns
 from rlmesh_stream.consumers.tables import EPISODES
-from rlmesh_stream.schemas.avro import load_schema
-from rlmesh_stream.schemas.cli import schemas
+from rlmesh_stream.infra.schemas_cli import schemas
+from rlmesh_stream.schemas.codec.serde import EventEncoder
+from rlmesh_stream.schemas.contract.avro import load_schema
+from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType
 from rlmesh_stream.schemas.engines.flink import FlinkOptions, create_table, value_columns
 from rlmesh_stream.schemas.engines.reader import reader_schema
-from rlmesh_stream.schemas.serde import EventEncoder
-from rlmesh_stream.schemas.testing.strategies import events, exact
-from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
 
 _OPTIONS = FlinkOptions("127.0.0.1:9092", "http://127.0.0.1:8081/apis/ccompat/v7")
 

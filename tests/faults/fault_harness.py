@@ -34,8 +34,8 @@ from rlmesh_stream.producer.delivery import Stats
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.manifest import Manifest
 from rlmesh_stream.producer.simulator import simulate_fleet
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import all_topics
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.topics import all_topics
 
 REPO = Path(__file__).parents[2]
 

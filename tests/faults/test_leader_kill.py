@@ -20,7 +20,7 @@ from fault_harness import (
 )
 
 from rlmesh_stream.infra.cluster import LocalCluster
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract.topics import EventType
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -31,7 +31,7 @@ from fault_harness import (
 )
 
 from rlmesh_stream.infra.cluster import LocalCluster
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 pytestmark = pytest.mark.timeout(600)
 

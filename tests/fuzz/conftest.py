@@ -14,10 +14,10 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from fuzz_seeds import Collector, Seeds
 
 from rlmesh_stream.producer.simulator import simulate_fleet
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.serde import EventSerializer
-from rlmesh_stream.schemas.topics import EventType
-from rlmesh_stream.schemas.wire import Format
+from rlmesh_stream.schemas.codec.serde import EventSerializer
+from rlmesh_stream.schemas.codec.wire import Format
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.topics import EventType
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ from typing import Any
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.serde import EventDecoder
-from rlmesh_stream.schemas.topics import EventType
-from rlmesh_stream.schemas.wire import Format
+from rlmesh_stream.schemas.codec.serde import EventDecoder
+from rlmesh_stream.schemas.codec.wire import Format
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.topics import EventType
 
 _CALLBACKS = {et.value: et for et in EventType} | {"on_telemetry": EventType.TELEMETRY_SNAPSHOT}
 

@@ -17,9 +17,9 @@ from fuzz_seeds import Seeds
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlmesh_stream.schemas.errors import DecodeError, UnknownSchemaIdError
-from rlmesh_stream.schemas.serde import EventDecoder
-from rlmesh_stream.schemas.topics import EVENT_TYPES
+from rlmesh_stream.schemas.codec.serde import EventDecoder
+from rlmesh_stream.schemas.contract.errors import DecodeError, UnknownSchemaIdError
+from rlmesh_stream.schemas.contract.topics import EVENT_TYPES
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -11,8 +11,8 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import confluent_serde_conf
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.topics import confluent_serde_conf
 
 STEP_SCHEMA = json.dumps({
     "type": "record", "name": "Step", "namespace": "rlmesh.test",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from rlmesh_stream.infra.cli import main
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 
 def test_smoke_against_a_running_stack_reads_back_what_it_wrote(

@@ -26,7 +26,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from rlmesh_stream.infra.proc import free_port, is_alive
 from rlmesh_stream.infra.stack import LocalStack
-from rlmesh_stream.schemas.topics import confluent_serde_conf
+from rlmesh_stream.schemas.contract.topics import confluent_serde_conf
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from rlmesh_stream.infra.topics import (
     ensure_topics,
     event_topics,
 )
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import all_topics
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.topics import all_topics
 
 
 def test_event_topics_are_the_contracts_topics(topic_prefix: str) -> None:

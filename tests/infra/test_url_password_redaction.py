@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 
 from rlmesh_stream.infra import proc
 from rlmesh_stream.infra.cli import main
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 SECRET = f"s3cret-{uuid.uuid4().hex[:8]}"
 

@@ -26,12 +26,12 @@ EXTRA_ONLY = ("duckdb", "pyarrow", "psycopg", "matplotlib", "rlmesh", "testconta
 
 def _copy_sources(target: Path) -> Path:
     ignore = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", "build",
-                                    ".mypy-path", ".mypy_cache", ".ruff_cache", "*.duckdb",
+                                    ".mypy_cache", ".ruff_cache", "*.duckdb",
                                     "*.so")  # the wheel's build compiles its own
-    for name in (*FOLDERS, "setup.py", "pyproject.toml", "README.md"):
+    for name in (*FOLDERS, "rlmesh_stream", "setup.py", "pyproject.toml", "README.md"):
         source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, target / name, ignore=ignore)
+        if source.is_dir():  # rlmesh_stream/ holds links to the folders: copied as links
+            shutil.copytree(source, target / name, ignore=ignore, symlinks=True)
         else:
             shutil.copy2(source, target / name)
     return target

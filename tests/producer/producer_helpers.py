@@ -26,9 +26,9 @@ from rlmesh_stream.infra import proc
 from rlmesh_stream.infra.artifacts import Artifacts
 from rlmesh_stream.infra.java import find_java
 from rlmesh_stream.infra.kafka import KafkaNode, kafka_ready, random_cluster_id
-from rlmesh_stream.schemas import headers as h
-from rlmesh_stream.schemas.serde import EventDecoder
-from rlmesh_stream.schemas.topics import EventType, event_type_of_topic
+from rlmesh_stream.schemas.codec.serde import EventDecoder
+from rlmesh_stream.schemas.contract import headers as h
+from rlmesh_stream.schemas.contract.topics import EventType, event_type_of_topic
 
 
 @dataclass

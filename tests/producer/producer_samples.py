@@ -6,9 +6,9 @@ import numpy as np
 from gymnasium import spaces as gs
 
 from rlmesh_stream.producer.leaves import LeafCodec
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source
+from rlmesh_stream.schemas.contract.topics import EventType
 
 OBS_CODEC = LeafCodec(gs.Box(-1.0, 1.0, shape=(4,), dtype=np.float32))
 ACT_CODEC = LeafCodec(gs.Discrete(2))

@@ -12,9 +12,9 @@ from producer_helpers import read_back
 from rlmesh.numpy import Model
 
 from rlmesh_stream.producer.bridge import rlmesh_bridge
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.telemetry import Horizon
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.telemetry import Horizon
+from rlmesh_stream.schemas.contract.topics import EventType
 
 pytestmark = pytest.mark.stack
 

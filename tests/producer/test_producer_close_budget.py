@@ -17,7 +17,7 @@ from producer_samples import step
 
 from rlmesh_stream.infra import proc
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 MARGIN_S = 1.0  # scheduling on a loaded 2-core CI machine; the old close(3) took 7-8 s
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rlmesh_stream.producer.config import ProducerSettings
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract.topics import EventType
 
 
 def test_the_defaults_are_idempotent_acks_all_zstd_linger_and_javas_partitioner():

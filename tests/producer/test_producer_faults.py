@@ -25,7 +25,7 @@ import pytest
 from producer_helpers import TcpGate, read_back
 from producer_samples import step
 
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 pytestmark = [pytest.mark.stack, pytest.mark.faults]
 
@@ -117,7 +117,7 @@ _CHILD = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
     from producer_samples import step
-    from rlmesh_stream.schemas.config import StreamConfig
+    from rlmesh_stream.schemas.connection.config import StreamConfig
     config = StreamConfig(bootstrap={bootstrap!r}, registry_url={registry!r},
                           topic_prefix={prefix!r})
     hooks = KafkaRuntimeHooks(config=config, overflow="spool", spool_dir={spool!r},
@@ -172,7 +172,7 @@ _OUTAGE_CHILD = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
     from producer_samples import step
-    from rlmesh_stream.schemas.config import StreamConfig
+    from rlmesh_stream.schemas.connection.config import StreamConfig
     config = StreamConfig(bootstrap={bootstrap!r}, registry_url={registry!r},
                           topic_prefix={prefix!r})
     hooks = KafkaRuntimeHooks(config=config, overflow="spool", spool_dir={spool!r},

@@ -19,8 +19,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from producer_samples import step
 
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.topics import EventType
 
 pytestmark = pytest.mark.stack
 

@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium import spaces as gs
 
 from rlmesh_stream.producer.leaves import LeafCodec, space_spec
-from rlmesh_stream.schemas._pb.rlmesh.spaces.v1 import spaces_pb2 as pb
+from rlmesh_stream.schemas.contract._pb.rlmesh.spaces.v1 import spaces_pb2 as pb
 
 
 def test_a_box_leaf_is_its_elements_little_endian_at_the_dtype_width():

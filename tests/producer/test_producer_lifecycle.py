@@ -21,7 +21,7 @@ _CHILD = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
     from producer_samples import step
-    from rlmesh_stream.schemas.config import StreamConfig
+    from rlmesh_stream.schemas.connection.config import StreamConfig
     config = StreamConfig(bootstrap={bootstrap!r}, registry_url={registry!r},
                           topic_prefix={prefix!r})
     # A long linger: without the exit flush these would still be waiting in memory.

@@ -19,7 +19,7 @@ from producer_helpers import read_back
 from producer_samples import step
 
 from rlmesh_stream.infra import proc
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 
 def test_an_event_given_to_the_wrong_callback_is_a_contract_failure_never_published(

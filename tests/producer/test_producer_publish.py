@@ -11,9 +11,9 @@ from producer_helpers import read_back
 from producer_samples import CALLBACK, action, observation, one_of_each, step
 
 from rlmesh_stream.producer.config import DeliveryFailure
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas import headers as h
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract import headers as h
+from rlmesh_stream.schemas.contract.topics import EventType
 
 pytestmark = pytest.mark.stack
 

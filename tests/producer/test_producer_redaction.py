@@ -3,7 +3,7 @@
 Users put registry credentials in the URL as often as in the dedicated
 settings; the hook's WARNING lines (Python API and `simulate`) and the
 settings' reprs must show `user:***@` instead, through the project's one
-redactor (`rlmesh_stream.schemas.access.redact_url`).
+redactor (`rlmesh_stream.schemas.connection.access.redact_url`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from producer_samples import step
 from rlmesh_stream.infra import proc
 from rlmesh_stream.producer.config import ProducerSettings
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
-from rlmesh_stream.schemas.access import redact_url
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.access import redact_url
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 SECRET = f"s3cret-{uuid.uuid4().hex[:8]}"
 

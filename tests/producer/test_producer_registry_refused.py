@@ -21,7 +21,7 @@ from producer_samples import step
 
 from rlmesh_stream.infra import proc
 from rlmesh_stream.infra.security import Credentials, RegistryProxy, make_pki, nginx_available
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 pytestmark = pytest.mark.stack
 

@@ -21,7 +21,7 @@ import pytest
 from producer_helpers import TcpGate
 from producer_samples import step
 
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 pytestmark = pytest.mark.stack
 

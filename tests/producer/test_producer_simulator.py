@@ -14,8 +14,8 @@ from producer_helpers import read_back
 from rlmesh_stream.producer.cli import simulate
 from rlmesh_stream.producer.manifest import Manifest
 from rlmesh_stream.producer.simulator import simulate_fleet
-from rlmesh_stream.schemas import events as ev
-from rlmesh_stream.schemas.telemetry import Horizon
+from rlmesh_stream.schemas.contract import events as ev
+from rlmesh_stream.schemas.contract.telemetry import Horizon
 
 
 class EventLog:

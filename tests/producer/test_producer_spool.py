@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from rlmesh_stream.producer.records import Record, decode_records, encode_record
 from rlmesh_stream.producer.spool import Spool
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract.topics import EventType
 
 
 def _record(seq: int, payload: bytes = b"payload") -> Record:

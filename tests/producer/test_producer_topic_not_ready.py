@@ -26,8 +26,8 @@ from producer_samples import step
 
 from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.producer.delivery import TOPIC_NOT_READY_ERRORS
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.topics import EventType
 
 pytestmark = pytest.mark.stack
 

@@ -13,12 +13,12 @@ from typing import Any, ClassVar
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from rlmesh_stream.schemas import registry
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.errors import RegistryProtocolError, RegistryUnavailableError
-from rlmesh_stream.schemas.registrar import SchemaRegistrar
-from rlmesh_stream.schemas.registry_http import RegistryHttpError, SchemaFetcher
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.errors import RegistryProtocolError, RegistryUnavailableError
+from rlmesh_stream.schemas.contract.topics import EventType
+from rlmesh_stream.schemas.registry import client as registry
+from rlmesh_stream.schemas.registry.http import RegistryHttpError, SchemaFetcher
+from rlmesh_stream.schemas.registry.registrar import SchemaRegistrar
 
 
 def test_a_schema_by_id_is_what_the_confluent_client_fetches(stream_config: StreamConfig

@@ -6,8 +6,8 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from rlmesh_stream.schemas.cli import schemas as schemas_cli
-from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType, subject_name
+from rlmesh_stream.infra.schemas_cli import schemas as schemas_cli
+from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType, subject_name
 
 
 def _connection(stream_config) -> list[str]:
@@ -53,7 +53,7 @@ def test_check_on_an_empty_registry_prefix_reports_not_registered(stream_config)
 def test_check_fails_naming_the_protobuf_field_whose_type_changed(stream_config):
     from confluent_kafka.schema_registry import Schema
 
-    from rlmesh_stream.schemas.proto_defs import proto_text, references
+    from rlmesh_stream.schemas.registry.proto_defs import proto_text, references
 
     client = SchemaRegistryClient(stream_config.registry_config())
     refs = references(client, EventType.SESSION_ENDED)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError
 
-from rlmesh_stream.schemas.client_errors import ClientErrors
+from rlmesh_stream.schemas.connection.client_errors import ClientErrors
 
 _CLOSED = ("ssl://127.0.0.1:9092/bootstrap: Disconnected: SSL connection closed by peer "
            "(after 1ms in state SSL_HANDSHAKE)")

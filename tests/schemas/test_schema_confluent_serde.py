@@ -9,8 +9,8 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import confluent_serde_conf
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.topics import confluent_serde_conf
 
 SCHEMA = json.dumps({"type": "record", "name": "Probe", "namespace": "rlmesh.test",
                      "fields": [{"name": "n", "type": "long"}]})

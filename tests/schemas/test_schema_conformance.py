@@ -12,10 +12,10 @@ import pytest
 import rust_seed
 from rust_seed import RustStruct
 
-from rlmesh_stream.schemas import bindings, events
-from rlmesh_stream.schemas.avro import load_schema
-from rlmesh_stream.schemas.proto_defs import message_class
-from rlmesh_stream.schemas.topics import EVENT_TYPES
+from rlmesh_stream.schemas.contract import bindings, events
+from rlmesh_stream.schemas.contract.avro import load_schema
+from rlmesh_stream.schemas.contract.topics import EVENT_TYPES
+from rlmesh_stream.schemas.registry.proto_defs import message_class
 
 if not rust_seed.SEED_PATH.exists():
     pytest.fail(f"Rust seed not found at {rust_seed.SEED_PATH} (shared/ beside the clone)",

@@ -11,17 +11,17 @@ import json
 
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from contract_samples.examples import example
 
-from rlmesh_stream.schemas.errors import (
+from rlmesh_stream.schemas.codec.serde import EventDecoder, EventSerializer, frame
+from rlmesh_stream.schemas.contract.errors import (
     BadMagicByteError,
     CorruptPayloadError,
     DecodeError,
     RegistryUnavailableError,
     UnknownSchemaIdError,
 )
-from rlmesh_stream.schemas.serde import EventDecoder, EventSerializer, frame
-from rlmesh_stream.schemas.testing.examples import example
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract.topics import EventType
 
 
 @pytest.fixture
@@ -105,7 +105,7 @@ def test_decoded_schemas_are_cached_so_a_registry_outage_does_not_stop_decoding(
 
 @pytest.mark.stack
 def test_our_own_schema_decodes_on_the_generated_fast_path(registry, stream_config):
-    from rlmesh_stream.schemas.avro_reader import AvroReader
+    from rlmesh_stream.schemas.codec.avro_reader import AvroReader
 
     value = _value(registry, stream_config)
     writer = json.loads(registry.get_schema(int.from_bytes(value[1:5], "big")).schema_str)
@@ -113,7 +113,7 @@ def test_our_own_schema_decodes_on_the_generated_fast_path(registry, stream_conf
 
 
 def test_registry_unavailable_on_registration_is_retryable():
-    from rlmesh_stream.schemas.registrar import SchemaRegistrar
+    from rlmesh_stream.schemas.registry.registrar import SchemaRegistrar
 
     registrar = SchemaRegistrar(SchemaRegistryClient({"url": "http://127.0.0.1:9"}))
     with pytest.raises(RegistryUnavailableError):
@@ -122,8 +122,8 @@ def test_registry_unavailable_on_registration_is_retryable():
 
 @pytest.mark.stack
 def test_lookup_with_registration_off_and_no_schema_is_not_registered(registry, stream_config):
-    from rlmesh_stream.schemas.errors import SchemaNotRegisteredError
-    from rlmesh_stream.schemas.registrar import SchemaRegistrar
+    from rlmesh_stream.schemas.contract.errors import SchemaNotRegisteredError
+    from rlmesh_stream.schemas.registry.registrar import SchemaRegistrar
 
     registrar = SchemaRegistrar(registry, topic_prefix=stream_config.topic_prefix,
                                 auto_register=False)
@@ -134,7 +134,7 @@ def test_lookup_with_registration_off_and_no_schema_is_not_registered(registry, 
 @pytest.mark.stack
 @pytest.mark.parametrize("fmt", ["avro", "protobuf"])
 def test_lookup_with_registration_off_finds_the_registered_id(registry, stream_config, fmt):
-    from rlmesh_stream.schemas.registrar import SchemaRegistrar
+    from rlmesh_stream.schemas.registry.registrar import SchemaRegistrar
 
     registered = SchemaRegistrar(registry, fmt, stream_config.topic_prefix).schema_id(
         EventType.LOG)
@@ -145,8 +145,8 @@ def test_lookup_with_registration_off_finds_the_registered_id(registry, stream_c
 
 @pytest.mark.stack
 def test_registering_protobuf_on_an_avro_subject_is_a_format_error(registry, stream_config):
-    from rlmesh_stream.schemas.errors import SubjectFormatError
-    from rlmesh_stream.schemas.registrar import SchemaRegistrar
+    from rlmesh_stream.schemas.contract.errors import SubjectFormatError
+    from rlmesh_stream.schemas.registry.registrar import SchemaRegistrar
 
     SchemaRegistrar(registry, "avro", stream_config.topic_prefix).schema_id(EventType.LOG)
     with pytest.raises(SubjectFormatError, match="holds AVRO schemas"):
@@ -156,10 +156,11 @@ def test_registering_protobuf_on_an_avro_subject_is_a_format_error(registry, str
 def test_a_huge_array_count_is_corrupt_without_allocating_it():
     import struct
 
-    from rlmesh_stream.schemas.avro_reader import AvroReader
-    from rlmesh_stream.schemas.avro_writer import ZZ  # Avro zigzag longs
-    from rlmesh_stream.schemas.bench import step_event
-    from rlmesh_stream.schemas.serde import EventEncoder
+    from contract_samples.examples import step_event
+
+    from rlmesh_stream.schemas.codec.avro_reader import AvroReader
+    from rlmesh_stream.schemas.codec.avro_writer import ZZ  # Avro zigzag longs
+    from rlmesh_stream.schemas.codec.serde import EventEncoder
 
     good = EventEncoder().encode(step_event(1))  # rewards = [1.0]
     one_double = b"\x02" + struct.pack("<d", 1.0)  # count 1, then the reward

@@ -15,12 +15,12 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
+from contract_samples.examples import example
 
-from rlmesh_stream.schemas.avro import load_schema
-from rlmesh_stream.schemas.cli import schemas as schemas_cli
-from rlmesh_stream.schemas.serde import EventDecoder, EventEncoder, EventSerializer, frame
-from rlmesh_stream.schemas.testing.examples import example
-from rlmesh_stream.schemas.topics import EventType, subject_name
+from rlmesh_stream.infra.schemas_cli import schemas as schemas_cli
+from rlmesh_stream.schemas.codec.serde import EventDecoder, EventEncoder, EventSerializer, frame
+from rlmesh_stream.schemas.contract.avro import load_schema
+from rlmesh_stream.schemas.contract.topics import EventType, subject_name
 
 pytestmark = pytest.mark.stack
 
@@ -119,8 +119,8 @@ def _avro_record(event) -> dict:
 
 
 def _proto_v2_registered(registry, stream_config) -> int:
-    from rlmesh_stream.schemas.proto_defs import proto_text, references
-    from rlmesh_stream.schemas.registrar import SchemaRegistrar
+    from rlmesh_stream.schemas.registry.proto_defs import proto_text, references
+    from rlmesh_stream.schemas.registry.registrar import SchemaRegistrar
 
     SchemaRegistrar(registry, "protobuf", stream_config.topic_prefix).schema_id(EventType.LOG)
     v2 = proto_text(EventType.LOG).replace(
@@ -145,7 +145,7 @@ def test_protobuf_v1_reader_reads_v2_records(registry, stream_config):
 
 
 def test_registry_refuses_a_protobuf_field_retyped(registry, stream_config):
-    from rlmesh_stream.schemas.proto_defs import proto_text, references
+    from rlmesh_stream.schemas.registry.proto_defs import proto_text, references
 
     _proto_v2_registered(registry, stream_config)
     bad = proto_text(EventType.LOG).replace("string message = 4;", "int64 message = 4;")
@@ -156,7 +156,7 @@ def test_registry_refuses_a_protobuf_field_retyped(registry, stream_config):
 
 
 def test_a_leg_this_reader_does_not_know_decodes_as_unknown_in_avro(registry, stream_config):
-    from rlmesh_stream.schemas.events import Leg
+    from rlmesh_stream.schemas.contract.events import Leg
 
     EventSerializer(registry, topic_prefix=stream_config.topic_prefix).registrar.schema_id(
         EventType.RELAY_ADVISORY)
@@ -176,9 +176,9 @@ def test_a_leg_this_reader_does_not_know_decodes_as_unknown_in_avro(registry, st
 
 def test_a_leg_this_reader_does_not_know_decodes_as_unknown_in_protobuf(registry,
                                                                         stream_config):
-    from rlmesh_stream.schemas.events import Leg
-    from rlmesh_stream.schemas.proto_defs import message_class
-    from rlmesh_stream.schemas.registrar import SchemaRegistrar
+    from rlmesh_stream.schemas.contract.events import Leg
+    from rlmesh_stream.schemas.registry.proto_defs import message_class
+    from rlmesh_stream.schemas.registry.registrar import SchemaRegistrar
 
     sid = SchemaRegistrar(registry, "protobuf", stream_config.topic_prefix).schema_id(
         EventType.RELAY_ADVISORY)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rlmesh_stream.schemas import catalog, generate
+from rlmesh_stream.schemas.contract import catalog, generate
 
 
 def test_committed_protobuf_modules_match_a_fresh_protoc_run(tmp_path: Path):
@@ -15,7 +15,7 @@ def test_committed_protobuf_modules_match_a_fresh_protoc_run(tmp_path: Path):
                  for p in generate.PB_ROOT.rglob("*_pb2.py*")}
     stale = sorted(str(p) for p in fresh.keys() | committed.keys()
                    if fresh.get(p) != committed.get(p))
-    assert stale == [], "run `python -m rlmesh_stream.schemas.generate`"
+    assert stale == [], "run `python -m rlmesh_stream.schemas.contract.generate`"
 
 
 def test_generated_modules_import_our_package_not_the_rlmesh_sdk():
@@ -27,12 +27,12 @@ def test_generated_modules_import_our_package_not_the_rlmesh_sdk():
 
 def test_topic_catalog_is_current():
     assert catalog.CATALOG_PATH.read_text(encoding="utf-8") == catalog.render(), (
-        "run `python -m rlmesh_stream.schemas.catalog`")
+        "run `python -m rlmesh_stream.schemas.contract.catalog`")
 
 
 def test_catalog_lists_every_avro_field_with_its_meaning():
-    from rlmesh_stream.schemas.avro import load_schema
-    from rlmesh_stream.schemas.topics import EVENT_TYPES
+    from rlmesh_stream.schemas.contract.avro import load_schema
+    from rlmesh_stream.schemas.contract.topics import EVENT_TYPES
 
     text = catalog.render()
     missing = [f"{et.value}.{f['name']}" for et in EVENT_TYPES

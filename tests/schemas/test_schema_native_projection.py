@@ -12,17 +12,24 @@ import functools
 from typing import Any
 
 import pytest
+from contract_samples.strategies import events, exact
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlmesh_stream.schemas import avro_native, avro_reader
-from rlmesh_stream.schemas.avro import load_schema
-from rlmesh_stream.schemas.avro_fastread import Arg, Call, Const, Framing, _Gen, compile_projection
-from rlmesh_stream.schemas.avro_reader import _refused, _trailing, warm_projection
-from rlmesh_stream.schemas.avro_writer import avro_writer
-from rlmesh_stream.schemas.errors import CorruptPayloadError
-from rlmesh_stream.schemas.testing.strategies import events, exact
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.codec import avro_native, avro_reader
+from rlmesh_stream.schemas.codec.avro_fastread import (
+    Arg,
+    Call,
+    Const,
+    Framing,
+    _Gen,
+    compile_projection,
+)
+from rlmesh_stream.schemas.codec.avro_reader import _refused, _trailing, warm_projection
+from rlmesh_stream.schemas.codec.avro_writer import avro_writer
+from rlmesh_stream.schemas.contract.avro import load_schema
+from rlmesh_stream.schemas.contract.errors import CorruptPayloadError
+from rlmesh_stream.schemas.contract.topics import EventType
 
 HEADER = b"\x00\x00\x00\x00\x07"
 WHOLE = {"SpaceSpec", "MetaMap"}

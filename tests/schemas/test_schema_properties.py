@@ -15,17 +15,17 @@ import io
 import fastavro
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
+from contract_samples.examples import example
+from contract_samples.strategies import deep_meta_map, events, exact, space_specs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlmesh_stream.schemas.avro import load_schema
-from rlmesh_stream.schemas.avro_writer import _compile, avro_writer
-from rlmesh_stream.schemas.errors import ContractError
-from rlmesh_stream.schemas.serde import EventDecoder, EventEncoder, EventSerializer
-from rlmesh_stream.schemas.testing.examples import example
-from rlmesh_stream.schemas.testing.strategies import deep_meta_map, events, exact, space_specs
-from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
-from rlmesh_stream.schemas.validate import MAX_META_DEPTH
+from rlmesh_stream.schemas.codec.avro_writer import _compile, avro_writer
+from rlmesh_stream.schemas.codec.serde import EventDecoder, EventEncoder, EventSerializer
+from rlmesh_stream.schemas.contract.avro import load_schema
+from rlmesh_stream.schemas.contract.errors import ContractError
+from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType
+from rlmesh_stream.schemas.contract.validate import MAX_META_DEPTH
 
 PROPERTY = settings(max_examples=30, deadline=None, derandomize=False,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
+from contract_samples.examples import example
 
-from rlmesh_stream.schemas.serde import EventDecoder, EventEncoder, EventSerializer
-from rlmesh_stream.schemas.testing.examples import example
-from rlmesh_stream.schemas.topics import EVENT_TYPES, EventType
+from rlmesh_stream.schemas.codec.serde import EventDecoder, EventEncoder, EventSerializer
+from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def test_one_decoder_reads_avro_and_protobuf_values(registry, stream_config):
 
 
 def test_protobuf_payload_is_the_plain_message_bytes():
-    from rlmesh_stream.schemas.proto_defs import message_class
+    from rlmesh_stream.schemas.registry.proto_defs import message_class
 
     payload = EventEncoder("protobuf").encode(example(EventType.LOG))
     msg = message_class(EventType.LOG).FromString(payload)

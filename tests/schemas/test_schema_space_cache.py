@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from rlmesh_stream.schemas.avro_writer import pin_space_spec
-from rlmesh_stream.schemas.serde import EventEncoder
-from rlmesh_stream.schemas.testing.examples import box_space, example
-from rlmesh_stream.schemas.topics import EventType
+from contract_samples.examples import box_space, example
+
+from rlmesh_stream.schemas.codec.avro_writer import pin_space_spec
+from rlmesh_stream.schemas.codec.serde import EventEncoder
+from rlmesh_stream.schemas.contract.topics import EventType
 
 
 def _encode_with(spec) -> bytes:

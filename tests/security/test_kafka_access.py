@@ -24,9 +24,9 @@ from rlmesh_stream.producer.delivery import Stats
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.manifest import Manifest
 from rlmesh_stream.producer.simulator import simulate_fleet
-from rlmesh_stream.schemas.access import AccessDeniedError
-from rlmesh_stream.schemas.config import StreamConfig
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.connection.access import AccessDeniedError
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.topics import EventType
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -16,7 +16,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from rlmesh_stream.infra.registry import CCOMPAT_PATH
 from rlmesh_stream.infra.security import SecureStack
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,7 +20,7 @@ import pytest
 from rlmesh_stream.infra.security import SecureStack
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.simulator import simulate_fleet
-from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.connection.config import StreamConfig
 
 pytestmark = pytest.mark.timeout(300)
 

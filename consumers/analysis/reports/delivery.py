@@ -1,7 +1,7 @@
 """Delivery check per producer: did every record a producer sent arrive, exactly once?
 
 Producers stamp each record with their id and a per-producer sequence number
-(see `rlmesh_stream.schemas.headers`); the consumers keep the sequences seen, as contiguous
+(see `rlmesh_stream.schemas.contract.headers`); the consumers keep the sequences seen, as contiguous
 ranges, in `delivery_sequences` and summarise them in the `delivery_producers` view. This
 report reads that view, so it counts exactly what the consumers define as a
 gap or a duplicate. A loss after a producer's last received record cannot be

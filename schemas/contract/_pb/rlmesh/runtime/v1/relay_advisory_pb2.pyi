@@ -1,0 +1,20 @@
+# mypy: ignore-errors
+from rlmesh_stream.schemas.contract._pb.rlmesh.runtime.v1 import common_pb2 as _common_pb2
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RelayAdvisoryEvent(_message.Message):
+    __slots__ = ("session_id", "route", "leg", "advisory")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    LEG_FIELD_NUMBER: _ClassVar[int]
+    ADVISORY_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    route: _common_pb2.RuntimeEnvContext
+    leg: _common_pb2.Leg
+    advisory: _common_pb2.Advisory
+    def __init__(self, session_id: _Optional[str] = ..., route: _Optional[_Union[_common_pb2.RuntimeEnvContext, _Mapping]] = ..., leg: _Optional[_Union[_common_pb2.Leg, str]] = ..., advisory: _Optional[_Union[_common_pb2.Advisory, _Mapping]] = ...) -> None: ...
