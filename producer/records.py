@@ -69,8 +69,8 @@ def encode_record(record: Record) -> bytes:
 def decode_records(data: bytes) -> tuple[list[Record], int]:
     """The whole, intact records at the start of `data`, and how many bytes they span.
 
-    Stops at the first frame that is cut short or fails its CRC;
-    `scan_records` reads on past it.
+    Stops at the first frame that is cut short, fails its CRC or cannot be
+    read; `scan_records` reads on past it.
     """
     scan = scan_records(data)
     if not scan.damage:
@@ -88,8 +88,9 @@ class Damage:
     """Bytes of a segment that hold no readable record, and how many records they cost.
 
     `kind`: "torn-tail" (the last frame is shorter than it says: a write cut
-    short) or "corrupt" (bytes that fail the CRC, followed by intact records
-    or not). `records` is exact when `exact`, else
+    short), "corrupt" (bytes that fail the CRC, followed by intact records or
+    not) or "unreadable" (a frame with a valid CRC this version cannot decode,
+    e.g. a newer version's event type). `records` is exact when `exact`, else
     a lower bound (a damaged length field hides where the next record began).
     """
 
@@ -129,8 +130,13 @@ def scan_records(data: bytes) -> SegmentScan:
     while pos < end:
         body_end = _intact_frame_end(view, pos, end)
         if body_end is not None:
-            scan.records.append(_decode_body(bytes(view[pos + _FRAME.size:body_end])))
-            scan.frames.append((pos, body_end))
+            try:
+                record = _decode_body(bytes(view[pos + _FRAME.size:body_end]))
+            except (IndexError, ValueError, struct.error):  # UnicodeDecodeError is a ValueError
+                scan.damage.append(Damage("unreadable", pos, body_end, 1, True))
+            else:
+                scan.records.append(record)
+                scan.frames.append((pos, body_end))
             pos = body_end
             continue
         resume = _next_intact_frame(view, pos + 1, end)

@@ -10,7 +10,8 @@ record headers (producer id + sequence) let a consumer drop the duplicates.
 
 A new process adopts the directories of dead ones (their lock is free) and
 drains them first, oldest first. A segment it cannot read whole (a torn
-tail, bytes a machine crash damaged) is never deleted: the
+tail, bytes a machine crash damaged, a record of an event type a newer
+version wrote, a directory named like a segment) is never deleted: the
 original is set aside in `<root>/corrupt/`, its intact records (found again
 past the damage through the CRC framing) are delivered, and the records
 lost are counted by kind (`lost`) and logged.
@@ -144,7 +145,13 @@ class Spool:
         or when it is damaged and could not be set aside (then it is left in
         place for the next process, and not delivered, so it is never deleted).
         """
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except OSError as exc:  # a directory named like a segment, a file we may not read
+            kept = self._set_aside(path, b"")
+            log.error("rlmesh-stream: spool segment %s cannot be read (%s); %s", path,
+                      exc.strerror or exc, _where(kept))
+            return None
         scan = scan_records(data)
         if not scan.damage:
             return _Segment(path, len(scan.records), len(data))
@@ -288,6 +295,9 @@ def _describe(damage: Damage, size: int) -> str:
     where = f"bytes {damage.start}-{damage.end}"
     if damage.kind == "torn-tail":
         return f"{records} lost to a write cut short at the end ({where}: a torn tail)"
+    if damage.kind == "unreadable":
+        return (f"{records} with a valid CRC this version cannot decode ({where}: an event "
+                f"type it does not know, a newer version's?)")
     if damage.end < size:
         return (f"{records} lost to corrupt bytes in the middle ({where}); read on from the "
                 f"next intact record")

@@ -1,13 +1,16 @@
 """A dead producer's spool that a crash (or a newer version) left damaged: read on, count, keep.
 
 A segment is adopted by the next process; damage in it (a zeroed byte, a
-zeroed page, a torn tail) must cost only the records it touches, each
-counted by kind, and the original segment is set aside in `<root>/corrupt/`,
-never deleted.
+zeroed page, a torn tail, a record of an event type this version does not
+know, a directory named like a segment) must cost only the records it
+touches, each counted by kind, and the original segment is set aside in
+`<root>/corrupt/`, never deleted. The hook itself comes up whatever it finds.
 """
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 
 from rlmesh_stream.producer.records import Record, encode_record, scan_records
@@ -50,6 +53,12 @@ def _drain(spool: Spool) -> list[int]:
         out.extend(r.sequence for r in batch.records)
         batch.release()
     return out
+
+
+def _unknown_event_frame(index: int) -> bytes:
+    """A frame with a valid CRC whose event index this version does not have (a newer one's)."""
+    body = struct.pack("<BBqHH", index, 1, 999, 1, 0) + b"k" + b"payload"
+    return struct.pack("<II", zlib.crc32(body), len(body)) + body
 
 
 def test_a_byte_zeroed_in_the_middle_costs_only_its_own_record(tmp_path):
@@ -139,6 +148,28 @@ def test_the_repaired_segment_survives_a_crash_before_it_is_drained(tmp_path):
 
     assert _drain(second) == [s for s in range(RECORDS) if s != 13]
     assert second.lost == {} and len(list((tmp_path / SET_ASIDE_DIR).iterdir())) == 1
+
+
+def test_a_record_of_an_unknown_event_type_is_set_aside_and_counted(tmp_path):
+    segment, _ = _dead_spool(tmp_path, records=5)
+    segment.write_bytes(segment.read_bytes() + _unknown_event_frame(200)
+                        + encode_record(_record(5)))
+
+    heir = Spool(tmp_path, "heir")
+
+    assert _drain(heir) == [0, 1, 2, 3, 4, 5]
+    assert heir.lost == {"spool:unreadable": 1} and heir.set_aside == 1
+
+
+def test_a_directory_named_like_a_segment_is_set_aside(tmp_path):
+    segment, _ = _dead_spool(tmp_path, records=5)
+    (segment.parent / "000000000099.seg").mkdir()
+
+    heir = Spool(tmp_path, "heir")
+
+    assert _drain(heir) == [0, 1, 2, 3, 4]
+    assert heir.set_aside == 1
+    assert [p.is_dir() for p in (tmp_path / SET_ASIDE_DIR).iterdir()] == [True]
 
 
 def test_the_set_aside_folder_is_not_adopted_as_an_owner(tmp_path):
