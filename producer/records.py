@@ -8,6 +8,7 @@ another process, so it is also what the spool writes to disk.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import zlib
 from dataclasses import dataclass
@@ -91,7 +92,9 @@ class Damage:
     short), "corrupt" (bytes that fail the CRC, followed by intact records or
     not) or "unreadable" (a frame with a valid CRC this version cannot decode,
     e.g. a newer version's event type). `records` is exact when `exact`, else
-    a lower bound (a damaged length field hides where the next record began).
+    an estimate: a damaged length field hides where the next record began, so
+    the span's size is divided by the segment's mean intact frame, and never
+    below the frames the length fields still lead through.
     """
 
     kind: str
@@ -147,7 +150,18 @@ def scan_records(data: bytes) -> SegmentScan:
         records, exact = _frames_between(view, pos, stop)
         scan.damage.append(Damage("corrupt", pos, stop, records, exact))
         pos = stop
+    if scan.frames:
+        _estimate(scan)
     return scan
+
+
+def _estimate(scan: SegmentScan) -> None:
+    """Inexact counts of lost records from the damaged span's size and the mean intact frame."""
+    mean = sum(end - start for start, end in scan.frames) / len(scan.frames)
+    scan.damage[:] = [
+        d if d.exact else dataclasses.replace(
+            d, records=max(d.records, round((d.end - d.start) / mean)))
+        for d in scan.damage]
 
 
 def _intact_frame_end(view: memoryview, pos: int, end: int) -> int | None:

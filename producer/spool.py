@@ -290,8 +290,8 @@ class Spool:
 
 def _describe(damage: Damage, size: int) -> str:
     """One damaged span of a segment of `size` bytes, for the log line."""
-    at_least = "" if damage.exact else "at least "
-    records = f"{at_least}{damage.records} record{'s' if damage.records != 1 else ''}"
+    about = "" if damage.exact else "about "
+    records = f"{about}{damage.records} record{'s' if damage.records != 1 else ''}"
     where = f"bytes {damage.start}-{damage.end}"
     if damage.kind == "torn-tail":
         return f"{records} lost to a write cut short at the end ({where}: a torn tail)"
