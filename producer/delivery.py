@@ -14,7 +14,8 @@ rest (`len(producer)`), so delivered = handed - held - failed reports.
 
 The invariant `stats()` keeps:
     accepted + recovered == delivered + failed + dropped + in_flight + spooled
-where `recovered` counts events an earlier process left in the spool.
+where `recovered` counts events an earlier process left in the spool, those a damaged
+segment lost included (they are also in `failed`, under `spool:<kind of damage>`).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class Stats:
 
     producer_id: str
     accepted: int  # events this process took in (each got a sequence number)
-    recovered: int  # events an earlier process left in the spool, picked up by this one
+    recovered: int  # events an earlier process left in the spool (lost to damage included)
     delivered: int  # acknowledged by Kafka
     failed: dict[str, int] = field(default_factory=dict)  # reason -> count; never delivered
     dropped: int = 0  # refused by the overflow policy (queue full, drop policy)
@@ -92,6 +93,7 @@ class Stats:
     queue_depth: int = 0  # messages in librdkafka's queue (incl. in flight)
     disabled: int = 0  # events skipped by a per-event-type switch (never accepted)
     leaves_omitted: int = 0  # events published without their leaves (size cap)
+    spool_set_aside: int = 0  # damaged spool segments found at start-up, set aside (corrupt/)
 
     @property
     def failed_total(self) -> int:
@@ -129,6 +131,7 @@ class Ledger:
         self.spooled_total = 0
         self.disabled = 0
         self.leaves_omitted = 0
+        self.spool_set_aside = 0
         self._last_failure_log = 0.0
         self._suppressed = 0
 
@@ -223,4 +226,5 @@ class Ledger:
                 spooled_total=self.spooled_total, delivered_bytes=self.delivered_bytes,
                 queue_depth=queue_depth,
                 disabled=self.disabled, leaves_omitted=self.leaves_omitted,
+                spool_set_aside=self.spool_set_aside,
             )

@@ -110,7 +110,11 @@ class KafkaRuntimeHooks:
         if settings.overflow == "spool":
             assert settings.spool_dir is not None
             spool = Spool(settings.spool_dir, self.producer_id, max_bytes=settings.spool_max_bytes)
-            ledger.recovered = spool.recovered
+            # Records a damaged segment lost: left by an earlier process, and failed.
+            ledger.recovered = spool.recovered + sum(spool.lost.values())
+            for reason, lost in spool.lost.items():
+                ledger.fail(reason, lost)
+            ledger.spool_set_aside = spool.set_aside
             backlog = spool
         else:
             backlog = MemoryBacklog(settings.held_max_events)

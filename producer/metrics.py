@@ -42,6 +42,8 @@ _COUNTERS = (
     ("leaves_omitted", "events_leaves_omitted",
      "Events published without their leaves (size cap)."),
     ("delivered_bytes", "delivered_bytes", "Value bytes Kafka acknowledged."),
+    ("spool_set_aside", "spool_segments_set_aside",
+     "Damaged spool segments found at start-up and set aside (never deleted)."),
 )
 # Gauges: how much is pending now.
 _GAUGES = (

@@ -17,20 +17,17 @@ import dataclasses
 import time
 from collections.abc import Callable
 from types import MethodType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from rlmesh_stream.producer.config import ProducerSettings
 from rlmesh_stream.producer.delivery import Ledger
 from rlmesh_stream.producer.encoding import PayloadEncoder
 from rlmesh_stream.producer.outcomes import Outcomes
-from rlmesh_stream.producer.records import Record
+from rlmesh_stream.producer.records import Headers, Record
 from rlmesh_stream.schemas.contract import headers as h
 from rlmesh_stream.schemas.contract.topics import EventType
-
-if TYPE_CHECKING:
-    from rlmesh_stream.producer.drainer import Drainer
 
 _STAMP = h.PRODUCER_SEQUENCE
 _OMITTED = h.LEAVES_OMITTED_BYTES
@@ -59,11 +56,26 @@ class Slot:
         self.prefix: bytes | None = None  # the wire-format prefix, once the schema id is known
 
 
+class DeliveryReports(Protocol):
+    """Where the hot path hands a record's fate (`drainer.Drainer`).
+
+    Named here so the publisher does not import the drainer: the drainer
+    imports the schema ids, which import `Slot` from this module.
+    """
+
+    def on_delivery(self, headers: Headers | bytes, err: KafkaError | None,
+                    msg: Message) -> None: ...
+
+    def refused(self, record: Record, exc: KafkaException) -> None: ...
+
+    def serve_inline(self) -> None: ...
+
+
 class Publisher:
     """Encodes, sequences and produces (or holds) each event the runtime hands the hook."""
 
     def __init__(self, settings: ProducerSettings, producer: Producer, ledger: Ledger,
-                 encoder: PayloadEncoder, outcomes: Outcomes, drainer: Drainer,
+                 encoder: PayloadEncoder, outcomes: Outcomes, drainer: DeliveryReports,
                  producer_id: str) -> None:
         self.closed = False
         # The `rlmesh.ps` value: this producer's prefix, then the sequence number.

@@ -9,7 +9,12 @@ delivered, so a crash mid-drain replays the segment: at-least-once, and the
 record headers (producer id + sequence) let a consumer drop the duplicates.
 
 A new process adopts the directories of dead ones (their lock is free) and
-drains them first, oldest first.
+drains them first, oldest first. A segment it cannot read whole (a torn
+tail, bytes a machine crash damaged, a record of an event type a newer
+version wrote, a directory named like a segment) is never deleted: the
+original is set aside in `<root>/corrupt/`, its intact records (found again
+past the damage through the CRC framing) are delivered, and the records
+lost are counted by kind (`lost`) and logged.
 """
 
 from __future__ import annotations
@@ -23,12 +28,16 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlmesh_stream.producer.records import Record, decode_records, encode_record
+from rlmesh_stream.producer.records import Damage, Record, encode_record, scan_records
 
 log = logging.getLogger(__name__)
 
 _LOCK_NAME = ".lock"
 _SUFFIX = ".seg"
+# Where segments this process cannot read whole are kept, beside the owners' directories; their
+# names end in `.bad`, not `.seg`, so no version of the spool takes them for a live segment.
+SET_ASIDE_DIR = "corrupt"
+_SET_ASIDE_SUFFIX = ".bad"
 
 
 def _try_lock(directory: Path) -> int | None:
@@ -88,38 +97,103 @@ class Spool:
         self._next_index = 0
         self._count = 0  # records on disk not yet handed out
         self._bytes = 0  # bytes on disk, handed out or not
+        # Found at start-up in the segments of dead owners: "spool:<damage kind>" -> records lost
+        # (`records.Damage`), and how many segments were set aside in `SET_ASIDE_DIR`.
+        self.lost: dict[str, int] = {}
+        self.set_aside = 0
         self.recovered = self._adopt_orphans()
 
     # -- start-up ----------------------------------------------------------
 
     def _adopt_orphans(self) -> int:
         """Queue the segments of every sibling directory whose process is gone."""
-        siblings = [p for p in self.root.iterdir() if p.is_dir() and p != self.directory]
+        siblings = [p for p in self.root.iterdir()
+                    if p.is_dir() and p != self.directory and p.name != SET_ASIDE_DIR]
         recovered = 0
         for sibling in sorted(siblings, key=lambda p: p.stat().st_mtime):
-            fd = _try_lock(sibling)
+            try:
+                fd = _try_lock(sibling)
+            except OSError as exc:
+                log.error("rlmesh-stream: spool directory %s cannot be locked (%s); its events "
+                          "are left there", sibling, exc)
+                continue
             if fd is None:
                 continue  # a live producer owns it
-            segments = sorted(sibling.glob("*" + _SUFFIX))
+            for stale in sibling.glob("*" + _SUFFIX + ".tmp"):  # a repair cut short
+                with contextlib.suppress(OSError):
+                    stale.unlink()
+            segments = [s for p in sorted(sibling.glob("*" + _SUFFIX))
+                        if (s := self._adopt_segment(p)) is not None]
             if not segments:
                 self._remove_dir(sibling, fd)
                 continue
             self._adopted[sibling] = fd
-            for path in segments:
-                data = path.read_bytes()
-                records, used = decode_records(data)
-                if used < len(data):
-                    log.warning("spool segment %s has %d trailing bytes that are not a whole "
-                                "record (a write cut short by a crash); they are ignored",
-                                path, len(data) - used)
-                self._ready.append(_Segment(path, len(records), len(data)))
-                self._count += len(records)
-                self._bytes += len(data)
-                recovered += len(records)
+            for segment in segments:
+                self._ready.append(segment)
+                self._count += segment.records
+                self._bytes += segment.nbytes
+                recovered += segment.records
         if recovered:
             log.info("spool: %d events left by an earlier process will be delivered first",
                      recovered)
         return recovered
+
+    def _adopt_segment(self, path: Path) -> _Segment | None:
+        """A dead owner's segment, ready to drain; a damaged one is first set aside and repaired.
+
+        None when nothing in it can be delivered (then it is set aside whole),
+        or when it is damaged and could not be set aside (then it is left in
+        place for the next process, and not delivered, so it is never deleted).
+        """
+        try:
+            data = path.read_bytes()
+        except OSError as exc:  # a directory named like a segment, a file we may not read
+            kept = self._set_aside(path, b"")
+            log.error("rlmesh-stream: spool segment %s cannot be read (%s); %s", path,
+                      exc.strerror or exc, _where(kept))
+            return None
+        scan = scan_records(data)
+        if not scan.damage:
+            return _Segment(path, len(scan.records), len(data))
+        clean = b"".join(data[start:end] for start, end in scan.frames)
+        kept = self._set_aside(path, clean)
+        delivered = (f"{len(scan.records)} intact records in it are delivered" if kept else
+                     "not delivered")
+        log.error("rlmesh-stream: spool segment %s is damaged: %s; %s; %s", path,
+                  "; ".join(_describe(d, len(data)) for d in scan.damage), delivered, _where(kept))
+        if kept is None:
+            return None
+        for kind, n in scan.lost().items():
+            self.lost[f"spool:{kind}"] = self.lost.get(f"spool:{kind}", 0) + n
+        return _Segment(path, len(scan.records), len(clean)) if clean else None
+
+    def _set_aside(self, path: Path, clean: bytes) -> Path | None:
+        """Keep `path` in `SET_ASIDE_DIR`, leaving its intact frames (`clean`, if any) in its place.
+
+        Crash-safe: the clean copy is written and synced first, the original
+        is linked aside, then the copy replaces it; a crash in between leaves
+        the original in place (and at worst a second copy aside). None when the
+        file system refused (the original then stays where it was).
+        """
+        try:
+            aside = self.root / SET_ASIDE_DIR
+            aside.mkdir(exist_ok=True)
+            target = _free_name(aside / f"{path.parent.name}-{path.name}{_SET_ASIDE_SUFFIX}")
+            if not clean:
+                os.rename(path, target)
+            else:
+                tmp = path.with_name(path.name + ".tmp")
+                _write_synced(tmp, clean)
+                try:
+                    os.link(path, target)
+                except OSError:  # no hard links here: a copy keeps the bytes as well
+                    _write_synced(target, path.read_bytes())
+                os.replace(tmp, path)
+        except OSError as exc:
+            log.error("rlmesh-stream: spool segment %s could not be set aside (%s)", path, exc)
+            return None
+        self.set_aside += 1
+        return target
 
     @staticmethod
     def _remove_dir(directory: Path, lock_fd: int) -> None:
@@ -157,7 +231,7 @@ class Spool:
             if not self._ready:
                 return None
             segment = self._ready.popleft()
-        records, _ = decode_records(segment.path.read_bytes())
+        records = scan_records(segment.path.read_bytes()).records
         with self._lock:
             self._count -= segment.records
         return SpoolBatch(self, segment, records)
@@ -212,3 +286,45 @@ class Spool:
             if fd is not None and not any(s.path.parent == directory for s in self._ready):
                 del self._adopted[directory]
                 self._remove_dir(directory, fd)
+
+
+def _describe(damage: Damage, size: int) -> str:
+    """One damaged span of a segment of `size` bytes, for the log line."""
+    about = "" if damage.exact else "about "
+    records = f"{about}{damage.records} record{'s' if damage.records != 1 else ''}"
+    where = f"bytes {damage.start}-{damage.end}"
+    if damage.kind == "torn-tail":
+        return f"{records} lost to a write cut short at the end ({where}: a torn tail)"
+    if damage.kind == "unreadable":
+        return (f"{records} with a valid CRC this version cannot decode ({where}: an event "
+                f"type it does not know, a newer version's?)")
+    if damage.end < size:
+        return (f"{records} lost to corrupt bytes in the middle ({where}); read on from the "
+                f"next intact record")
+    return f"{records} lost to corrupt bytes at the end ({where})"
+
+
+def _where(kept: Path | None) -> str:
+    if kept is None:
+        return "it is left in place (never deleted) and the next process tries again"
+    return f"the original is kept as {kept} (never deleted)"
+
+
+def _free_name(path: Path) -> Path:
+    n = 0
+    candidate = path
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}.{n}")
+    return candidate
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -6,11 +6,17 @@ read-only bind mount (EROFS). The rollout must neither crash nor hang: each
 event that cannot be spooled is counted failed with the OS error in the log,
 and once the registry is back everything that was spooled is delivered, once.
 Needs root (mount); skipped otherwise.
+
+And a spool a machine crash damaged: a producer leaves its events in the
+spool (Kafka unreachable, then closed), one byte in the middle of its segment
+is zeroed, and the next producer on that spool must deliver every other
+event and count the one it lost (no mount needed).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import subprocess
 import threading
@@ -31,6 +37,9 @@ from fault_harness import (
 )
 
 from rlmesh_stream.infra.cluster import LocalCluster
+from rlmesh_stream.infra.proc import free_port
+from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
+from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
 
 pytestmark = pytest.mark.timeout(600)
@@ -175,3 +184,53 @@ def test_spool_errors_are_logged_with_the_os_error(
     text = "\n".join(spool_errors)
     assert "No space left on device" in text
     assert "Read-only file system" in text
+
+
+def _left_in_the_spool(config: StreamConfig, spool: Path) -> ProducerRun:
+    """A producer whose every event ends in `spool`: Kafka unreachable, then closed."""
+    unreachable = dataclasses.replace(config, bootstrap=f"127.0.0.1:{free_port()}")
+    run = ProducerRun(config, seed=31, sessions=4, rate=0.0)
+    hooks = KafkaRuntimeHooks(config=unreachable, install_exit_handlers=False, overflow="spool",
+                              spool_dir=spool, startup_wait_s=30)
+    run.manifest = simulate_fleet(hooks, sessions=run.sessions, episodes=3, seed=run.seed,
+                                  rate=0.0, failure_rate=0.0)
+    run.stats = hooks.close(3)
+    return run
+
+
+def _zero_a_byte_in_the_middle(spool: Path) -> None:
+    """What a machine crash can leave: one byte of a written segment zeroed."""
+    segment = max(spool.rglob("*.seg"), key=lambda p: p.stat().st_size)
+    data = bytearray(segment.read_bytes())
+    at = len(data) // 2
+    while data[at] == 0:
+        at += 1
+    data[at] = 0
+    segment.write_bytes(bytes(data))
+
+
+def test_a_spool_a_crash_damaged_delivers_the_rest_and_counts_the_loss(
+    cluster: LocalCluster, postgres_dsn: str, tmp_path: Path, fault_table: FaultTable,
+) -> None:
+    spool = tmp_path / "spool"
+    config = scenario_config(cluster.bootstrap, cluster.registry_url)
+    sink = fresh_database(postgres_dsn)
+    dead = _left_in_the_spool(config, spool)
+    assert dead.stats is not None and dead.stats.spooled == dead.stats.accepted > 0
+    _zero_a_byte_in_the_middle(spool)
+    consumer = ConsumerProcess(config, sink, f"rlmesh-stream.{config.topic_prefix.split('.')[0]}",
+                               tmp_path, "damaged")
+    heir = ProducerRun(config, seed=32, sessions=2, rate=0.0,
+                       settings={"overflow": "spool", "spool_dir": spool})
+    heir.start()
+    heir.join(240)
+    wait_caught_up(config, sink)
+    assert consumer.stop() == 0
+
+    v = verdict("spool segment damaged by a crash (one byte zeroed mid-segment)", sink,
+                [dead, heir])
+    fault_table.add(v)
+    assert heir.stats is not None and heir.stats.failed == {"spool:corrupt": 1}
+    assert heir.stats.recovered == dead.stats.spooled
+    assert (v.counted_drops, v.lost, v.duplicates) == (1, 0, 0)
+    assert len(list((spool / "corrupt").iterdir())) == 1
