@@ -144,8 +144,8 @@ def catalog(check_only: bool) -> None:
 
 @schemas.command("sql")
 @click.option("--engine", type=click.Choice(["flink", "spark"]), required=True,
-              help="Flink SQL CREATE TABLEs (and the episodes view), or Spark reader schemas "
-                   "and a read snippet.")
+              help="Flink SQL CREATE TABLEs (and a view per consumer table), or Spark reader "
+                   "schemas and a read snippet.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write one file per topic here instead of printing.")
 @click.option("--bounded", is_flag=True,
@@ -158,11 +158,11 @@ def sql(config: StreamConfig, engine: str, out_dir: Path | None, bounded: bool) 
     outputs = (files.flink_files(config, bounded) if engine == "flink"
                else files.spark_files(config))
     if engine == "flink":
-        # The episodes view is the consumers' table definition rendered for Flink, so it
-        # lives with the tables (consumers/); only this command reaches for it.
-        from rlmesh_stream.consumers.flink_episodes import episodes_view
+        # The views are the consumers' table definitions rendered for Flink, so they
+        # live with the tables (consumers/flink/); only this command reaches for them.
+        from rlmesh_stream.consumers.flink import view_files
 
-        outputs["episodes_view.sql"] = episodes_view()
+        outputs.update(view_files())
     if out_dir is None:
         click.echo("\n\n".join(outputs.values()))
         return
