@@ -154,6 +154,15 @@ class FlinkJobError(Exception):
     """The Flink job failed; the message carries the end of its output."""
 
 
+def _failure(output: str) -> str:
+    """What a failed job printed, shortly: its exception messages (a Java stack's `Caused
+    by:` lines name the root cause, its `at` lines do not), else the end of its output."""
+    lines = output.strip().splitlines()
+    causes = [line.strip() for line in lines
+              if "Exception:" in line or "Error:" in line or line.startswith("Caused by:")]
+    return "\n".join(causes[-12:] if causes else lines[-30:])
+
+
 def run_sql(flink: FlinkArtifacts, statements: list[str], queries: Mapping[str, str],
             out_dir: Path, timeout: float = 600, *, inserts: Sequence[str] = (),
             streaming: bool = False) -> dict[str, list[dict[str, Any]]]:
@@ -177,8 +186,8 @@ def run_sql(flink: FlinkArtifacts, statements: list[str], queries: Mapping[str, 
     done = subprocess.run([str(flink.python), str(RUNNER), str(spec)], capture_output=True,
                           text=True, env=env, timeout=timeout, check=False)
     if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-30:])
-        raise FlinkJobError(f"the Flink job failed (exit {done.returncode}):\n{tail}")
+        raise FlinkJobError(f"the Flink job failed (exit {done.returncode}):\n"
+                            f"{_failure(done.stdout + done.stderr)}")
     rows: dict[str, list[dict[str, Any]]] = {}
     for name in queries:
         rows[name] = [json.loads(line) for part in sorted((out_dir / name).rglob("*"))

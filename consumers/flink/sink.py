@@ -7,15 +7,21 @@ PostgreSQL driver; `infra fetch --flink` fetches them) writes each change as
 `INSERT ... ON CONFLICT (key) DO UPDATE` when the sink table declares the view's key.
 The PostgreSQL table is the consumers' own definition of it (`tables.create_table_sql`),
 less the columns Flink cannot carry, so a report reads it as it reads the consumers'.
+
+Timestamps: the connector has no TIMESTAMP_LTZ, so a TIMESTAMPTZ column travels as a
+TIMESTAMP in Flink's session time zone (`table.local-time-zone`), which the PostgreSQL
+driver reads in the JVM's zone: the same instant as long as the session zone is left at
+its default, the JVM's.
 """
 
 from __future__ import annotations
 
 from rlmesh_stream.consumers.flink.render import FlinkView, flink_type, literal
-from rlmesh_stream.consumers.tables import Dialect, Table, create_table_sql
+from rlmesh_stream.consumers.tables import Column, Dialect, Table, create_table_sql
 from rlmesh_stream.schemas.engines.flink import quote
 
 SINK_PREFIX = "sink_"
+_WALL_TIME = "TIMESTAMP(3)"  # a TIMESTAMPTZ column in the sink (see the module doc)
 
 
 def postgres_table_sql(view: FlinkView) -> str:
@@ -26,8 +32,11 @@ def postgres_table_sql(view: FlinkView) -> str:
 
 def jdbc_sink_sql(view: FlinkView, jdbc_url: str, username: str = "",
                   password: str = "") -> str:
-    """Flink's `CREATE TEMPORARY TABLE sink_<view>`: the PostgreSQL table, upserted by key."""
-    columns = ",\n  ".join(f"{quote(c.name)} {flink_type(c)}" for c in view.columns)
+    """Flink's `CREATE TEMPORARY TABLE sink_<view>`: the PostgreSQL table, upserted by key.
+    The connector takes a username and a password together, or neither."""
+    if bool(username) != bool(password):
+        raise ValueError("Flink's JDBC connector takes a username and a password together")
+    columns = ",\n  ".join(f"{quote(c.name)} {_sink_type(c)}" for c in view.columns)
     keys = ", ".join(quote(k) for k in view.primary_key)
     props = {"connector": "jdbc", "url": jdbc_url, "table-name": view.name}
     if username:
@@ -39,8 +48,14 @@ def jdbc_sink_sql(view: FlinkView, jdbc_url: str, username: str = "",
             f"  PRIMARY KEY ({keys}) NOT ENFORCED\n) WITH (\n  {with_}\n)")
 
 
+def _sink_type(column: Column) -> str | None:
+    return _WALL_TIME if column.type == "TIMESTAMPTZ" else flink_type(column)
+
+
 def insert_sql(view: FlinkView) -> str:
     """The streaming job's statement: every change of the view into its sink table."""
-    names = ", ".join(quote(c.name) for c in view.columns)
+    names = ", ".join(
+        f"CAST({quote(c.name)} AS {_WALL_TIME}) AS {quote(c.name)}"
+        if c.type == "TIMESTAMPTZ" else quote(c.name) for c in view.columns)
     return (f"INSERT INTO {quote(SINK_PREFIX + view.name)} SELECT {names} "
             f"FROM {quote(view.name)}")

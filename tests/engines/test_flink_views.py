@@ -89,7 +89,8 @@ def streamed_rows(fleet_config: StreamConfig, views: dict[str, FlinkView], postg
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Rows]]:
     """Every view run as one streaming job, upserted into PostgreSQL tables by Flink's
     JDBC connector (`consumers/flink/sink.py`), read back when the job has finished (its
-    topic tables are bounded, so it ends at the end offsets it saw when it started)."""
+    topic tables are bounded, so it ends at the end offsets it saw when it started). The
+    test server trusts local connections: the password is not checked."""
     database = f"flink_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(postgres, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {database}")
@@ -106,7 +107,7 @@ def streamed_rows(fleet_config: StreamConfig, views: dict[str, FlinkView], postg
                                fleet_config.topic_prefix, bounded=True)
         statements = [*create_tables(options).values(),
                       *(v.create_sql() for v in views.values()),
-                      *(jdbc_sink_sql(v, jdbc, username="postgres") for v in views.values())]
+                      *(jdbc_sink_sql(v, jdbc, "postgres", "trusted") for v in views.values())]
         run_sql(flink, [s.rstrip().rstrip(";") for s in statements], {},
                 Path(tmp_path_factory.mktemp("flink-streaming")), streaming=True,
                 inserts=[insert_sql(v) for v in views.values()])
