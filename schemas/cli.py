@@ -150,19 +150,27 @@ def catalog(check_only: bool) -> None:
               help="Write one file per topic here instead of printing.")
 @click.option("--bounded", is_flag=True,
               help="Flink: stop at the end offsets seen at job start (a batch read).")
+@click.option("--jdbc-url", metavar="URL",
+              help="Flink: also write sinks.sql (every view upserted into PostgreSQL at this "
+                   "JDBC URL by a streaming job) and postgres_tables.sql (its tables).")
 @stream_options
-def sql(config: StreamConfig, engine: str, out_dir: Path | None, bounded: bool) -> None:
+def sql(config: StreamConfig, engine: str, out_dir: Path | None, bounded: bool,
+        jdbc_url: str | None) -> None:
     """Generate the DDL (or reader schemas) another engine needs to read the topics."""
     from rlmesh_stream.schemas.engines import files
 
+    if jdbc_url and engine != "flink":
+        raise click.UsageError("--jdbc-url writes Flink sinks: it needs --engine flink")
     outputs = (files.flink_files(config, bounded) if engine == "flink"
                else files.spark_files(config))
     if engine == "flink":
         # The views are the consumers' table definitions rendered for Flink, so they
         # live with the tables (consumers/flink/); only this command reaches for them.
-        from rlmesh_stream.consumers.flink import view_files
+        from rlmesh_stream.consumers.flink import sink_files, view_files
 
         outputs.update(view_files())
+        if jdbc_url:
+            outputs.update(sink_files(jdbc_url))
     if out_dir is None:
         click.echo("\n\n".join(outputs.values()))
         return

@@ -17,6 +17,7 @@ from datetime import timedelta
 from rlmesh_stream.consumers.builders.telemetry import DEFAULT_WINDOW
 from rlmesh_stream.consumers.flink import delivery, episodes, sessions, telemetry
 from rlmesh_stream.consumers.flink.render import FlinkView
+from rlmesh_stream.consumers.flink.sink import insert_sql, jdbc_sink_sql, postgres_table_sql
 
 VIEW_NAMES = ("episodes", "sessions", "advisories", "telemetry_rollups", "telemetry_sessions",
               "delivery_producers")
@@ -36,4 +37,18 @@ def view_files(window: timedelta = DEFAULT_WINDOW) -> dict[str, str]:
             for name, view in flink_views(window).items()}
 
 
-__all__ = ["VIEW_NAMES", "FlinkView", "flink_views", "view_files"]
+def sink_files(jdbc_url: str, window: timedelta = DEFAULT_WINDOW) -> dict[str, str]:
+    """A streaming job writing every view into PostgreSQL (`sink.py`): the tables to create
+    in PostgreSQL first, and the Flink sink tables with one statement set of INSERTs. No
+    credentials: add 'username' and 'password' to each sink's WITH clause."""
+    views = flink_views(window).values()
+    inserts = "".join(f"  {insert_sql(v)};\n" for v in views)
+    flink = "".join(f"{jdbc_sink_sql(v, jdbc_url)};\n\n" for v in views)
+    return {
+        "postgres_tables.sql": "".join(f"{postgres_table_sql(v)};\n" for v in views).rstrip(),
+        "sinks.sql": ("-- after the topic tables and the views; run in streaming mode\n"
+                      f"{flink}EXECUTE STATEMENT SET\nBEGIN\n{inserts}END;"),
+    }
+
+
+__all__ = ["VIEW_NAMES", "FlinkView", "flink_views", "sink_files", "view_files"]

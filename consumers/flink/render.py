@@ -248,12 +248,35 @@ class FlinkView:
                                     f"{self.query};")
 
 
+# What an order-dependent merge rule means in a view (the builder's order is the order it
+# read the records in; Flink's is its own): equal when all of a key's partial rows agree.
+_ARRIVAL = {
+    Merge.FIRST: "the first non-NULL value read, by each engine in its own order",
+    Merge.LAST: "the last non-NULL value read, by each engine in its own order",
+    Merge.FOLLOWS: "among the rows of the highest status, the builder keeps the first "
+                   "non-NULL value it read, Flink the largest as text",
+}
+
+
+def merge_differences(table: Table) -> tuple[str, ...]:
+    """Per order-dependent merge rule, the columns it decides and how the engines differ."""
+    notes = []
+    for merge, how in _ARRIVAL.items():
+        names = [c.name for c in view_columns(table)
+                 if c.merge is merge and c.name not in table.primary_key]
+        if names:
+            notes.append(f"{', '.join(names)} ({merge.name}): {how}; the same value when "
+                         "all of a key's events agree, as the runtime's do")
+    return tuple(notes)
+
+
 def table_view(table: Table, partials: tuple[Partial, ...],
                differences: tuple[str, ...] = ()) -> FlinkView:
-    """The view mirroring `table`, generated from its definition and merge rules."""
+    """The view mirroring `table`, generated from its definition and merge rules; its
+    header names what it leaves out and where an engine's reading order may show."""
     gone = left_out(table)
     notes = ((f"left out: {', '.join(gone)} (JSON: a MetaMap is recursive, no Flink type)",)
              if gone else ())
     return FlinkView(table.name, tuple(view_columns(table)), table.primary_key,
                      merged_sql(table, partials), f"`{table.name}` table",
-                     notes + differences)
+                     notes + merge_differences(table) + differences)

@@ -38,11 +38,7 @@ ADVISORY_PARTIALS = (
 
 
 def sessions_view() -> FlinkView:
-    return table_view(SESSIONS, SESSION_PARTIALS, (
-        "reason, total_steps, total_episodes: the builder keeps the first non-NULL value "
-        "it read among the rows of the highest status; Flink the largest (as text) of "
-        "them: equal unless a session ends twice with the same status and different values",
-    ))
+    return table_view(SESSIONS, SESSION_PARTIALS)
 
 
 def advisories_view() -> FlinkView:

@@ -87,13 +87,8 @@ def rollups_view(window: timedelta = DEFAULT_WINDOW) -> FlinkView:
         "*_total: count * value is rounded to 1e-9 half up (the builder: half even), from "
         "the value to 18 decimals when count and value are below 1e10, else from the value "
         "to 9 decimals; equal but for a value whose product ends exactly on a half",
-        "kind: the first non-NULL kind read, as in the builder (one metric has one kind)",
     ))
 
 
 def sessions_view() -> FlinkView:
-    return table_view(TELEMETRY_SESSIONS, SESSION_PARTIALS, (
-        "kind, count, avg, p50, p95, p99 (LAST): the builder keeps the last snapshot row it "
-        "read of a key, Flink the last it read: equal when a session sends its Session "
-        "snapshot once, as the runtime does",
-    ))
+    return table_view(TELEMETRY_SESSIONS, SESSION_PARTIALS)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from rlmesh_stream.consumers.builders.projection import Call, Const
 from rlmesh_stream.consumers.flink import VIEW_NAMES, flink_views
@@ -20,10 +22,11 @@ from rlmesh_stream.consumers.flink.render import (
     view_columns,
 )
 from rlmesh_stream.consumers.flink.sessions import SESSION_PARTIALS
-from rlmesh_stream.consumers.flink.sink import jdbc_sink_sql, postgres_table_sql
+from rlmesh_stream.consumers.flink.sink import insert_sql, jdbc_sink_sql, postgres_table_sql
 from rlmesh_stream.consumers.flink.telemetry import rollups_view
 from rlmesh_stream.consumers.records import meta_json
 from rlmesh_stream.consumers.tables import SESSIONS, TABLES_BY_NAME, Column, Merge
+from rlmesh_stream.schemas.cli import schemas
 from rlmesh_stream.schemas.topics import EventType
 
 
@@ -99,3 +102,24 @@ def test_a_jdbc_sink_upserts_by_the_view_key() -> None:
 def test_a_jdbc_sink_takes_username_and_password_together() -> None:
     with pytest.raises(ValueError, match="together"):
         jdbc_sink_sql(flink_views()["sessions"], "jdbc:postgresql://db/rl", username="rl")
+
+
+def test_schemas_sql_writes_the_postgres_sinks_when_given_a_jdbc_url(tmp_path: Path) -> None:
+    url = "jdbc:postgresql://db:5432/rl"
+    result = CliRunner().invoke(schemas, ["sql", "--engine", "flink", "--jdbc-url", url,
+                                          "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    tables = (tmp_path / "postgres_tables.sql").read_text()
+    sinks = (tmp_path / "sinks.sql").read_text()
+    for view in flink_views().values():
+        assert postgres_table_sql(view) in tables
+        assert f"{insert_sql(view)};" in sinks
+    assert f"'url' = '{url}'" in sinks and "EXECUTE STATEMENT SET" in sinks
+    assert "password" not in sinks
+
+
+def test_schemas_sql_refuses_a_jdbc_url_for_spark() -> None:
+    result = CliRunner().invoke(schemas, ["sql", "--engine", "spark", "--jdbc-url", "jdbc:x"])
+    assert result.exit_code == 2
+    assert "--jdbc-url writes Flink sinks: it needs --engine flink" in result.output
+    assert "Traceback" not in result.output

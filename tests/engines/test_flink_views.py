@@ -184,11 +184,14 @@ def test_the_delivery_view_counts_the_forged_duplicates_and_gaps(
 # What each view's header says Flink cannot say as the builder does (render.FlinkView).
 DIFFERENCES = {
     "episodes": "left out: final_info (JSON: a MetaMap is recursive",
-    "sessions": "the builder keeps the first non-NULL value it read among the rows of the "
-                "highest status; Flink the largest",
+    "sessions": "reason, total_steps, total_episodes (FOLLOWS): among the rows of the "
+                "highest status, the builder keeps the first non-NULL value it read, Flink "
+                "the largest as text",
+    "advisories": "env_id, env_component_id, model_component_id, lane (FIRST): the first "
+                  "non-NULL value read, by each engine in its own order",
     "telemetry_rollups": "rounded to 1e-9 half up (the builder: half even)",
-    "telemetry_sessions": "the builder keeps the last snapshot row it read of a key, Flink "
-                          "the last it read",
+    "telemetry_sessions": "kind, count, avg, p50, p95, p99 (LAST): the last non-NULL value "
+                          "read, by each engine in its own order",
     "delivery_producers": "a producer id that is not valid UTF-8",
 }
 
