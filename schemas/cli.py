@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -153,9 +154,12 @@ def catalog(check_only: bool) -> None:
 @click.option("--jdbc-url", metavar="URL",
               help="Flink: also write sinks.sql (every view upserted into PostgreSQL at this "
                    "JDBC URL by a streaming job) and postgres_tables.sql (its tables).")
+@click.option("--window", "window_s", type=float, default=60.0, show_default=True,
+              help="Flink: the telemetry_rollups view's tumbling window, seconds (as "
+                   "`consume telemetry --window`).")
 @stream_options
 def sql(config: StreamConfig, engine: str, out_dir: Path | None, bounded: bool,
-        jdbc_url: str | None) -> None:
+        jdbc_url: str | None, window_s: float) -> None:
     """Generate the DDL (or reader schemas) another engine needs to read the topics."""
     from rlmesh_stream.schemas.engines import files
 
@@ -168,9 +172,13 @@ def sql(config: StreamConfig, engine: str, out_dir: Path | None, bounded: bool,
         # live with the tables (consumers/flink/); only this command reaches for them.
         from rlmesh_stream.consumers.flink import sink_files, view_files
 
-        outputs.update(view_files())
+        window = timedelta(seconds=window_s)
+        try:
+            outputs.update(view_files(window))
+        except ValueError as exc:  # a window the views cannot compute
+            raise click.BadParameter(str(exc), param_hint="--window") from None
         if jdbc_url:
-            outputs.update(sink_files(jdbc_url))
+            outputs.update(sink_files(jdbc_url, window))
     if out_dir is None:
         click.echo("\n\n".join(outputs.values()))
         return

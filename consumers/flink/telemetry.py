@@ -51,9 +51,11 @@ def weighted_sql(count: str, value: str) -> Sql:
 
 
 def window_ms(window: timedelta) -> int:
+    """The window in ms: a positive whole number of them (the record timestamps' unit)."""
     ms, rest = divmod(window, timedelta(milliseconds=1))
     if rest or ms <= 0:
-        raise ValueError(f"a Flink view needs a window of whole milliseconds, got {window}")
+        raise ValueError("the telemetry window must be a positive whole number of "
+                         f"milliseconds, got {window.total_seconds()} s")
     return ms
 
 

@@ -105,7 +105,7 @@ def test_a_json_column_is_left_out_and_named_in_the_header() -> None:
 
 def test_a_rollup_window_must_be_whole_milliseconds() -> None:
     assert "60000" in rollups_view(timedelta(minutes=1)).query
-    with pytest.raises(ValueError, match="whole milliseconds"):
+    with pytest.raises(ValueError, match="positive whole number of milliseconds"):
         rollups_view(timedelta(microseconds=1500))
 
 
@@ -207,3 +207,19 @@ def test_the_declared_partial_rows_are_the_builders_rows(builder: Builder, table
     for want, got in zip(built, declared, strict=True):
         assert exact(got) == exact({c: want.get(c) for c in got})
         assert set(want) <= set(partial.columns), "a column the builder fills is not declared"
+
+
+def test_schemas_sql_writes_the_rollups_of_the_window_asked_for(tmp_path: Path) -> None:
+    result = CliRunner().invoke(schemas, ["sql", "--engine", "flink", "--window", "2.5",
+                                          "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    view = (tmp_path / "telemetry_rollups_view.sql").read_text()
+    assert "MOD(" in view and ", 2500))" in view and "60000" not in view
+
+
+def test_schemas_sql_names_a_window_the_views_cannot_compute() -> None:
+    result = CliRunner().invoke(schemas, ["sql", "--engine", "flink", "--window", "0.0005"])
+    assert result.exit_code == 2
+    assert "Invalid value for --window: the telemetry window must be a positive whole " \
+        "number of milliseconds, got 0.0005 s" in result.output
+    assert "Traceback" not in result.output
