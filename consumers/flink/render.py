@@ -7,7 +7,8 @@ batch (bounded) or updating (streaming) job alike:
 
 - FIRST, LAST: `FIRST_VALUE`, `LAST_VALUE` (the same value when all partial rows agree,
   as a session's route does; otherwise the builder keeps the first/last it read and Flink
-  the first/last it read: an order decided by arrival, see `DIFFERENCES`);
+  the first/last it read: an order decided by arrival, named in the view's header by
+  `merge_differences`);
 - MIN, MAX: as named; SUM: `SUM`, and as the upsert does, NULL only for a key of one
   partial row whose value is NULL (`COALESCE(old, 0) + COALESCE(new, 0)` otherwise);
 - RANK: the highest-ranked value (`Column.ranks`), NULL when none is ranked;
