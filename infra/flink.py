@@ -8,7 +8,8 @@ rows out; `flink_run.py`). The Kafka connector and the Confluent-registry Avro
 format come from Maven Central, fetched by Maven like Kafka's own jars.
 
 Layout under the cache (`infra/artifacts.py`, default `~/.cache/rlmesh-stream`):
-    flink-<version>/jars/*.jar   flink-sql-connector-kafka, flink-sql-avro-confluent-registry
+    flink-<version>/jars/*.jar   flink-sql-connector-kafka, flink-sql-avro-confluent-registry,
+                                 flink-connector-jdbc-core/-postgres, the PostgreSQL driver
     flink-<version>/pyflink/     the venv with apache-flink==<version>
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,17 @@ FLINK_VERSION = "2.3.0"
 # The Kafka connector is released apart from Flink; 5.0.0-2.2 is the newest for Flink 2.x
 # on Maven Central and runs on 2.3 (tests/engines).
 KAFKA_CONNECTOR_VERSION = "5.0.0-2.2"
+# The JDBC connector (a streaming view's upserting sink into PostgreSQL, see
+# consumers/flink/sink.py): 4.0.0-2.0 is the newest for Flink 2.x on Maven Central and
+# runs on 2.3 (tests/engines); it needs the PostgreSQL driver beside it.
+JDBC_CONNECTOR_VERSION = "4.0.0-2.0"
+POSTGRES_DRIVER_VERSION = "42.7.14"
 FLINK_JARS = (
     f"org.apache.flink:flink-sql-connector-kafka:{KAFKA_CONNECTOR_VERSION}",
     f"org.apache.flink:flink-sql-avro-confluent-registry:{FLINK_VERSION}",
+    f"org.apache.flink:flink-connector-jdbc-core:{JDBC_CONNECTOR_VERSION}",
+    f"org.apache.flink:flink-connector-jdbc-postgres:{JDBC_CONNECTOR_VERSION}",
+    f"org.postgresql:postgresql:{POSTGRES_DRIVER_VERSION}",
 )
 RUNNER = Path(__file__).with_name("flink_run.py")
 _COMPLETE = ".complete"
@@ -67,8 +76,13 @@ class FlinkArtifacts:
     def jars(self) -> list[Path]:
         return sorted(self.jars_dir.glob("*.jar"))
 
+    def _jars_cached(self) -> bool:
+        """The jars of `FLINK_JARS` are there (a cache of an older list is fetched again)."""
+        marker = self.jars_dir / _COMPLETE
+        return marker.exists() and marker.read_text() == _jars_marker()
+
     def is_cached(self) -> bool:
-        return (self.jars_dir / _COMPLETE).exists() and (self.venv / _COMPLETE).exists()
+        return self._jars_cached() and (self.venv / _COMPLETE).exists()
 
     def ensure(self) -> None:
         """Fetch the jars and build the PyFlink venv unless cached (minutes the first time)."""
@@ -76,7 +90,7 @@ class FlinkArtifacts:
             return
         self.home.mkdir(parents=True, exist_ok=True)
         with self.artifacts._lock():
-            if not (self.jars_dir / _COMPLETE).exists():
+            if not self._jars_cached():
                 self._fetch_jars()
             if not (self.venv / _COMPLETE).exists():
                 self._build_venv()
@@ -89,7 +103,7 @@ class FlinkArtifacts:
                                              f"-DoutputDirectory={staging}"])
         shutil.rmtree(self.jars_dir, ignore_errors=True)
         staging.rename(self.jars_dir)
-        (self.jars_dir / _COMPLETE).write_text(FLINK_VERSION)
+        (self.jars_dir / _COMPLETE).write_text(_jars_marker())
 
     def _build_venv(self) -> None:
         shutil.rmtree(self.venv, ignore_errors=True)
@@ -109,6 +123,10 @@ class FlinkArtifacts:
                         "check that pip reaches PyPI and retry `rlmesh-stream infra fetch "
                         "--flink`.")
         (self.venv / _COMPLETE).write_text(FLINK_VERSION)
+
+
+def _jars_marker() -> str:
+    return "\n".join(FLINK_JARS)
 
 
 # Flink 2.x runs on Java 11, 17 and 21; newer JDKs are not supported by it.
@@ -136,9 +154,21 @@ class FlinkJobError(Exception):
     """The Flink job failed; the message carries the end of its output."""
 
 
+def _failure(output: str) -> str:
+    """What a failed job printed, shortly: its exception messages (a Java stack's `Caused
+    by:` lines name the root cause, its `at` lines do not), else the end of its output."""
+    lines = output.strip().splitlines()
+    causes = [line.strip() for line in lines
+              if "Exception:" in line or "Error:" in line or line.startswith("Caused by:")]
+    return "\n".join(causes[-12:] if causes else lines[-30:])
+
+
 def run_sql(flink: FlinkArtifacts, statements: list[str], queries: Mapping[str, str],
-            out_dir: Path, timeout: float = 600) -> dict[str, list[dict[str, Any]]]:
-    """Run DDL `statements`, then every query in one batch job; each query's rows as dicts.
+            out_dir: Path, timeout: float = 600, *, inserts: Sequence[str] = (),
+            streaming: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """Run DDL `statements`, then every query (and `inserts`) in one job; each query's rows
+    as dicts. A batch job unless `streaming` (then only `inserts`: its sinks must take
+    updates, which Flink's filesystem sink does not).
 
     The rows travel as Flink's JSON format (BYTES base64, TIMESTAMP_LTZ as
     `yyyy-MM-dd HH:mm:ss.SSSZ` text), written by Flink's filesystem sink.
@@ -150,13 +180,14 @@ def run_sql(flink: FlinkArtifacts, statements: list[str], queries: Mapping[str, 
     spec = out_dir / "spec.json"
     spec.write_text(json.dumps({"jars": [str(j) for j in flink.jars()],
                                 "statements": statements, "queries": dict(queries),
+                                "inserts": list(inserts), "streaming": streaming,
                                 "out_dir": str(out_dir)}))
     env = {**os.environ, "JAVA_HOME": str(flink_java_home())}
     done = subprocess.run([str(flink.python), str(RUNNER), str(spec)], capture_output=True,
                           text=True, env=env, timeout=timeout, check=False)
     if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-30:])
-        raise FlinkJobError(f"the Flink job failed (exit {done.returncode}):\n{tail}")
+        raise FlinkJobError(f"the Flink job failed (exit {done.returncode}):\n"
+                            f"{_failure(done.stdout + done.stderr)}")
     rows: dict[str, list[dict[str, Any]]] = {}
     for name in queries:
         rows[name] = [json.loads(line) for part in sorted((out_dir / name).rglob("*"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -144,25 +145,40 @@ def catalog(check_only: bool) -> None:
 
 @schemas.command("sql")
 @click.option("--engine", type=click.Choice(["flink", "spark"]), required=True,
-              help="Flink SQL CREATE TABLEs (and the episodes view), or Spark reader schemas "
-                   "and a read snippet.")
+              help="Flink SQL CREATE TABLEs (and a view per consumer table), or Spark reader "
+                   "schemas and a read snippet.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write one file per topic here instead of printing.")
 @click.option("--bounded", is_flag=True,
               help="Flink: stop at the end offsets seen at job start (a batch read).")
+@click.option("--jdbc-url", metavar="URL",
+              help="Flink: also write sinks.sql (every view upserted into PostgreSQL at this "
+                   "JDBC URL by a streaming job) and postgres_tables.sql (its tables).")
+@click.option("--window", "window_s", type=float, default=60.0, show_default=True,
+              help="Flink: the telemetry_rollups view's tumbling window, seconds (as "
+                   "`consume telemetry --window`).")
 @stream_options
-def sql(config: StreamConfig, engine: str, out_dir: Path | None, bounded: bool) -> None:
+def sql(config: StreamConfig, engine: str, out_dir: Path | None, bounded: bool,
+        jdbc_url: str | None, window_s: float) -> None:
     """Generate the DDL (or reader schemas) another engine needs to read the topics."""
     from rlmesh_stream.schemas.engines import files
 
+    if jdbc_url and engine != "flink":
+        raise click.UsageError("--jdbc-url writes Flink sinks: it needs --engine flink")
     outputs = (files.flink_files(config, bounded) if engine == "flink"
                else files.spark_files(config))
     if engine == "flink":
-        # The episodes view is the consumers' table definition rendered for Flink, so it
-        # lives with the tables (consumers/); only this command reaches for it.
-        from rlmesh_stream.consumers.flink_episodes import episodes_view
+        # The views are the consumers' table definitions rendered for Flink, so they
+        # live with the tables (consumers/flink/); only this command reaches for them.
+        from rlmesh_stream.consumers.flink import sink_files, view_files
 
-        outputs["episodes_view.sql"] = episodes_view()
+        window = timedelta(seconds=window_s)
+        try:
+            outputs.update(view_files(window))
+        except ValueError as exc:  # a window the views cannot compute
+            raise click.BadParameter(str(exc), param_hint="--window") from None
+        if jdbc_url:
+            outputs.update(sink_files(jdbc_url, window))
     if out_dir is None:
         click.echo("\n\n".join(outputs.values()))
         return

@@ -150,8 +150,9 @@ def logs(home: Path | None, server: str, lines: int, follow: bool) -> None:
 @infra.command()
 @_stack_errors
 @click.option("--flink", is_flag=True,
-              help="Also Flink's Kafka and Avro-registry jars and PyFlink, in a venv of their "
-                   "own (for running `schemas sql --engine flink` output locally).")
+              help="Also Flink's Kafka, Avro-registry and JDBC (PostgreSQL) jars and PyFlink, "
+                   "in a venv of its own (for running `schemas sql --engine flink` output "
+                   "locally).")
 def fetch(flink: bool) -> None:
     """Download Kafka and the registry into the cache (what `up` would do first)."""
     from rlmesh_stream.infra.artifacts import Artifacts

@@ -1,8 +1,8 @@
-"""Fixtures of the engine tests: one simulated fleet (plus a few deep records) and one
-Flink job over it, per run.
+"""Fixtures of the engine tests: one simulated fleet (plus a few deep records and a
+producer with forged sequences) and one Flink job over it, per run.
 
 The fleet goes through the producer's own hook onto the stack; `flink_rows` runs
-the generated DDL (every topic's table, the episodes view) in a real local
+the generated DDL (every topic's table, every consumer table's view) in a real local
 PyFlink (`infra/flink.py`: its own venv, the connector jars from Maven Central)
 as one bounded batch job, because each Flink start costs tens of seconds here.
 """
@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from contract_samples.examples import box_space, discrete_space, example
 from contract_samples.strategies import deep_meta_map
 from publishing import close_delivered
 
-from rlmesh_stream.consumers.flink_episodes import VIEW_NAME, episodes_view
+from rlmesh_stream.consumers.flink import flink_views
+from rlmesh_stream.consumers.flink.render import FlinkView, quote
 from rlmesh_stream.infra.flink import FlinkArtifacts, run_sql
 from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
@@ -50,17 +51,51 @@ class Decoded:
 @pytest.fixture(scope="session")
 def fleet_config(stack: Any) -> StreamConfig:
     """A simulated fleet on the stack under a prefix of its own: 4 sessions of 2 lanes,
-    some failing (so some episodes are abandoned), published by KafkaRuntimeHooks."""
+    some failing (so some episodes are abandoned), and 2 lane-driven sessions, published
+    by KafkaRuntimeHooks; then records of a forging producer (`FORGED`)."""
     config = StreamConfig.from_env(env={}, bootstrap=stack.bootstrap,
                                    registry_url=stack.registry_url,
                                    topic_prefix=f"t{uuid.uuid4().hex[:10]}.rlmesh.runtime")
     ensure_topics(config, partitions=2, replication_factor=1)
     hooks = KafkaRuntimeHooks(config=config)
     simulate_fleet(hooks, sessions=4, lanes=2, episodes=3, seed=7, failure_rate=0.5,
-                   window_every=5)
+                   window_every=5, lane_driven=2)
     _publish_deep_shapes(hooks)
     close_delivered(hooks)
+    _publish_forged_sequences(config)
     return config
+
+
+# (headers, key) of copies of a log record whose delivery headers a forger wrote: a
+# duplicate 0 (twice, and once as "-0"), 1 missing, then 2; a sequence that is no number
+# and one above MAX_SEQUENCE (both invalid: left out); a version-1 producer at 3 (0-2
+# missing); and a `rlmesh.ps` without a producer id (invalid as a sequence).
+FORGED: tuple[dict[str, bytes], ...] = (
+    {"rlmesh.ps": b"forger:0"}, {"rlmesh.ps": b"forger:0"}, {"rlmesh.ps": b"forger:-0"},
+    {"rlmesh.ps": b"forger:2"}, {"rlmesh.ps": b"forger:x7"},
+    {"rlmesh.ps": b"forger:99999999999999999999"}, {"rlmesh.ps": b"forger:0005"},
+    {"rlmesh.producer_id": b"forger-v1", "rlmesh.seq": b"3"},
+    {"rlmesh.ps": b"nocolon"},
+)
+
+
+def _publish_forged_sequences(config: StreamConfig) -> None:
+    """Copies of one published log record's value, with `FORGED`'s headers."""
+    topic = EventType.LOG.topic(config.topic_prefix)
+    consumer = Consumer({**config.kafka_config(), "group.id": uuid.uuid4().hex,
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0), TopicPartition(topic, 1, 0)])
+        msg = consumer.poll(10)
+        assert msg is not None and msg.error() is None, "no log record to copy"
+        value = msg.value()
+    finally:
+        consumer.close()
+    producer = Producer(config.kafka_config())
+    for i, headers in enumerate(FORGED):
+        producer.produce(topic, value=value, key=f"forged-{i}".encode(),
+                         headers=list(headers.items()))
+    assert producer.flush(30) == 0
 
 
 def _publish_deep_shapes(hooks: KafkaRuntimeHooks) -> None:
@@ -120,13 +155,21 @@ def decoded(fleet_config: StreamConfig) -> dict[EventType, list[Decoded]]:
 @pytest.fixture(scope="session")
 def flink_rows(fleet_config: StreamConfig, tmp_path_factory: pytest.TempPathFactory
                ) -> Iterator[dict[str, list[dict[str, Any]]]]:
-    """What Flink reads with the generated DDL: every topic's table, and the episodes view."""
+    """What Flink reads with the generated DDL: every topic's table, and every view."""
     flink = FlinkArtifacts.from_env()
     flink.ensure()  # a no-op when `rlmesh-stream infra fetch --flink` ran (.ci/run)
     options = FlinkOptions(fleet_config.bootstrap, fleet_config.registry_url,
                            fleet_config.topic_prefix, bounded=True)
-    statements = [*create_tables(options).values(), episodes_view().rstrip(";")]
+    views = flink_views()
+    statements = [*create_tables(options).values(), *(v.create_sql() for v in views.values())]
     queries = {table_name(et): f"SELECT * FROM `{table_name(et)}`" for et in EVENT_TYPES}
-    queries[f"view_{VIEW_NAME}"] = f"SELECT * FROM `{VIEW_NAME}`"
+    queries.update({f"view_{name}": view_query(view) for name, view in views.items()})
     yield run_sql(flink, [s.rstrip().rstrip(";") for s in statements], queries,
                   Path(tmp_path_factory.mktemp("flink")))
+
+
+def view_query(view: FlinkView) -> str:
+    """Every column of the view; DECIMALs as text (JSON numbers would be read as floats)."""
+    return "SELECT " + ", ".join(
+        f"CAST({quote(c.name)} AS STRING) AS {quote(c.name)}" if c.type == "DECIMAL"
+        else quote(c.name) for c in view.columns) + f" FROM {quote(view.name)}"

@@ -12,9 +12,10 @@ import pytest
 from engine_values import flink_timestamp_ms
 
 from rlmesh_stream.consumers.builders import make_builders
-from rlmesh_stream.consumers.flink_episodes import VIEW_NAME, view_columns
+from rlmesh_stream.consumers.flink.render import view_columns
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import open_sink
+from rlmesh_stream.consumers.tables import EPISODES
 from rlmesh_stream.schemas.connection.config import StreamConfig
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
@@ -26,7 +27,7 @@ def _consumers_episodes(config: StreamConfig, path: Path) -> list[dict[str, Any]
         ConsumerRuntime(config, make_builders(["episodes"]), sink,
                         RuntimeOptions(group_id=f"g-{uuid.uuid4().hex[:8]}",
                                        from_beginning=True, until_end=True)).run()
-        names = [c.name for c in view_columns()]
+        names = [c.name for c in view_columns(EPISODES)]
         rows = sink.query(f"SELECT {', '.join(names)} FROM episodes")
     finally:
         sink.close()
@@ -50,7 +51,7 @@ def test_flink_episodes_view_equals_the_consumers_table(
     ours = {(r["session_id"], r["episode_record_id"]): _comparable(r)
             for r in _consumers_episodes(fleet_config, tmp_path / "tables.duckdb")}
     flink = {(r["session_id"], r["episode_record_id"]): _comparable(r)
-             for r in flink_rows[f"view_{VIEW_NAME}"]}
+             for r in flink_rows["view_episodes"]}
     assert sorted(flink) == sorted(ours)
     for key, row in ours.items():
         assert flink[key] == row, key

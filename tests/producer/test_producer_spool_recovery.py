@@ -18,8 +18,8 @@ from producer_samples import step
 from rlmesh_stream.producer.encoding import make_encoder
 from rlmesh_stream.producer.records import Record, encode_record
 from rlmesh_stream.producer.spool import SET_ASIDE_DIR, Spool
-from rlmesh_stream.schemas import headers as h
-from rlmesh_stream.schemas.topics import EventType
+from rlmesh_stream.schemas.contract import headers as h
+from rlmesh_stream.schemas.contract.topics import EventType
 
 DEAD_PRODUCER = uuid.uuid4().hex
 
