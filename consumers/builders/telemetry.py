@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import ClassVar
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
@@ -26,13 +26,23 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 _NANO = Decimal("1e-9")
+# The `*_total` columns are DECIMAL(38, 9): 29 digits before the point. A product is computed
+# with all 38 digits (Python's default context keeps 28 and raised InvalidOperation from 1e19
+# on), and one of 1e26 or more is left out like a non-finite value: a thousand such rows
+# still sum inside the column.
+_EXACT = Context(prec=38)
+_LARGEST = Decimal("1e26")
 
 
 def weighted(count: int, value: float) -> Decimal | None:
-    """count * value rounded to 1e-9, so sums of it are exact in any order."""
+    """count * value rounded to 1e-9, so sums of it are exact in any order; None when the
+    value is not finite or the product too large for the column to sum."""
     if not math.isfinite(value):
         return None
-    return (Decimal(count) * Decimal(value)).quantize(_NANO)
+    product = _EXACT.multiply(Decimal(count), Decimal(value))
+    if abs(product) >= _LARGEST:
+        return None
+    return product.quantize(_NANO, context=_EXACT)
 
 
 MIN_WINDOW_S = 0.001

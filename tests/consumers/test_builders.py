@@ -176,6 +176,23 @@ def test_a_rollup_row_shared_by_sessions_does_not_depend_on_their_order(tmp_path
     assert one == two
 
 
+def test_a_percentile_whose_weighted_sum_passes_28_digits_rolls_up(tmp_path: Any) -> None:
+    # count 1332 x p99 1.5e16 ~ 2e19: Python's default decimal context raised InvalidOperation
+    records = [_record(_snapshot(Horizon.WINDOW, 1332, 5e15), 1)]
+    _build(tmp_path, TelemetryBuilder(), [records], "x", "telemetry_rollups")
+    sink = open_sink(f"duckdb://{tmp_path / 'x'}.duckdb")
+    assert sink.query("SELECT count, avg, max_p99 FROM telemetry_rollups") == [
+        (1332, 5e15, 1.5e16)]
+
+
+def test_a_product_too_large_for_the_rollup_column_is_left_out_of_its_average(
+        tmp_path: Any) -> None:
+    records = [_record(_snapshot(Horizon.WINDOW, 10, 1e300), 1)]
+    _build(tmp_path, TelemetryBuilder(), [records], "x", "telemetry_rollups")
+    sink = open_sink(f"duckdb://{tmp_path / 'x'}.duckdb")
+    assert sink.query("SELECT count, avg FROM telemetry_rollups") == [(10, None)]
+
+
 def test_session_snapshot_rows_are_kept_exactly(tmp_path: Any) -> None:
     records = [_record(_snapshot(Horizon.SESSION, 40, 2.5), 1)]
     _build(tmp_path, TelemetryBuilder(), [records], "x", "telemetry_sessions")
