@@ -7,8 +7,6 @@ each topic) for small deployments and demos.
 
 from __future__ import annotations
 
-import logging
-import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +16,7 @@ from rlmesh_stream.consumers.builders import BUILDER_NAMES, make_builders
 from rlmesh_stream.consumers.builders.telemetry import MIN_WINDOW_S
 from rlmesh_stream.consumers.cli_options import reading_options
 from rlmesh_stream.consumers.runtime import ConsumerError, ConsumerRuntime, RuntimeOptions
-from rlmesh_stream.consumers.sinks import SinkError, open_sink, sink_option
+from rlmesh_stream.consumers.sinks import SinkError, SinkURL, open_sink, sink_option
 from rlmesh_stream.schemas.access import AccessDeniedError
 from rlmesh_stream.schemas.cli_options import stream_options
 from rlmesh_stream.schemas.config import StreamConfig
@@ -52,11 +50,9 @@ def _builder_command(name: str) -> click.Command:
                   envvar="RLMESH_STREAM_METRICS_PORT",
                   help="Serve Prometheus metrics on this port (/metrics; bind address "
                        "RLMESH_STREAM_METRICS_ADDR, default 0.0.0.0).")
-    def command(config: StreamConfig, sink: str, reading: dict[str, Any], steps: bool,
+    def command(config: StreamConfig, sink: SinkURL, reading: dict[str, Any], steps: bool,
                 window_s: float, instance_id: str | None, quiet: bool,
-                metrics_port: int | None) -> None:
-        logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                metrics_port: int | None) -> ConsumerRuntime:
         builders = make_builders([name], steps=steps, window=timedelta(seconds=window_s))
         reading["group_id"] = reading["group_id"] or f"rlmesh-stream.{name}"
         metrics = _serve_metrics(reading["group_id"], metrics_port)
@@ -82,9 +78,7 @@ def _builder_command(name: str) -> click.Command:
             store.close()
             if metrics is not None:
                 metrics.close()
-        if runtime.dead_letters:
-            click.echo(f"{runtime.dead_letters} undecodable records sent to the dead-letter "
-                       "topic", err=True)
+        return runtime  # its dead letters are counted by `reading_options`
 
     return command
 

@@ -1,17 +1,22 @@
-"""The command-line options of every command that reads the stream through `ConsumerRuntime`.
+"""The command-line options and epilogue of every command reading through `ConsumerRuntime`.
 
 `consume <builder>` and `export trajectories` read the topics the same way (a
 consumer group, where to start, when to stop, how often to checkpoint, where
 dead letters go), so they take the same options with the same checks, declared
-once here. Light on purpose: importing it pulls in click only, so a command can
-still report a missing extra before it imports the runtime.
+once here, and end the same way: warnings logged to stderr while they run, and one
+line counting the records sent to the dead-letter topic. A library a command needs
+that is not installed is left to the root command (`infra/cli.py`), which names the
+extra. Light on purpose: importing it pulls in click only, so a command can still
+report a missing extra before it imports the runtime.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import click
 
@@ -24,12 +29,20 @@ READING_FIELDS = ("group_id", "from_beginning", "until_end", "settle_time",
                   "checkpoint_interval", "max_batch", "dlq_topic")
 
 
+class Ran(Protocol):
+    """What a reading command returns: the runtime it ran (None when it was interrupted)."""
+
+    dead_letters: int
+
+
 def reading_options(*, default_group: str, store: str, until_end_help: str) -> Callable[[F], F]:
     """Add the reading options to a command; it receives them as one dict, `reading`.
 
     `reading` holds `RuntimeOptions` keyword arguments (`group_id` None when not given:
     the command knows its default, described by `default_group`); `--quiet` stays a
-    parameter of its own, since the runtime does not take it.
+    parameter of its own, since the runtime does not take it. Warnings are logged to
+    stderr from the start, and the runtime the command returns (a `Ran`) is reported on:
+    the records it dead-lettered, in one line.
     """
     options = [
         click.option("--group", "group_id", default=None,
@@ -56,8 +69,14 @@ def reading_options(*, default_group: str, store: str, until_end_help: str) -> C
     def decorate(command: F) -> F:
         @functools.wraps(command)
         def with_reading(*args: Any, **kwargs: Any) -> Any:
+            logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                                format="%(asctime)s %(levelname)s %(name)s: %(message)s")
             reading = {name: kwargs.pop(name) for name in READING_FIELDS}
-            return command(*args, reading=reading, **kwargs)
+            ran: Ran | None = command(*args, reading=reading, **kwargs)
+            if ran is not None and ran.dead_letters:
+                click.echo(f"{ran.dead_letters} undecodable records sent to the dead-letter "
+                           "topic", err=True)
+            return ran
 
         decorated: Any = with_reading
         for option in reversed(options):

@@ -39,7 +39,7 @@ from typing import Any, Literal
 import duckdb
 
 from rlmesh_stream.consumers.analysis.sql import q, sql_str
-from rlmesh_stream.consumers.sinks.url import SinkError, attach_duckdb, parse_sink_url
+from rlmesh_stream.consumers.sinks.url import SinkError, SinkURL, as_sink_url, attach_duckdb
 from rlmesh_stream.consumers.tables import EPISODES, is_consumers_own
 
 Mode = Literal["key", "asof"]
@@ -121,7 +121,7 @@ class JoinResult:
 # --------------------------------------------------------------------------- connection
 
 
-def connect(sink: str, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(sink: SinkURL | str, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the store attached as `store` (SinkError if it cannot be).
 
     DuckDB stores are attached directly (read-only unless a table is to be
@@ -129,7 +129,7 @@ def connect(sink: str, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
     is installed (it is never fetched at run time); without it, the episodes are
     copied out of PostgreSQL into the in-memory DuckDB (`join_postgres`).
     """
-    target = parse_sink_url(sink)
+    target = as_sink_url(sink)
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
@@ -138,14 +138,14 @@ def connect(sink: str, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
         elif _has_postgres_extension(con):
             options = "TYPE postgres" + ("" if writable else ", READ_ONLY")
             try:
-                con.execute(f"ATTACH '{sql_str(sink)}' AS store ({options})")
+                con.execute(f"ATTACH '{sql_str(target.url)}' AS store ({options})")
             except duckdb.Error as exc:
                 reason = str(exc).splitlines()[0]
                 raise SinkError(f"cannot attach {target.shown}: {reason}") from exc
         else:
             from rlmesh_stream.consumers.analysis.join_postgres import attach_episodes
 
-            attach_episodes(con, sink)
+            attach_episodes(con, target.url)
     except BaseException:
         con.close()
         raise
@@ -739,7 +739,8 @@ def aggregate(con: duckdb.DuckDBPyConnection, spec: JoinSpec,
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
-def write_table(con: duckdb.DuckDBPyConnection, name: str, sink: str | None = None) -> None:
+def write_table(con: duckdb.DuckDBPyConnection, name: str,
+                sink: SinkURL | str | None = None) -> None:
     """Replace `store.<name>` with the joined rows (in PostgreSQL itself for a copied store)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise JoinError(f"table name {name!r} must be a plain SQL identifier")
@@ -747,10 +748,11 @@ def write_table(con: duckdb.DuckDBPyConnection, name: str, sink: str | None = No
         raise JoinError(f"refusing to overwrite {name!r}: it is one of the consumers' own "
                         "tables or views (in any letter case); choose another --table name, "
                         "e.g. episodes_training")
-    if sink is not None and parse_sink_url(sink).is_postgres and _store_is_a_copy(con):
+    target = None if sink is None else as_sink_url(sink)
+    if target is not None and target.is_postgres and _store_is_a_copy(con):
         from rlmesh_stream.consumers.analysis.join_postgres import write_back
 
-        write_back(con, sink, name)
+        write_back(con, target.url, name)
         return
     con.execute(f"CREATE OR REPLACE TABLE store.{q(name)} AS SELECT * FROM joined")
 
