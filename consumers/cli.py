@@ -48,8 +48,9 @@ def _builder_command(name: str) -> click.Command:
                   help="Static group membership id: a restarted process takes over at once.")
     @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
                   envvar="RLMESH_STREAM_METRICS_PORT",
-                  help="Serve Prometheus metrics on this port (/metrics; bind address "
-                       "RLMESH_STREAM_METRICS_ADDR, default 0.0.0.0).")
+                  help="Serve Prometheus metrics on this port (/metrics; 0: a free port; "
+                       "the address served is printed). Bind address "
+                       "RLMESH_STREAM_METRICS_ADDR, default 0.0.0.0: all interfaces.")
     def command(config: StreamConfig, sink: SinkURL, reading: dict[str, Any], steps: bool,
                 window_s: float, instance_id: str | None, quiet: bool,
                 metrics_port: int | None) -> ConsumerRuntime:
@@ -86,7 +87,7 @@ def _builder_command(name: str) -> click.Command:
 def _serve_metrics(group_id: str, port: int | None) -> ConsumerMetrics | None:
     if port is None:
         return None
-    from rlmesh_stream.consumers.metrics import ConsumerMetrics
+    from rlmesh_stream.consumers.metrics import ADDR_ENV, ALL_INTERFACES, ConsumerMetrics
 
     metrics = ConsumerMetrics(group_id)
     try:
@@ -94,6 +95,12 @@ def _serve_metrics(group_id: str, port: int | None) -> ConsumerMetrics | None:
     except OSError as exc:
         raise click.ClickException(f"cannot serve metrics on port {port}: {exc.strerror}"
                                    ) from None
+    # Where, in one line: with --metrics-port 0 the port is known only now.
+    addr, bound = metrics.address or (ALL_INTERFACES, port)
+    host = f"[{addr}]" if ":" in addr else addr
+    where = (f" (all interfaces; set {ADDR_ENV} to bind one)"
+             if addr in (ALL_INTERFACES, "::") else "")
+    click.echo(f"serving metrics on http://{host}:{bound}/metrics{where}", err=True)
     return metrics
 
 
