@@ -18,7 +18,7 @@ from rlmesh_stream.consumers.cli_options import reading_options
 from rlmesh_stream.consumers.runtime import ConsumerError, ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import SinkError, SinkURL, open_sink, sink_option
 from rlmesh_stream.schemas.access import AccessDeniedError
-from rlmesh_stream.schemas.cli_options import stream_options
+from rlmesh_stream.schemas.cli_options import FiniteFloatRange, stream_options
 from rlmesh_stream.schemas.config import StreamConfig
 
 if TYPE_CHECKING:  # imported when used: rich and prometheus_client cost ~0.1 s each
@@ -42,7 +42,7 @@ def _builder_command(name: str) -> click.Command:
                                     "seen at start.")
     @click.option("--steps", is_flag=True, help="episodes: also build the per-lane-step table.")
     @click.option("--window", "window_s", default=60.0, show_default=True,
-                  type=click.FloatRange(min=MIN_WINDOW_S),
+                  type=FiniteFloatRange(min=MIN_WINDOW_S),
                   help="telemetry: tumbling window, seconds.")
     @click.option("--instance-id", default=None,
                   help="Static group membership id: a restarted process takes over at once.")

@@ -20,9 +20,12 @@ from typing import Any, Protocol, TypeVar
 
 import click
 
-from rlmesh_stream.schemas.cli_options import topic_name_callback
+from rlmesh_stream.schemas.cli_options import NON_NEGATIVE, POSITIVE, topic_name_callback
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+MAX_BATCH_LIMIT = 1_000_000
+"""The most records one checkpoint may hold: they are all in memory until it commits."""
 
 # The options' parameter names, as `RuntimeOptions` spells its fields.
 READING_FIELDS = ("group_id", "from_beginning", "until_end", "settle_time",
@@ -52,15 +55,16 @@ def reading_options(*, default_group: str, store: str, until_end_help: str) -> C
                           "record [default: where it ended when the process started; "
                           "a topic or partition created later, from its first record]."),
         click.option("--until-end", is_flag=True, help=until_end_help),
-        click.option("--settle-time", default=None, type=click.FloatRange(min=0),
+        click.option("--settle-time", default=None, type=NON_NEGATIVE,
                      help="--until-end: a process holding no partitions this many seconds "
                           "after joining, while the group's other members own them all, "
                           "stops [default: three session timeouts, 30 s]."),
         click.option("--checkpoint-interval", default=1.0, show_default=True,
-                     type=click.FloatRange(min=0),
+                     type=POSITIVE,
                      help=f"Seconds between checkpoints (one {store} commit each)."),
         click.option("--max-batch", default=20_000, show_default=True,
-                     type=click.IntRange(min=1), help="Records per checkpoint at most."),
+                     type=click.IntRange(1, MAX_BATCH_LIMIT),
+                     help="Records per checkpoint at most (held in memory until it commits)."),
         click.option("--dlq-topic", default=None, callback=topic_name_callback,
                      help="Dead-letter topic [default: <prefix>.dlq]"),
         click.option("--quiet", is_flag=True, help="No progress output."),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -54,6 +55,27 @@ def check_registry_url(url: str) -> str:
 topic_name_callback = _check(check_topic_name)
 
 
+class FiniteFloatRange(click.FloatRange):
+    """A `click.FloatRange` that also refuses NaN and the infinities.
+
+    A plain range lets them through: every comparison with NaN is false, and a range
+    with no maximum has no bound for infinity to break. No interval, rate or timeout of
+    ours can work with either.
+    """
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+# The shared number types: a duration or rate that must be more than 0, or may be 0.
+POSITIVE = FiniteFloatRange(min=0, min_open=True)
+NON_NEGATIVE = FiniteFloatRange(min=0)
+
+
 # One line per connection option: the `StreamConfig` field it sets, its help and its check
 # (a click type or callback). The flag (`--registry-url`), the environment variable
 # (`RLMESH_STREAM_REGISTRY_URL`) and the default all come from the field, so nothing about an
@@ -75,7 +97,7 @@ _OPTIONS: dict[str, dict[str, Any]] = {
     "registry_password": {"help": "Registry password (prefer the environment variable)."},
     "registry_ca_location": {"help": "CA file for the registry's TLS."},
     "registry_timeout": {"help": "Seconds one schema registry request may take.",
-                         "type": click.FloatRange(min=0, min_open=True)},
+                         "type": POSITIVE},
 }
 
 

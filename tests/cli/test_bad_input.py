@@ -34,6 +34,7 @@ class BadInput:
 
 
 SINK = "--sink=duckdb://{tmp_path}/store.duckdb"
+OFFLINE = ("--until-end", "--quiet", SINK, "--bootstrap", "127.0.0.1:{closed_port}")
 
 CASES: list[BadInput] = [
     # -- consume: options checked when the command line is parsed
@@ -74,6 +75,44 @@ CASES: list[BadInput] = [
     BadInput("infra up --kafka-port 99999", ("infra", "up", "--kafka-port", "99999"),
              ("--kafka-port", "99999")),
     BadInput("simulate --sessions -1", ("simulate", "--sessions", "-1"), ("--sessions", "-1")),
+    # -- numbers no range check sees through (NaN, infinity) and sizes nothing can hold;
+    #    Kafka is unreachable in these rows, so a command that accepted one would fail later
+    #    naming Kafka, not the option
+    BadInput("consume --checkpoint-interval nan",
+             ("consume", "episodes", "--checkpoint-interval", "nan", *OFFLINE),
+             ("--checkpoint-interval", "nan")),
+    BadInput("consume --checkpoint-interval inf",
+             ("consume", "episodes", "--checkpoint-interval", "inf", *OFFLINE),
+             ("--checkpoint-interval", "inf")),
+    BadInput("consume --settle-time nan",
+             ("consume", "episodes", "--settle-time", "nan", *OFFLINE), ("--settle-time", "nan")),
+    BadInput("consume --registry-timeout nan",
+             ("consume", "episodes", "--registry-timeout", "nan", *OFFLINE),
+             ("--registry-timeout", "nan")),
+    BadInput("schemas register --registry-timeout inf",
+             ("schemas", "register", "--registry-timeout", "inf", "--registry-url",
+              "http://127.0.0.1:{closed_port}/apis/ccompat/v7"),
+             ("--registry-timeout", "inf")),
+    BadInput("consume --max-batch above any memory",
+             ("consume", "episodes", "--max-batch", "99999999999999999999", *OFFLINE),
+             ("--max-batch", "99999999999999999999")),
+    BadInput("export --checkpoint-interval 0",
+             ("export", "trajectories", "--out", "{tmp_path}/dataset", "--format", "parquet",
+              "--checkpoint-interval", "0", "--until-end", "--quiet",
+              "--bootstrap", "127.0.0.1:{closed_port}"),
+             ("--checkpoint-interval", "0")),
+    BadInput("simulate --sessions 0",
+             ("simulate", "--sessions", "0", "--bootstrap", "127.0.0.1:{closed_port}",
+              "--flush-timeout", "1"),
+             ("--sessions", "0")),
+    BadInput("simulate --rate nan",
+             ("simulate", "--rate", "nan", "--bootstrap", "127.0.0.1:{closed_port}",
+              "--flush-timeout", "1"),
+             ("--rate", "nan")),
+    BadInput("topics create --partitions above librdkafka's limit",
+             ("topics", "create", "--partitions", "100000000",
+              "--bootstrap", "127.0.0.1:{closed_port}"),
+             ("--partitions", "100000000")),
     # -- consume --until-end that could never end
     BadInput("consume --until-end with a prefix no topic has",
              ("consume", "episodes", "--until-end", "--quiet", SINK, "--bootstrap",
