@@ -222,7 +222,7 @@ def load_training_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> list[st
         try:
             detected = _describe(con, _reader(path, fmt))
         except duckdb.Error as exc:
-            raise JoinError(f"cannot read {path} as {fmt}: {exc}") from exc
+            raise _unreadable(path, fmt, exc) from exc
         relation = _reader(path, fmt)
     cols = spec.columns
     needed = {"step": cols.step}
@@ -252,8 +252,13 @@ def load_training_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> list[st
         types = dict(detected)
         types[cols.time] = "VARCHAR"
         relation = _reader(path, fmt, types if fmt == "jsonl" else {cols.time: "VARCHAR"})
-    con.execute(f"CREATE OR REPLACE TEMP TABLE training_log_raw AS "
-                f"SELECT *, row_number() OVER () AS _row FROM {relation}")
+    try:  # the whole file is read here (DESCRIBE samples its start)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE training_log_raw AS "
+                    f"SELECT *, row_number() OVER () AS _row FROM {relation}")
+    except duckdb.Error as exc:
+        if path is None or fmt == "arrow":
+            raise
+        raise _unreadable(path, fmt, exc) from exc
     time_type = _describe(con, "training_log_raw")[cols.time] if has_time else None
     at_sql = _time_sql(con, spec, time_type) if has_time else "NULL::TIMESTAMPTZ"
     con.execute(f"CREATE OR REPLACE TEMP TABLE training_log AS "
@@ -261,6 +266,13 @@ def load_training_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> list[st
     if con.execute("SELECT COUNT(*) FROM training_log").fetchone() == (0,):
         raise JoinError(f"training log {spec.log_name} has no rows")
     return list(detected)
+
+
+def _unreadable(path: Path, fmt: str, exc: duckdb.Error) -> JoinError:
+    """DuckDB's refusal of a log file as one line: its first, without the SQL it quotes."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    reason = lines[0] if lines else type(exc).__name__
+    return JoinError(f"cannot read training log {path} as {fmt}: {reason}")
 
 
 def _tool_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> str | None:

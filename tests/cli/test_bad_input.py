@@ -34,6 +34,7 @@ class BadInput:
 
 
 SINK = "--sink=duckdb://{tmp_path}/store.duckdb"
+MLFLOW_RUN = ("--mlflow-run", "0123456789abcdef", "--checkpoint-step", r"ckpt-(\d+)")
 OFFLINE = ("--until-end", "--quiet", SINK, "--bootstrap", "127.0.0.1:{closed_port}")
 
 CASES: list[BadInput] = [
@@ -187,6 +188,29 @@ CASES: list[BadInput] = [
     BadInput("join --by asof with a NaN time",
              ("join", "--by", "asof", "--sink", "duckdb://{empty_store}", "--log", "{nan_log}"),
              ("not finite", "line 2")),
+    BadInput("join --mlflow-tracking-uri sqlite:/// naming a file that is no database",
+             ("join", "--sink", "duckdb://{empty_store}", *MLFLOW_RUN,
+              "--mlflow-tracking-uri", "sqlite:///{not_a_database}"),
+             ("mlflow.db", "not an SQLite database")),
+    BadInput("join --mlflow-tracking-uri sqlite:/// at a mistyped path",
+             ("join", "--sink", "duckdb://{empty_store}", *MLFLOW_RUN,
+              "--mlflow-tracking-uri", "sqlite:///{tmp_path}/mlfow/mlflow.db"),
+             ("mlfow/mlflow.db", "does not exist")),
+    BadInput("join --log with malformed JSONL",
+             ("join", "--sink", "duckdb://{empty_store}", "--log", "{malformed_jsonl}"),
+             ("broken.jsonl", "Malformed JSON")),
+    BadInput("join --log with a .parquet file that is not Parquet",
+             ("join", "--sink", "duckdb://{empty_store}", "--log", "{not_parquet}"),
+             ("train.parquet", "as parquet")),
+    BadInput("join --log with an event record claiming 2^40 bytes",
+             ("join", "--sink", "duckdb://{empty_store}", "--log", "{event_claiming_2_40}",
+              "--checkpoint-step", r"ckpt-(\d+)"),
+             ("events.out.tfevents.1099511627776", "corrupt", "claims 1099511627776 bytes")),
+    BadInput("join --log with an event record claiming 2^64-1 bytes",
+             ("join", "--sink", "duckdb://{empty_store}", "--log", "{event_claiming_2_64}",
+              "--checkpoint-step", r"ckpt-(\d+)"),
+             ("events.out.tfevents.18446744073709551615", "corrupt",
+              "claims 18446744073709551615 bytes")),
 ]
 
 
