@@ -53,7 +53,7 @@ def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
         run_export,
     )
     from rlmesh_stream.consumers.progress import Progress
-    from rlmesh_stream.consumers.runtime import RuntimeOptions
+    from rlmesh_stream.consumers.runtime import ConsumerError, RuntimeOptions
 
     try:
         check_dataset_id(dataset_id)
@@ -64,7 +64,7 @@ def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
         runtime_options = RuntimeOptions(**reading)
         progress = None if quiet else Progress("export trajectories")
         sink, runtime = run_export(config, options, runtime_options, progress=progress)
-    except (DatasetError, AccessDeniedError) as exc:
+    except (DatasetError, AccessDeniedError, ConsumerError) as exc:  # as `consume` does
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
         return None
