@@ -7,8 +7,6 @@ each topic) for small deployments and demos.
 
 from __future__ import annotations
 
-import logging
-import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -18,9 +16,9 @@ from rlmesh_stream.consumers.builders import BUILDER_NAMES, make_builders
 from rlmesh_stream.consumers.builders.telemetry import MIN_WINDOW_S
 from rlmesh_stream.consumers.cli_options import reading_options
 from rlmesh_stream.consumers.runtime import ConsumerError, ConsumerRuntime, RuntimeOptions
-from rlmesh_stream.consumers.sinks import SinkError, open_sink, sink_option
+from rlmesh_stream.consumers.sinks import SinkError, SinkURL, open_sink, sink_option
 from rlmesh_stream.schemas.connection.access import AccessDeniedError
-from rlmesh_stream.schemas.connection.cli_options import stream_options
+from rlmesh_stream.schemas.connection.cli_options import FiniteFloatRange, stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
 
 if TYPE_CHECKING:  # imported when used: rich and prometheus_client cost ~0.1 s each
@@ -44,19 +42,18 @@ def _builder_command(name: str) -> click.Command:
                                     "seen at start.")
     @click.option("--steps", is_flag=True, help="episodes: also build the per-lane-step table.")
     @click.option("--window", "window_s", default=60.0, show_default=True,
-                  type=click.FloatRange(min=MIN_WINDOW_S),
+                  type=FiniteFloatRange(min=MIN_WINDOW_S),
                   help="telemetry: tumbling window, seconds.")
     @click.option("--instance-id", default=None,
                   help="Static group membership id: a restarted process takes over at once.")
     @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
                   envvar="RLMESH_STREAM_METRICS_PORT",
-                  help="Serve Prometheus metrics on this port (/metrics; bind address "
-                       "RLMESH_STREAM_METRICS_ADDR, default 0.0.0.0).")
-    def command(config: StreamConfig, sink: str, reading: dict[str, Any], steps: bool,
+                  help="Serve Prometheus metrics on this port (/metrics; 0: a free port; "
+                       "the address served is printed). Bind address "
+                       "RLMESH_STREAM_METRICS_ADDR, default 0.0.0.0: all interfaces.")
+    def command(config: StreamConfig, sink: SinkURL, reading: dict[str, Any], steps: bool,
                 window_s: float, instance_id: str | None, quiet: bool,
-                metrics_port: int | None) -> None:
-        logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                metrics_port: int | None) -> ConsumerRuntime:
         builders = make_builders([name], steps=steps, window=timedelta(seconds=window_s))
         reading["group_id"] = reading["group_id"] or f"rlmesh-stream.{name}"
         metrics = _serve_metrics(reading["group_id"], metrics_port)
@@ -82,9 +79,7 @@ def _builder_command(name: str) -> click.Command:
             store.close()
             if metrics is not None:
                 metrics.close()
-        if runtime.dead_letters:
-            click.echo(f"{runtime.dead_letters} undecodable records sent to the dead-letter "
-                       "topic", err=True)
+        return runtime  # its dead letters are counted by `reading_options`
 
     return command
 
@@ -92,7 +87,7 @@ def _builder_command(name: str) -> click.Command:
 def _serve_metrics(group_id: str, port: int | None) -> ConsumerMetrics | None:
     if port is None:
         return None
-    from rlmesh_stream.consumers.metrics import ConsumerMetrics
+    from rlmesh_stream.consumers.metrics import ADDR_ENV, ALL_INTERFACES, ConsumerMetrics
 
     metrics = ConsumerMetrics(group_id)
     try:
@@ -100,6 +95,12 @@ def _serve_metrics(group_id: str, port: int | None) -> ConsumerMetrics | None:
     except OSError as exc:
         raise click.ClickException(f"cannot serve metrics on port {port}: {exc.strerror}"
                                    ) from None
+    # Where, in one line: with --metrics-port 0 the port is known only now.
+    addr, bound = metrics.address or (ALL_INTERFACES, port)
+    host = f"[{addr}]" if ":" in addr else addr
+    where = (f" (all interfaces; set {ADDR_ENV} to bind one)"
+             if addr in (ALL_INTERFACES, "::") else "")
+    click.echo(f"serving metrics on http://{host}:{bound}/metrics{where}", err=True)
     return metrics
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 ADDR_ENV = "RLMESH_STREAM_METRICS_ADDR"
+ALL_INTERFACES = "0.0.0.0"  # the default bind address, as Prometheus exporters have it
 PREFIX = "rlmesh_stream_consumer"
 TICK_S = 1.0
 
@@ -50,12 +51,15 @@ class ConsumerMetrics:
         self._ticked = 0.0
         self._lagged: set[tuple[str, int]] = set()  # partitions with a lag series
         self._server: Any = None
+        self.address: tuple[str, int] | None = None  # where `serve` bound, once it has
 
     def serve(self, port: int, addr: str | None = None) -> int:
-        """Serve /metrics on `port` (0: any free port); returns the port."""
-        self._server, _ = start_http_server(
-            port, addr=addr or os.environ.get(ADDR_ENV, "0.0.0.0"), registry=self.registry)
-        return int(self._server.server_port)
+        """Serve /metrics on `port` (0: any free port) at `addr` (default: $ADDR_ENV, else
+        every interface); returns the port, and `address` is then (address, port)."""
+        addr = addr or os.environ.get(ADDR_ENV, ALL_INTERFACES)
+        self._server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        self.address = (addr, int(self._server.server_port))
+        return self.address[1]
 
     def close(self) -> None:
         if self._server is not None:

@@ -7,8 +7,10 @@ command pays only for the libraries it needs.
 
 Options shared by several commands live in one module each:
 `rlmesh_stream.schemas.connection.cli_options` (how to reach Kafka and the schema registry,
-`stream_options`) and `rlmesh_stream.consumers.sinks.url` (the `--sink` store,
-`sink_option`).
+`stream_options`, one option per `StreamConfig` field), `rlmesh_stream.consumers.sinks.url`
+(the `--sink` store, `sink_option`, parsed into a `SinkURL`) and
+`rlmesh_stream.consumers.cli_options` (how `consume` and `export` read the stream, and
+their shared epilogue: logging, the dead-letter line).
 
 A command whose optional dependency is not installed (DuckDB for `consume`,
 matplotlib for `join --plot`, ...) fails with one line naming the extra to

@@ -20,6 +20,13 @@ from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
 
 DRIFT_EXIT_CODE = 3
+# The largest values librdkafka and Kafka take: librdkafka refuses more partitions or
+# replicas than these (RD_KAFKAP_PARTITIONS_MAX, RD_KAFKAP_BROKERS_MAX) with a raw
+# ValueError; retention.ms is a Java long, max.message.bytes a Java int.
+MAX_PARTITIONS = 100_000
+MAX_REPLICATION_FACTOR = 10_000
+MAX_LONG = 2**63 - 1
+MAX_INT = 2**31 - 1
 
 
 @click.group()
@@ -29,13 +36,14 @@ def topics() -> None:
 
 @topics.command()
 @stream_options
-@click.option("--partitions", type=click.IntRange(min=1), default=DEFAULT_PARTITIONS,
+@click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), default=DEFAULT_PARTITIONS,
               show_default=True)
-@click.option("--replication-factor", type=click.IntRange(min=1), default=None,
+@click.option("--replication-factor", type=click.IntRange(1, MAX_REPLICATION_FACTOR),
+              default=None,
               help="[default: min(3, live brokers)]")
-@click.option("--retention-ms", type=click.IntRange(min=-1), default=DEFAULT_RETENTION_MS,
+@click.option("--retention-ms", type=click.IntRange(-1, MAX_LONG), default=DEFAULT_RETENTION_MS,
               show_default=True, help="How long records are kept; -1: forever.")
-@click.option("--max-message-bytes", type=click.IntRange(min=MIN_MAX_MESSAGE_BYTES),
+@click.option("--max-message-bytes", type=click.IntRange(MIN_MAX_MESSAGE_BYTES, MAX_INT),
               default=DEFAULT_MAX_MESSAGE_BYTES, show_default=True,
               help="Largest record batch a topic accepts.")
 def create(config: StreamConfig, partitions: int, replication_factor: int | None,

@@ -9,7 +9,12 @@ from typing import Any
 
 import click
 
-from rlmesh_stream.schemas.connection.cli_options import stream_options
+from rlmesh_stream.schemas.connection.cli_options import (
+    NON_NEGATIVE,
+    POSITIVE,
+    FiniteFloatRange,
+    stream_options,
+)
 from rlmesh_stream.schemas.connection.config import StreamConfig
 
 
@@ -24,9 +29,9 @@ from rlmesh_stream.schemas.connection.config import StreamConfig
               help="Extra lane-driven sessions: one per lane of one shared endpoint "
                    "(route.lane set).")
 @click.option("--seed", default=0, show_default=True, help="Same seed, same events.")
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--rate", type=POSITIVE, default=None,
               help="Events per second to emit at (default: as fast as possible).")
-@click.option("--failure-rate", type=click.FloatRange(0, 1), default=0.15, show_default=True,
+@click.option("--failure-rate", type=FiniteFloatRange(0, 1), default=0.15, show_default=True,
               help="Fraction of sessions that fail midway.")
 @click.option("--format", "fmt", type=click.Choice(["avro", "protobuf"]), default="avro",
               show_default=True, help="Wire format of the payloads.")
@@ -34,7 +39,7 @@ from rlmesh_stream.schemas.connection.config import StreamConfig
               help="Spill to this directory when Kafka cannot keep up (default: drop).")
 @click.option("--manifest", "manifest_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Write the manifest JSON here (default: print a summary only).")
-@click.option("--flush-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+@click.option("--flush-timeout", type=NON_NEGATIVE, default=60.0, show_default=True,
               help="Seconds to wait for delivery at the end.")
 @stream_options
 def simulate(config: StreamConfig, sessions: int, lanes: int, episodes: int, lane_driven: int,
@@ -49,6 +54,9 @@ def simulate(config: StreamConfig, sessions: int, lanes: int, episodes: int, lan
     status), every session (status, advisories, telemetry rows) and the
     event counts, for checking tables against.
     """
+    if sessions == 0 and lane_driven == 0:
+        raise click.BadParameter("0, and no --lane-driven sessions either: nothing to "
+                                 "simulate", param_hint="'--sessions'")
     from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
     from rlmesh_stream.producer.simulator import simulate_fleet
 

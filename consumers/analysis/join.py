@@ -39,7 +39,7 @@ from typing import Any, Literal
 import duckdb
 
 from rlmesh_stream.consumers.analysis.sql import q, sql_str
-from rlmesh_stream.consumers.sinks.url import SinkError, attach_duckdb, parse_sink_url
+from rlmesh_stream.consumers.sinks.url import SinkError, SinkURL, as_sink_url, attach_duckdb
 from rlmesh_stream.consumers.tables import EPISODES, is_consumers_own
 
 Mode = Literal["key", "asof"]
@@ -121,7 +121,7 @@ class JoinResult:
 # --------------------------------------------------------------------------- connection
 
 
-def connect(sink: str, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(sink: SinkURL | str, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the store attached as `store` (SinkError if it cannot be).
 
     DuckDB stores are attached directly (read-only unless a table is to be
@@ -129,7 +129,7 @@ def connect(sink: str, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
     is installed (it is never fetched at run time); without it, the episodes are
     copied out of PostgreSQL into the in-memory DuckDB (`join_postgres`).
     """
-    target = parse_sink_url(sink)
+    target = as_sink_url(sink)
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
@@ -138,14 +138,14 @@ def connect(sink: str, *, writable: bool = False) -> duckdb.DuckDBPyConnection:
         elif _has_postgres_extension(con):
             options = "TYPE postgres" + ("" if writable else ", READ_ONLY")
             try:
-                con.execute(f"ATTACH '{sql_str(sink)}' AS store ({options})")
+                con.execute(f"ATTACH '{sql_str(target.url)}' AS store ({options})")
             except duckdb.Error as exc:
                 reason = str(exc).splitlines()[0]
                 raise SinkError(f"cannot attach {target.shown}: {reason}") from exc
         else:
             from rlmesh_stream.consumers.analysis.join_postgres import attach_episodes
 
-            attach_episodes(con, sink)
+            attach_episodes(con, target.url)
     except BaseException:
         con.close()
         raise
@@ -222,7 +222,7 @@ def load_training_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> list[st
         try:
             detected = _describe(con, _reader(path, fmt))
         except duckdb.Error as exc:
-            raise JoinError(f"cannot read {path} as {fmt}: {exc}") from exc
+            raise _unreadable(path, fmt, exc) from exc
         relation = _reader(path, fmt)
     cols = spec.columns
     needed = {"step": cols.step}
@@ -252,8 +252,13 @@ def load_training_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> list[st
         types = dict(detected)
         types[cols.time] = "VARCHAR"
         relation = _reader(path, fmt, types if fmt == "jsonl" else {cols.time: "VARCHAR"})
-    con.execute(f"CREATE OR REPLACE TEMP TABLE training_log_raw AS "
-                f"SELECT *, row_number() OVER () AS _row FROM {relation}")
+    try:  # the whole file is read here (DESCRIBE samples its start)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE training_log_raw AS "
+                    f"SELECT *, row_number() OVER () AS _row FROM {relation}")
+    except duckdb.Error as exc:
+        if path is None or fmt == "arrow":
+            raise
+        raise _unreadable(path, fmt, exc) from exc
     time_type = _describe(con, "training_log_raw")[cols.time] if has_time else None
     at_sql = _time_sql(con, spec, time_type) if has_time else "NULL::TIMESTAMPTZ"
     con.execute(f"CREATE OR REPLACE TEMP TABLE training_log AS "
@@ -261,6 +266,13 @@ def load_training_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> list[st
     if con.execute("SELECT COUNT(*) FROM training_log").fetchone() == (0,):
         raise JoinError(f"training log {spec.log_name} has no rows")
     return list(detected)
+
+
+def _unreadable(path: Path, fmt: str, exc: duckdb.Error) -> JoinError:
+    """DuckDB's refusal of a log file as one line: its first, without the SQL it quotes."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    reason = lines[0] if lines else type(exc).__name__
+    return JoinError(f"cannot read training log {path} as {fmt}: {reason}")
 
 
 def _tool_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> str | None:
@@ -739,7 +751,8 @@ def aggregate(con: duckdb.DuckDBPyConnection, spec: JoinSpec,
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
-def write_table(con: duckdb.DuckDBPyConnection, name: str, sink: str | None = None) -> None:
+def write_table(con: duckdb.DuckDBPyConnection, name: str,
+                sink: SinkURL | str | None = None) -> None:
     """Replace `store.<name>` with the joined rows (in PostgreSQL itself for a copied store)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise JoinError(f"table name {name!r} must be a plain SQL identifier")
@@ -747,10 +760,11 @@ def write_table(con: duckdb.DuckDBPyConnection, name: str, sink: str | None = No
         raise JoinError(f"refusing to overwrite {name!r}: it is one of the consumers' own "
                         "tables or views (in any letter case); choose another --table name, "
                         "e.g. episodes_training")
-    if sink is not None and parse_sink_url(sink).is_postgres and _store_is_a_copy(con):
+    target = None if sink is None else as_sink_url(sink)
+    if target is not None and target.is_postgres and _store_is_a_copy(con):
         from rlmesh_stream.consumers.analysis.join_postgres import write_back
 
-        write_back(con, sink, name)
+        write_back(con, target.url, name)
         return
     con.execute(f"CREATE OR REPLACE TABLE store.{q(name)} AS SELECT * FROM joined")
 

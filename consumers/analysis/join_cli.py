@@ -21,7 +21,7 @@ from rlmesh_stream.consumers.analysis.join import (
     write_table,
 )
 from rlmesh_stream.consumers.analysis.reports import FORMATS, Column, Report, render
-from rlmesh_stream.consumers.sinks import SinkError, sink_option
+from rlmesh_stream.consumers.sinks import SinkError, SinkURL, sink_option
 
 
 @click.command()
@@ -88,7 +88,7 @@ from rlmesh_stream.consumers.sinks import SinkError, sink_option
                    "run (points it already has are skipped).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
               show_default=True, help="Format of the per-checkpoint summary.")
-def join(sink: str, log_path: Path | None, mlflow_runs: tuple[str, ...],
+def join(sink: SinkURL, log_path: Path | None, mlflow_runs: tuple[str, ...],
          mlflow_tracking_uri: str | None, checkpoint_step: str | None, log_format: str | None,
          mode: str, episode_key: str, episode_time: str, step_column: str, time_column: str,
          checkpoint_column: str, asof_match: str | None, metric: str, log_timezone: str | None,

@@ -26,7 +26,7 @@ from rlmesh_stream.consumers.analysis.reports import (
     telemetry_report,
 )
 from rlmesh_stream.consumers.analysis.reports.store import Store
-from rlmesh_stream.consumers.sinks import SinkError, sink_option
+from rlmesh_stream.consumers.sinks import SinkError, SinkURL, sink_option
 
 GATE_EXIT_CODE = 3
 """Exit status of `report advisories --fail-on` when the gate trips.
@@ -62,7 +62,7 @@ def _common(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def _run(sink: str, build: Callable[[Store], Report]) -> Report:
+def _run(sink: SinkURL, build: Callable[[Store], Report]) -> Report:
     try:
         with open_store(sink) as store:
             return build(store)
@@ -97,7 +97,7 @@ def report() -> None:
               help="Only this env id (repeatable); default: every env.")
 @click.option("--model", "models", multiple=True,
               help="Only this model component id (repeatable); default: every model.")
-def advisories_cmd(sink: str, fmt: str, output: Path | None, fail_on: str | None,
+def advisories_cmd(sink: SinkURL, fmt: str, output: Path | None, fail_on: str | None,
                    envs: tuple[str, ...], models: tuple[str, ...]) -> None:
     """Relay advisories grouped by env, model and leg, caution first."""
     rep = _run(sink, lambda store: advisory_report(store, envs=envs, models=models))
@@ -111,14 +111,14 @@ def advisories_cmd(sink: str, fmt: str, output: Path | None, fail_on: str | None
 
 @report.command("episodes")
 @_common
-def episodes_cmd(sink: str, fmt: str, output: Path | None) -> None:
+def episodes_cmd(sink: SinkURL, fmt: str, output: Path | None) -> None:
     """Episode counts, success rate, reward and timings per env and model."""
     _emit(_run(sink, episode_report), fmt, output)
 
 
 @report.command("delivery")
 @_common
-def delivery_cmd(sink: str, fmt: str, output: Path | None) -> None:
+def delivery_cmd(sink: SinkURL, fmt: str, output: Path | None) -> None:
     """Records, sequence gaps and duplicates per producer id."""
     _emit(_run(sink, delivery_report), fmt, output)
 
@@ -129,7 +129,7 @@ def delivery_cmd(sink: str, fmt: str, output: Path | None) -> None:
               help="Only this operation, e.g. model.predict (repeatable).")
 @click.option("--metric", "metrics", multiple=True,
               help="Only this metric, e.g. rpc.total (repeatable).")
-def telemetry_cmd(sink: str, fmt: str, output: Path | None, ops: tuple[str, ...],
+def telemetry_cmd(sink: SinkURL, fmt: str, output: Path | None, ops: tuple[str, ...],
                   metrics: tuple[str, ...]) -> None:
     """Latency, sizes and counts per env, model and operation, from session snapshots."""
     _emit(_run(sink, lambda store: telemetry_report(store, ops=ops, metrics=metrics)), fmt,

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import logging
-import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,6 +12,9 @@ from rlmesh_stream.consumers.cli_options import reading_options
 from rlmesh_stream.schemas.connection.access import AccessDeniedError
 from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
+
+if TYPE_CHECKING:
+    from rlmesh_stream.consumers.runtime import ConsumerRuntime
 
 
 @click.group()
@@ -40,23 +41,20 @@ def export() -> None:
               help="Leave out sessions with a caution relay advisory (else they are tagged).")
 def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
                  reading: dict[str, Any], env_ids: tuple[str, ...], models: tuple[str, ...],
-                 include_abandoned: bool, exclude_caution: bool, quiet: bool) -> None:
+                 include_abandoned: bool, exclude_caution: bool, quiet: bool
+                 ) -> ConsumerRuntime | None:
     """Join the step, action, observation and episode events into whole episodes."""
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        from rlmesh_stream.consumers.datasets.episodes import Filters
-        from rlmesh_stream.consumers.datasets.export import (
-            DatasetError,
-            ExportOptions,
-            check_dataset_id,
-            run_export,
-        )
-        from rlmesh_stream.consumers.progress import Progress
-        from rlmesh_stream.consumers.runtime import RuntimeOptions
-    except ModuleNotFoundError as exc:
-        raise click.ClickException(f"{exc.name} is missing: pip install "
-                                   "'rlmesh-stream[datasets]'") from None
+    # A library missing here is named, with its extra, by the root command.
+    from rlmesh_stream.consumers.datasets.episodes import Filters
+    from rlmesh_stream.consumers.datasets.export import (
+        DatasetError,
+        ExportOptions,
+        check_dataset_id,
+        run_export,
+    )
+    from rlmesh_stream.consumers.progress import Progress
+    from rlmesh_stream.consumers.runtime import ConsumerError, RuntimeOptions
+
     try:
         check_dataset_id(dataset_id)
         options = ExportOptions(out=out, fmt=fmt, dataset_id=dataset_id, filters=Filters(
@@ -66,13 +64,10 @@ def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
         runtime_options = RuntimeOptions(**reading)
         progress = None if quiet else Progress("export trajectories")
         sink, runtime = run_export(config, options, runtime_options, progress=progress)
-    except (DatasetError, AccessDeniedError) as exc:
+    except (DatasetError, AccessDeniedError, ConsumerError) as exc:  # as `consume` does
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
-        return
-    if runtime.dead_letters:
-        click.echo(f"{runtime.dead_letters} undecodable records sent to the dead-letter topic",
-                   err=True)
+        return None
     cert = sink.store.committed.certificate
     click.echo(json.dumps({k: cert.get(k) for k in (
         "episodes_exported", "steps_exported", "episodes_skipped", "gaps", "duplicates",
@@ -80,3 +75,4 @@ def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
     if fmt == "minari":
         click.echo(f"load it: MINARI_DATASETS_PATH={out} python -c \"import minari; "
                    f"print(minari.load_dataset('{dataset_id}'))\"")
+    return runtime  # its dead letters are counted by `reading_options`

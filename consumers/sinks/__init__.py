@@ -1,7 +1,8 @@
 """Sinks: where the consumers write their tables, opened from a `--sink` URL.
 
 `open_sink` is the writer's door; the URL rules and every refusal live in
-`sinks.url`, which the reports and the join open their stores through as well.
+`sinks.url`, which the reports and the join open their stores through as well. The
+commands receive `--sink` already parsed (a `SinkURL`); a string is parsed here.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from rlmesh_stream.consumers.sinks.url import (
     DEFAULT_SINK,
     SinkError,
     SinkURL,
+    as_sink_url,
     parse_sink_url,
     sink_option,
 )
 
 
-def open_sink(url: str) -> Sink:
+def open_sink(url: SinkURL | str) -> Sink:
     """Open (and migrate) the sink a `--sink` URL names; SinkError when it cannot be used."""
-    target = parse_sink_url(url)
+    target = as_sink_url(url)
     sink: Sink
     if target.path is not None:
         from rlmesh_stream.consumers.sinks.duckdb_sink import DuckDBSink
@@ -51,6 +53,7 @@ __all__ = [
     "SinkBatch",
     "SinkError",
     "SinkURL",
+    "as_sink_url",
     "open_sink",
     "parse_sink_url",
     "sink_option",

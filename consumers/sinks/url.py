@@ -84,6 +84,28 @@ def parse_sink_url(url: str) -> SinkURL:
     raise SinkError(f"sink {shown!r} is not a URL; use {FORMS}")
 
 
+def as_sink_url(sink: SinkURL | str) -> SinkURL:
+    """`sink` as a SinkURL: a URL string is parsed (SinkError if it is neither form)."""
+    return sink if isinstance(sink, SinkURL) else parse_sink_url(sink)
+
+
+class SinkURLType(click.ParamType):
+    """`--sink` as a click type: the URL is parsed once, on the command line, into a SinkURL.
+
+    A URL of neither form fails the command like a store that cannot be opened (one `Error:`
+    line naming the URL, exit 1), so every bad `--sink` looks the same to a user and a script.
+    """
+
+    name = "url"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> SinkURL:
+        try:
+            return as_sink_url(value)
+        except SinkError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
 def check_duckdb_file(path: Path, *, must_exist: bool) -> None:
     """Refuse, before DuckDB sees it, a path that cannot be (or become) a DuckDB store."""
     if path.is_dir():
@@ -164,6 +186,7 @@ def connect_postgres(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
 
 
 def sink_option(help_text: str = f"Store URL: {FORMS}.") -> Callable[[Any], Any]:
-    """The `--sink` option every command that reads or writes the tables takes."""
-    return click.option("--sink", envvar="RLMESH_STREAM_SINK", default=DEFAULT_SINK,
-                        show_default=True, show_envvar=True, help=help_text)
+    """The `--sink` option every command that reads or writes the tables takes: a SinkURL."""
+    return click.option("--sink", type=SinkURLType(), envvar="RLMESH_STREAM_SINK",
+                        default=DEFAULT_SINK, show_default=True, show_envvar=True,
+                        help=help_text)

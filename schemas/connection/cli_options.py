@@ -7,7 +7,9 @@ know): one `Error:` line naming the option, before any connection is tried.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,10 +17,7 @@ from urllib.parse import urlsplit
 import click
 
 from rlmesh_stream.schemas.connection.config import (
-    DEFAULT_BOOTSTRAP,
-    DEFAULT_REGISTRY_TIMEOUT,
-    DEFAULT_REGISTRY_URL,
-    DEFAULT_TOPIC_PREFIX,
+    ENV_PREFIX,
     StreamConfig,
 )
 from rlmesh_stream.schemas.connection.redact import redact_url
@@ -59,36 +58,63 @@ def check_registry_url(url: str) -> str:
 topic_name_callback = _check(check_topic_name)
 
 
-# Per option: the click type or a check of the given value (ValueError: a bad parameter).
-_VALIDATION: dict[str, dict[str, Any]] = {
-    "--registry-url": {"callback": _check(check_registry_url)},
-    "--topic-prefix": {"callback": _check(check_topic_prefix)},
-    "--security-protocol": {"type": click.Choice(SECURITY_PROTOCOLS, case_sensitive=False),
-                            "callback": lambda _c, _p, v: v.upper() if v else v},
+class FiniteFloatRange(click.FloatRange):
+    """A `click.FloatRange` that also refuses NaN and the infinities.
+
+    A plain range lets them through: every comparison with NaN is false, and a range
+    with no maximum has no bound for infinity to break. No interval, rate or timeout of
+    ours can work with either.
+    """
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+# The shared number types: a duration or rate that must be more than 0, or may be 0.
+POSITIVE = FiniteFloatRange(min=0, min_open=True)
+NON_NEGATIVE = FiniteFloatRange(min=0)
+
+
+# One line per connection option: the `StreamConfig` field it sets, its help and its check
+# (a click type or callback). The flag (`--registry-url`), the environment variable
+# (`RLMESH_STREAM_REGISTRY_URL`) and the default all come from the field, so nothing about an
+# option is written twice.
+_OPTIONS: dict[str, dict[str, Any]] = {
+    "bootstrap": {"help": "Kafka bootstrap servers."},
+    "registry_url": {"help": "Confluent-API schema registry URL.",
+                     "callback": _check(check_registry_url)},
+    "topic_prefix": {"help": "Prefix of the event topics.",
+                     "callback": _check(check_topic_prefix)},
+    "security_protocol": {"help": "Kafka security.protocol (e.g. SASL_SSL).",
+                          "type": click.Choice(SECURITY_PROTOCOLS, case_sensitive=False),
+                          "callback": lambda _c, _p, v: v.upper() if v else v},
+    "sasl_mechanism": {"help": "e.g. SCRAM-SHA-512."},
+    "sasl_username": {"help": "SASL user name."},
+    "sasl_password": {"help": "SASL password (prefer the environment variable)."},
+    "ssl_ca_location": {"help": "CA file for TLS."},
+    "registry_username": {"help": "Registry user."},
+    "registry_password": {"help": "Registry password (prefer the environment variable)."},
+    "registry_ca_location": {"help": "CA file for the registry's TLS."},
+    "registry_timeout": {"help": "Seconds one schema registry request may take.",
+                         "type": POSITIVE},
 }
 
-_OPTIONS: list[tuple[str, str, Any, str]] = [
-    # (flag, env var, shown default, help)
-    ("--bootstrap", "RLMESH_STREAM_BOOTSTRAP", DEFAULT_BOOTSTRAP, "Kafka bootstrap servers."),
-    ("--registry-url", "RLMESH_STREAM_REGISTRY_URL", DEFAULT_REGISTRY_URL,
-     "Confluent-API schema registry URL."),
-    ("--topic-prefix", "RLMESH_STREAM_TOPIC_PREFIX", DEFAULT_TOPIC_PREFIX,
-     "Prefix of the event topics."),
-    ("--security-protocol", "RLMESH_STREAM_SECURITY_PROTOCOL", None,
-     "Kafka security.protocol (e.g. SASL_SSL)."),
-    ("--sasl-mechanism", "RLMESH_STREAM_SASL_MECHANISM", None, "e.g. SCRAM-SHA-512."),
-    ("--sasl-username", "RLMESH_STREAM_SASL_USERNAME", None, "SASL user name."),
-    ("--sasl-password", "RLMESH_STREAM_SASL_PASSWORD", None,
-     "SASL password (prefer the environment variable)."),
-    ("--ssl-ca-location", "RLMESH_STREAM_SSL_CA_LOCATION", None, "CA file for TLS."),
-    ("--registry-username", "RLMESH_STREAM_REGISTRY_USERNAME", None, "Registry user."),
-    ("--registry-password", "RLMESH_STREAM_REGISTRY_PASSWORD", None,
-     "Registry password (prefer the environment variable)."),
-    ("--registry-ca-location", "RLMESH_STREAM_REGISTRY_CA_LOCATION", None,
-     "CA file for the registry's TLS."),
-    ("--registry-timeout", "RLMESH_STREAM_REGISTRY_TIMEOUT", DEFAULT_REGISTRY_TIMEOUT,
-     "Seconds one schema registry request may take."),
-]
+
+def _option(field: dataclasses.Field[Any]) -> Callable[[Any], Any]:
+    """The click option setting the `StreamConfig` field `field`."""
+    default = None if field.default is dataclasses.MISSING else field.default
+    return click.option(
+        "--" + field.name.replace("_", "-"),
+        envvar=ENV_PREFIX + field.name.upper(),
+        default=default,
+        show_default=default is not None,  # never a secret: passwords have no default
+        show_envvar=True,
+        **_OPTIONS[field.name],
+    )
 
 
 def stream_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -96,24 +122,14 @@ def stream_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
     Defaults are shown but never secrets: password options show no default.
     """
+    names = [f.name for f in dataclasses.fields(StreamConfig)]
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        values = {flag[2:].replace("-", "_"): kwargs.pop(flag[2:].replace("-", "_"))
-                  for flag, *_ in _OPTIONS}
+        values = {name: kwargs.pop(name) for name in names}
         kwargs["config"] = StreamConfig.from_env(env={}, **values)
         return func(*args, **kwargs)
 
-    for flag, envvar, default, help_text in reversed(_OPTIONS):
-        checks = {"type": click.FloatRange(min=0, min_open=True)
-                  if isinstance(default, float) else None, **_VALIDATION.get(flag, {})}
-        wrapper = click.option(
-            flag,
-            envvar=envvar,
-            default=default,
-            show_default=default is not None,
-            show_envvar=True,
-            help=help_text,
-            **checks,
-        )(wrapper)
+    for field in reversed(dataclasses.fields(StreamConfig)):
+        wrapper = _option(field)(wrapper)
     return wrapper

@@ -11,6 +11,7 @@ Precedence: explicit argument > environment (`RLMESH_STREAM_*`) > default
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -110,8 +111,9 @@ def _parse(name: str, type_name: Any, raw: str) -> Any:
         value = float(raw)
     except ValueError:
         raise ValueError(f"{ENV_PREFIX}{name.upper()}={raw!r} is not a number of seconds") from None
-    if value <= 0:
-        raise ValueError(f"{ENV_PREFIX}{name.upper()} must be > 0 seconds, got {raw!r}")
+    if not math.isfinite(value) or value <= 0:  # NaN passes `<= 0`
+        raise ValueError(f"{ENV_PREFIX}{name.upper()} must be a finite number of seconds > 0, "
+                         f"got {raw!r}")
     return value
 
 

@@ -467,3 +467,43 @@ def test_a_log_timezone_leaves_timestamps_with_an_offset_alone(tmp_path: Path) -
     log = write_log(tmp_path / "log.jsonl", rows)
     pairs, _ = joined(sink, JoinSpec("asof", log, log_timezone="Europe/Paris"))
     assert pairs == {"ep-000001": "c100"}
+
+
+# --------------------------------------------------------------------------- non-finite numbers
+
+
+def _strict_json(text: str) -> Any:
+    """Parse as RFC 8259 JSON: NaN, Infinity and -Infinity are not JSON."""
+    def refuse(name: str) -> Any:
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _diverged_run(tmp_path: Path, fmt: str) -> Any:
+    """Join a log whose loss is NaN at c100, infinite at c200 and missing at c300."""
+    sink = episodes_store(tmp_path, timeline_episodes())
+    losses = [float("nan"), float("inf"), None]
+    rows = [dict(r, loss=v) for r, v in zip(LOG, losses, strict=True)]
+    log = write_log(tmp_path / "log.parquet", rows)
+    return CliRunner().invoke(join, ["--sink", sink, "--log", str(log), "--by", "asof",
+                                     "--format", fmt])
+
+
+def test_cli_json_is_strict_and_spells_non_finite_numbers_as_strings(tmp_path: Path) -> None:
+    result = _diverged_run(tmp_path, "json")
+    assert result.exit_code == 0, result.output
+    rows = _strict_json(result.stdout)["rows"]
+    assert [(r["checkpoint"], r["metric"]) for r in rows] == [
+        ("c100", "NaN"), ("c200", "Infinity"), ("c300", None)]
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "html"])
+def test_cli_text_shows_a_nan_loss_as_nan_not_as_missing(tmp_path: Path, fmt: str) -> None:
+    result = _diverged_run(tmp_path, fmt)
+    assert result.exit_code == 0, result.output
+    rows = result.stdout.split("<tr") if fmt == "html" else result.stdout.splitlines()
+    lines = {c: [row for row in rows if c in row] for c in ("c100", "c200", "c300")}
+    assert "NaN" in lines["c100"][0]
+    assert "Infinity" in lines["c200"][0]
+    assert "—" in lines["c300"][0] and "NaN" not in lines["c300"][0]

@@ -130,3 +130,71 @@ def test_checkpoint_step_is_refused_with_an_asof_join(sink: str, tmp_path: Path)
                                        "--by", "asof", "--checkpoint-step", r"ckpt-(\d+)"])
     assert result.exit_code == 2
     assert "--checkpoint-step applies to --by key" in result.stderr
+
+
+def _mlflow_args(uri: str) -> list[str]:
+    return ["--mlflow-run", "0123456789abcdef", "--mlflow-tracking-uri", uri,
+            "--checkpoint-step", r"ckpt-(\d+)", "--metric", LOSS]
+
+
+def test_a_sqlite_tracking_uri_naming_a_file_that_is_no_database(sink: str,
+                                                                  tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_text("not a database\n")
+    line = refused(sink, *_mlflow_args(f"sqlite:///{path}"))
+    assert f"{path} is not an SQLite database" in line
+    assert path.read_text() == "not a database\n"
+
+
+def test_a_mistyped_sqlite_tracking_path_creates_no_store(sink: str, tmp_path: Path) -> None:
+    path = tmp_path / "mlfow" / "mlflow.db"
+    line = refused(sink, *_mlflow_args(f"sqlite:///{path}"))
+    assert f"{path} does not exist" in line
+    assert not path.parent.exists()
+
+
+def test_an_sqlite_database_that_is_not_an_mlflow_store_is_left_as_it_was(
+        sink: str, tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "mine.db"
+    with sqlite3.connect(path) as con:
+        con.execute("CREATE TABLE notes (a TEXT)")
+    line = refused(sink, *_mlflow_args(f"sqlite:///{path}"))
+    assert "not an MLflow tracking store" in line
+    with sqlite3.connect(path) as con:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master")]
+    assert tables == ["notes"]
+
+
+def test_a_malformed_jsonl_log_is_one_line_naming_the_file(sink: str, tmp_path: Path) -> None:
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"step": 1, "checkpoint": "ckpt-1000"}\n{"step": 2, "checkpoint": \n')
+    line = refused(sink, "--log", str(path))
+    assert f"cannot read training log {path} as jsonl" in line
+    assert "Malformed JSON" in line
+
+
+def test_a_parquet_log_that_is_not_parquet_is_one_line_naming_the_file(sink: str,
+                                                                       tmp_path: Path) -> None:
+    path = tmp_path / "train.parquet"
+    path.write_bytes(b"PAR1 but nothing else")
+    line = refused(sink, "--log", str(path))
+    assert f"cannot read training log {path} as parquet" in line
+
+
+@pytest.mark.parametrize("claimed", [2**40, 2**64 - 1], ids=["2^40", "2^64-1"])
+def test_an_event_record_claiming_more_bytes_than_the_file_holds(sink: str, tmp_path: Path,
+                                                                 claimed: int) -> None:
+    import struct
+
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    path = event_file(tmp_path)
+    good = path.read_bytes()
+    header = struct.pack("<Q", claimed)  # a valid header CRC: only the length lies
+    path.write_bytes(good + header + struct.pack("<I", masked_crc32c(header)) + b"data")
+    line = refused(sink, "--log", str(path), "--checkpoint-step", r"ckpt-(\d+)",
+                   "--metric", LOSS)
+    assert f"{path} is truncated or corrupt: its records end at byte {len(good)}" in line
+    assert f"claims {claimed} bytes" in line

@@ -155,6 +155,53 @@ def nan_log(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def not_a_database(tmp_path: Path) -> Path:
+    """A file named like an SQLite database that holds text."""
+    path = tmp_path / "mlflow.db"
+    path.write_text("not a database\n")
+    return path
+
+
+@pytest.fixture
+def malformed_jsonl(tmp_path: Path) -> Path:
+    """A JSONL training log whose second line is cut short."""
+    path = tmp_path / "broken.jsonl"
+    path.write_text('{"step": 1, "checkpoint": "m"}\n{"step": 2, "checkpoint": \n')
+    return path
+
+
+@pytest.fixture
+def not_parquet(tmp_path: Path) -> Path:
+    """A `.parquet` training log that is not Parquet."""
+    path = tmp_path / "train.parquet"
+    path.write_bytes(b"PAR1 and nothing else")
+    return path
+
+
+def _event_file_claiming(folder: Path, length: int) -> Path:
+    """A TensorBoard event file of one record whose length field (with a valid CRC) says
+    `length` bytes, in a file of 16."""
+    import struct
+
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    path = folder / f"events.out.tfevents.{length}"
+    header = struct.pack("<Q", length)
+    path.write_bytes(header + struct.pack("<I", masked_crc32c(header)) + b"data")
+    return path
+
+
+@pytest.fixture
+def event_claiming_2_40(tmp_path: Path) -> Path:
+    return _event_file_claiming(tmp_path, 2**40)
+
+
+@pytest.fixture
+def event_claiming_2_64(tmp_path: Path) -> Path:
+    return _event_file_claiming(tmp_path, 2**64 - 1)
+
+
+@pytest.fixture
 def unwritable_dir(tmp_path: Path) -> Iterator[Path]:
     """A folder this process cannot create files in (as root: sysfs, which refuses)."""
     if os.geteuid() == 0:

@@ -34,6 +34,8 @@ class BadInput:
 
 
 SINK = "--sink=duckdb://{tmp_path}/store.duckdb"
+MLFLOW_RUN = ("--mlflow-run", "0123456789abcdef", "--checkpoint-step", r"ckpt-(\d+)")
+OFFLINE = ("--until-end", "--quiet", SINK, "--bootstrap", "127.0.0.1:{closed_port}")
 
 CASES: list[BadInput] = [
     # -- consume: options checked when the command line is parsed
@@ -74,6 +76,48 @@ CASES: list[BadInput] = [
     BadInput("infra up --kafka-port 99999", ("infra", "up", "--kafka-port", "99999"),
              ("--kafka-port", "99999")),
     BadInput("simulate --sessions -1", ("simulate", "--sessions", "-1"), ("--sessions", "-1")),
+    # -- numbers no range check sees through (NaN, infinity) and sizes nothing can hold;
+    #    Kafka is unreachable in these rows, so a command that accepted one would fail later
+    #    naming Kafka, not the option
+    BadInput("consume --checkpoint-interval nan",
+             ("consume", "episodes", "--checkpoint-interval", "nan", *OFFLINE),
+             ("--checkpoint-interval", "nan")),
+    BadInput("consume --checkpoint-interval inf",
+             ("consume", "episodes", "--checkpoint-interval", "inf", *OFFLINE),
+             ("--checkpoint-interval", "inf")),
+    BadInput("consume --settle-time nan",
+             ("consume", "episodes", "--settle-time", "nan", *OFFLINE), ("--settle-time", "nan")),
+    BadInput("consume --registry-timeout nan",
+             ("consume", "episodes", "--registry-timeout", "nan", *OFFLINE),
+             ("--registry-timeout", "nan")),
+    BadInput("schemas register --registry-timeout inf",
+             ("schemas", "register", "--registry-timeout", "inf", "--registry-url",
+              "http://127.0.0.1:{closed_port}/apis/ccompat/v7"),
+             ("--registry-timeout", "inf")),
+    BadInput("consume --max-batch above any memory",
+             ("consume", "episodes", "--max-batch", "99999999999999999999", *OFFLINE),
+             ("--max-batch", "99999999999999999999")),
+    BadInput("export --checkpoint-interval 0",
+             ("export", "trajectories", "--out", "{tmp_path}/dataset", "--format", "parquet",
+              "--checkpoint-interval", "0", "--until-end", "--quiet",
+              "--bootstrap", "127.0.0.1:{closed_port}"),
+             ("--checkpoint-interval", "0")),
+    BadInput("export --until-end with Kafka unreachable",
+             ("export", "trajectories", "--out", "{tmp_path}/dataset", "--format", "parquet",
+              "--until-end", "--quiet", "--bootstrap", "127.0.0.1:{closed_port}"),
+             ("cannot reach Kafka", "--bootstrap"), timeout=40),
+    BadInput("simulate --sessions 0",
+             ("simulate", "--sessions", "0", "--bootstrap", "127.0.0.1:{closed_port}",
+              "--flush-timeout", "1"),
+             ("--sessions", "0")),
+    BadInput("simulate --rate nan",
+             ("simulate", "--rate", "nan", "--bootstrap", "127.0.0.1:{closed_port}",
+              "--flush-timeout", "1"),
+             ("--rate", "nan")),
+    BadInput("topics create --partitions above librdkafka's limit",
+             ("topics", "create", "--partitions", "100000000",
+              "--bootstrap", "127.0.0.1:{closed_port}"),
+             ("--partitions", "100000000")),
     # -- consume --until-end that could never end
     BadInput("consume --until-end with a prefix no topic has",
              ("consume", "episodes", "--until-end", "--quiet", SINK, "--bootstrap",
@@ -148,6 +192,29 @@ CASES: list[BadInput] = [
     BadInput("join --by asof with a NaN time",
              ("join", "--by", "asof", "--sink", "duckdb://{empty_store}", "--log", "{nan_log}"),
              ("not finite", "line 2")),
+    BadInput("join --mlflow-tracking-uri sqlite:/// naming a file that is no database",
+             ("join", "--sink", "duckdb://{empty_store}", *MLFLOW_RUN,
+              "--mlflow-tracking-uri", "sqlite:///{not_a_database}"),
+             ("mlflow.db", "not an SQLite database")),
+    BadInput("join --mlflow-tracking-uri sqlite:/// at a mistyped path",
+             ("join", "--sink", "duckdb://{empty_store}", *MLFLOW_RUN,
+              "--mlflow-tracking-uri", "sqlite:///{tmp_path}/mlfow/mlflow.db"),
+             ("mlfow/mlflow.db", "does not exist")),
+    BadInput("join --log with malformed JSONL",
+             ("join", "--sink", "duckdb://{empty_store}", "--log", "{malformed_jsonl}"),
+             ("broken.jsonl", "Malformed JSON")),
+    BadInput("join --log with a .parquet file that is not Parquet",
+             ("join", "--sink", "duckdb://{empty_store}", "--log", "{not_parquet}"),
+             ("train.parquet", "as parquet")),
+    BadInput("join --log with an event record claiming 2^40 bytes",
+             ("join", "--sink", "duckdb://{empty_store}", "--log", "{event_claiming_2_40}",
+              "--checkpoint-step", r"ckpt-(\d+)"),
+             ("events.out.tfevents.1099511627776", "corrupt", "claims 1099511627776 bytes")),
+    BadInput("join --log with an event record claiming 2^64-1 bytes",
+             ("join", "--sink", "duckdb://{empty_store}", "--log", "{event_claiming_2_64}",
+              "--checkpoint-step", r"ckpt-(\d+)"),
+             ("events.out.tfevents.18446744073709551615", "corrupt",
+              "claims 18446744073709551615 bytes")),
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -52,3 +53,15 @@ def test_an_unknown_format_is_refused_by_name(tmp_path: Path) -> None:
 
     assert code != 0
     assert "Invalid value for '--format'" in output
+
+
+def test_an_unreachable_kafka_is_one_line_like_consume_says_it(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code, output = _export("--out", str(tmp_path), "--format", "parquet", "--until-end",
+                           "--bootstrap", f"127.0.0.1:{port}")
+
+    assert code == 1
+    (line,) = output.strip().splitlines()
+    assert line.startswith(f"Error: cannot reach Kafka at 127.0.0.1:{port}"), line

@@ -4,8 +4,14 @@ table equal to the rows in its tables, one checkpoint timed."""
 
 from __future__ import annotations
 
+import os
+import re
+import select
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -123,6 +129,38 @@ def test_consume_names_a_metrics_port_it_cannot_serve(
     assert result.exit_code == 1
     assert f"Error: cannot serve metrics on port {port}" in result.output
     assert "Traceback" not in result.output
+
+
+def test_consume_on_metrics_port_0_prints_the_address_and_port_it_serves(
+        stream_config: StreamConfig, tmp_path: Path) -> None:
+    ensure_topics(stream_config, partitions=1, replication_factor=1)
+    env = {k: v for k, v in os.environ.items() if k != ADDR_ENV}  # the default address
+    cli = str(Path(sys.executable).parent / "rlmesh-stream")
+    proc = subprocess.Popen(
+        [cli, "consume", "sessions", "--bootstrap", stream_config.bootstrap,
+         "--registry-url", stream_config.registry_url, "--topic-prefix",
+         stream_config.topic_prefix, "--sink", f"duckdb://{tmp_path / 't.duckdb'}",
+         "--quiet", "--metrics-port", "0"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    try:
+        assert proc.stderr is not None
+        ready, _, _ = select.select([proc.stderr], [], [], 60)
+        line = proc.stderr.readline() if ready else ""
+        found = re.fullmatch(r"serving metrics on http://0\.0\.0\.0:(\d+)/metrics "
+                             r"\(all interfaces; set RLMESH_STREAM_METRICS_ADDR to bind one\)",
+                             line.strip())
+        assert found, line
+        port = int(found[1])
+        assert port != 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            assert "rlmesh_stream_consumer_records_read_total" in answer.read().decode()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def test_a_partition_no_longer_assigned_loses_its_lag_series() -> None:

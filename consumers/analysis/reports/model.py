@@ -46,10 +46,31 @@ class Report:
         return self.row_classes[index] if index < len(self.row_classes) else ""
 
 
+MISSING = "—"
+"""A cell with no value (SQL NULL). A number that is not finite is another thing (a loss
+that diverged to NaN is a result, not a gap) and is spelled out: see `non_finite`."""
+
+
+def non_finite(value: Any) -> str | None:
+    """"NaN", "Infinity" or "-Infinity" for a number that is one, else None.
+
+    The text renderers show these words and the JSON renderer writes them as strings, since
+    strict JSON (RFC 8259) has no NaN or Infinity; null always means missing.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, decimal.Decimal) and not value.is_finite():  # PostgreSQL NUMERIC
+        return "NaN" if value.is_nan() else "Infinity" if value > 0 else "-Infinity"
+    return None
+
+
 def format_value(value: Any, kind: str) -> str:
     """Human text for a cell; the JSON renderer keeps raw values instead."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
+    if value is None:
+        return MISSING
+    special = non_finite(value)
+    if special is not None:
+        return special
     if kind == "percent":
         return f"{100 * float(value):.1f}%"
     if kind == "float":
@@ -71,13 +92,16 @@ def format_time(value: Any) -> str:
 
 
 def json_value(value: Any) -> Any:
-    """A JSON-safe form of a cell: ISO-8601 instants, None for NaN, floats for decimals."""
+    """A strict-JSON form of a cell: ISO-8601 instants, numbers for decimals, and the
+    strings "NaN", "Infinity", "-Infinity" for numbers that are not finite (None stays null:
+    missing)."""
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
             return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
         return value.isoformat()
-    if isinstance(value, float) and math.isnan(value):
-        return None
+    special = non_finite(value)
+    if special is not None:
+        return special
     if isinstance(value, decimal.Decimal):  # PostgreSQL's SUM/AVG are NUMERIC
         return int(value) if value == value.to_integral_value() else float(value)
     return value

@@ -93,7 +93,8 @@ def render_json(report: Report) -> str:
                  for row in report.rows],
         "notes": report.notes,
     }
-    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    # allow_nan=False: strict JSON; json_value has spelled non-finite numbers as strings.
+    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 _CSS = """

@@ -20,9 +20,10 @@ from typing import Any, Protocol
 
 from rlmesh_stream.consumers.sinks.url import (
     SinkError,
+    SinkURL,
+    as_sink_url,
     connect_duckdb,
     connect_postgres,
-    parse_sink_url,
 )
 from rlmesh_stream.consumers.tables import Table, View
 
@@ -116,11 +117,12 @@ def _shape_message(exc: Exception) -> str:
 
 
 @contextmanager
-def open_store(url: str) -> Iterator[DuckDBStore | PostgresStore]:
+def open_store(url: SinkURL | str) -> Iterator[DuckDBStore | PostgresStore]:
     """Open the store a sink URL names, read-only, and close it afterwards."""
-    target = parse_sink_url(url)
+    target = as_sink_url(url)
     store: DuckDBStore | PostgresStore
-    store = DuckDBStore(target.path) if target.path is not None else PostgresStore(url)
+    store = (DuckDBStore(target.path) if target.path is not None
+             else PostgresStore(target.url))
     try:
         yield store
     finally:

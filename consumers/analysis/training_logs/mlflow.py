@@ -11,8 +11,10 @@ when two runs given share a name), so several runs can be told apart with
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -27,16 +29,56 @@ HTTP_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BAC
 """A join is interactive: an unreachable tracking server fails in seconds, not after
 MLflow's default 7 retries with doubling backoff (minutes). Set these variables to
 override."""
+_SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+_MLFLOW_TABLES = {"experiments", "runs"}
 
 
 def client(tracking_uri: str | None) -> Any:
-    """An `MlflowClient` for `tracking_uri` (MLflow's own default when None)."""
+    """An `MlflowClient` for `tracking_uri` (MLflow's own default when None), over a store
+    that exists: the join reads runs, or logs into one, so it never creates a store."""
     for name, value in HTTP_RETRIES.items():
         os.environ.setdefault(name, value)
-    from mlflow.tracking import MlflowClient
+    from mlflow.tracking import MlflowClient, get_tracking_uri
 
+    check_sqlite_store(tracking_uri or get_tracking_uri())
     with mlflow_errors(tracking_uri):
         return MlflowClient(tracking_uri=tracking_uri)
+
+
+def check_sqlite_store(uri: str) -> None:
+    """Refuse a `sqlite:` tracking URI whose file is not an MLflow store, before MLflow
+    opens it: MLflow would create a 1 MB store at a mistyped path (and its folder), run its
+    migrations in any other SQLite file, and answer a file that is no database with its SQL."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(uri)
+    except ArgumentError:
+        return  # not a database URI (a directory, http://...): MLflow's to judge
+    if url.get_backend_name() != "sqlite":
+        return
+    where = f"MLflow tracking store {uri}"
+    if not url.database or url.database == ":memory:":
+        raise TrainingLogError(f"{where} names no file: an in-memory store holds no runs")
+    path = Path(url.database)
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "does not exist"
+        raise TrainingLogError(f"{where}: {path} {what} (the join reads runs from an existing "
+                               "store and never creates one: check the path)")
+    with open(path, "rb") as file:
+        head = file.read(len(_SQLITE_MAGIC))
+    if head != _SQLITE_MAGIC:
+        raise TrainingLogError(f"{where}: {path} is not an SQLite database")
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as con:
+            tables = {row[0] for row in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as exc:
+        raise TrainingLogError(f"{where}: cannot read {path}: {exc}") from exc
+    if not _MLFLOW_TABLES.issubset(tables):
+        raise TrainingLogError(f"{where}: {path} is an SQLite database but not an MLflow "
+                               "tracking store (it has no runs or experiments table)")
 
 
 @contextmanager

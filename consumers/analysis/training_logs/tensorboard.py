@@ -15,7 +15,9 @@ value.
 TensorBoard's loader stops silently at a damaged record (it is built to tail
 files still being written), so the bytes of the records it yielded are checked
 against the file's size in the same pass: a truncated or corrupt file is
-refused, naming the file and the offset.
+refused, naming the file and the offset. It also trusts each record's length
+field and allocates that much before reading, so the lengths are walked first
+(a seek per record): a length beyond the file's end is refused the same way.
 
 The eval files that `join --to-tensorboard` writes (suffix `.rlmesh-eval`) are
 not training logs: a directory scan leaves them out, so joining a log
@@ -24,6 +26,7 @@ directory that holds an earlier join's eval curve reads only the training runs.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +42,7 @@ EVENT_FILE_MARK = "tfevents"
 EVAL_SUFFIX = ".rlmesh-eval"  # join's own eval files (writeback.TB_SUFFIX)
 SCALARS_PLUGIN = "scalars"
 _RECORD_OVERHEAD = 16  # TFRecord framing: length (8), its CRC (4), data CRC (4)
+_LENGTH_SIZE = 8
 
 
 def is_event_file(path: Path) -> bool:
@@ -68,6 +72,7 @@ def file_points(path: Path, run: str, plugins: dict[str, str]) -> Iterator[Point
     from tensorboard.util import tensor_util
 
     size = path.stat().st_size
+    _check_framing(path, size)
     read = 0
     try:
         for record in RawEventFileLoader(str(path)).Load():
@@ -94,6 +99,30 @@ def file_points(path: Path, run: str, plugins: dict[str, str]) -> Iterator[Point
             f"TensorBoard event file {path} is truncated or corrupt: its records end at "
             f"byte {read} of {size} (a file still being written ends mid-record; "
             "wait for the trainer to flush or close it)")
+
+
+def _check_framing(path: Path, size: int) -> None:
+    """Walk the record lengths, refusing a file whose records do not end at its end.
+
+    TensorBoard's loader trusts a record's length field and allocates that many bytes
+    before it reads them: a corrupt length of 2^40 is a MemoryError, 2^64-1 an
+    OverflowError. Each length is checked against the bytes left in the file first.
+    """
+    offset = 0
+    claim = ""
+    with open(path, "rb") as file:
+        while size - offset >= _LENGTH_SIZE:
+            file.seek(offset)
+            (length,) = struct.unpack("<Q", file.read(_LENGTH_SIZE))
+            if length > size - offset - _RECORD_OVERHEAD:
+                claim = f"; the record there claims {length} bytes"
+                break
+            offset += length + _RECORD_OVERHEAD
+    if offset != size:
+        raise TrainingLogError(
+            f"TensorBoard event file {path} is truncated or corrupt: its records end at "
+            f"byte {offset} of {size} (a file still being written ends mid-record; "
+            f"wait for the trainer to flush or close it){claim}")
 
 
 def read_tensorboard(path: Path) -> pa.Table:
