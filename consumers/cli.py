@@ -46,6 +46,10 @@ def _builder_command(name: str) -> click.Command:
     @click.option("--window", "window_s", default=60.0, show_default=True,
                   type=click.FloatRange(min=MIN_WINDOW_S),
                   help="telemetry: tumbling window, seconds.")
+    @click.option("--reset-recreated", is_flag=True,
+                  help="Read a partition whose stored offset is beyond its end (its topic "
+                       "was deleted and recreated) again from its first record [default: "
+                       "stop with an error naming it].")
     @click.option("--instance-id", default=None,
                   help="Static group membership id: a restarted process takes over at once.")
     @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
@@ -53,8 +57,8 @@ def _builder_command(name: str) -> click.Command:
                   help="Serve Prometheus metrics on this port (/metrics; bind address "
                        "RLMESH_STREAM_METRICS_ADDR, default 0.0.0.0).")
     def command(config: StreamConfig, sink: str, reading: dict[str, Any], steps: bool,
-                window_s: float, instance_id: str | None, quiet: bool,
-                metrics_port: int | None) -> None:
+                window_s: float, reset_recreated: bool, instance_id: str | None,
+                quiet: bool, metrics_port: int | None) -> None:
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         builders = make_builders([name], steps=steps, window=timedelta(seconds=window_s))
@@ -64,7 +68,8 @@ def _builder_command(name: str) -> click.Command:
             store = open_sink(sink)
         except SinkError as exc:  # a URL or store that cannot be used: one line, nothing read
             raise click.ClickException(str(exc)) from None
-        options = RuntimeOptions(**reading, instance_id=instance_id)
+        options = RuntimeOptions(**reading, instance_id=instance_id,
+                                 reset_recreated=reset_recreated)
         progress = None
         if not quiet:
             from rlmesh_stream.consumers.progress import Progress

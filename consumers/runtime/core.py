@@ -25,13 +25,14 @@ from rlmesh_stream.consumers.runtime.offsets import Offsets
 from rlmesh_stream.consumers.runtime.options import (
     TP,
     CheckpointInfo,
+    ConsumerError,
     RegistryDown,
     RuntimeOptions,
 )
 from rlmesh_stream.consumers.runtime.policy import CheckpointPolicy
 from rlmesh_stream.consumers.runtime.reader import Reader
 from rlmesh_stream.consumers.runtime.until_end import UntilEnd
-from rlmesh_stream.consumers.sinks import Sink
+from rlmesh_stream.consumers.sinks import Sink, SinkBatch
 from rlmesh_stream.schemas.config import StreamConfig
 
 if TYPE_CHECKING:  # only passed in: their imports (prometheus_client, rich) are the caller's
@@ -78,6 +79,7 @@ class ConsumerRuntime:
         self.until_end = UntilEnd(config, options, self.topics, self.policy)
         self._admin: Any = None  # AdminClient for the end offsets at start, made when needed
         self._stopping = False
+        self._failed: ConsumerError | None = None  # raised by the loop before reading on
         self.consumer: Consumer | None = None
 
     @property
@@ -163,6 +165,8 @@ class ConsumerRuntime:
             if checkpoints.rewind:
                 self._do_rewind()
             messages = self._consume()
+            if self._failed is not None:  # before any record of the assignment is taken
+                raise self._failed
             # a full batch means a backlog: checkpoints may then be spaced out
             policy.behind = len(messages) >= self.options.poll_batch
             if self.metrics:
@@ -236,11 +240,33 @@ class ConsumerRuntime:
         self.until_end.assigned()  # called at each rebalance, even with nothing
         self.checkpoints.finish()  # the offsets it stores are the ones to load
         self.offsets.load(self.sink)
-        assign = self.offsets.assign(consumer, partitions)
+        assign = self.offsets.assign(consumer, partitions, self._beyond_end)
         consumer.incremental_assign(assign)
         # the sink's offsets, mirrored into the group for lag tools
         kafka_io.commit(consumer, [tp for tp in assign if tp.offset >= 0])
         log.info("assigned %s", sorted(self.offsets.assigned))
+
+    def _beyond_end(self, key: TP, stored: int, marks: tuple[int, int]) -> int:
+        """A stored offset above the partition's end: its topic was deleted and recreated
+        (or truncated). Reading on from the stored offset would skip, silently, every
+        record the new topic gets up to it: the run stops before reading (the loop
+        raises the error), unless `reset_recreated`, where the stored offsets are moved
+        back to the partition's first record (fenced) and it is read from there."""
+        low, high = marks
+        where = f"{key[0]}[{key[1]}]"
+        if not self.options.reset_recreated:
+            self._failed = self._failed or ConsumerError(
+                f"{where}: the next offset stored in the sink ({stored}) is beyond the "
+                f"partition's end ({high}): its topic was deleted and recreated (or "
+                "truncated) since; nothing read. To read it again from its first record, "
+                "run `consume` once with --reset-recreated")
+            return stored
+        self.sink.apply(SinkBatch(group_id=self.options.group_id,
+                                  offsets=self.offsets.reset(key, high, low)))
+        self.offsets.load(self.sink)
+        log.warning("%s: stored offset %d beyond the partition's end %d (topic recreated): "
+                    "read again from offset %d (--reset-recreated)", where, stored, high, low)
+        return self.offsets.start_offset(key)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Checkpoint what was read before the partitions go to another member."""

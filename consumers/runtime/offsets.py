@@ -9,6 +9,7 @@ The sink is the source of truth: each builder's next offsets are loaded from it 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
 
@@ -61,22 +62,36 @@ class Offsets:
         # live: where the partition ended at the start; created since: all of it is new
         return self.start_ends.get(key, OFFSET_BEGINNING)
 
-    def assign(self, consumer: Consumer, partitions: list[TopicPartition]
+    def assign(self, consumer: Consumer, partitions: list[TopicPartition],
+               beyond_end: Callable[[TP, int, tuple[int, int]], int]
                ) -> list[TopicPartition]:
-        """Take `partitions`: each at its start offset (--until-end: its end noted)."""
+        """Take `partitions`: each at its start offset (--until-end: its end noted).
+
+        A stored offset above the partition's end (its high watermark) means the topic
+        was deleted and recreated (or truncated) since it was stored: `beyond_end(key,
+        stored, (low, high))` says where to start instead, or raises."""
         assign = []
         for tp in partitions:
             key = (tp.topic, tp.partition)
+            # one round trip a partition (in the rebalance callback, asking from other
+            # threads at once waits for it to return)
+            marks = watermarks(consumer, tp)
             start = self.start_offset(key)
+            if start > marks[1]:
+                start = beyond_end(key, start, marks)
             assign.append(TopicPartition(tp.topic, tp.partition, start))
             self.assigned.add(key)
-            marks = None
-            if self.options.until_end:  # one round trip a partition (in the rebalance
-                # callback, asking from other threads at once waits for it to return)
-                marks = watermarks(consumer, tp)
+            if self.options.until_end:
                 self.ends[key] = marks[1]
             self.set_next(key, start, consumer, marks)
         return assign
+
+    def reset(self, key: TP, above: int, to: int) -> list[OffsetUpdate]:
+        """The updates that move each builder's stored offset of `key` that is above
+        `above` back to `to` (fenced: from the offset stored now)."""
+        return [OffsetUpdate(name, key[0], key[1], stored, to)
+                for name in self.builders_of[key[0]]
+                if (stored := self.stored[name].get(key)) is not None and stored > above]
 
     def set_next(self, key: TP, start: int, consumer: Consumer | None,
                  marks: tuple[int, int] | None = None) -> None:

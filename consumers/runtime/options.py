@@ -28,6 +28,9 @@ class RuntimeOptions:
     settle_time: float | None = None
     # --until-end: how long to wait for Kafka's metadata before giving up with an error
     connect_timeout: float = 15.0
+    # a partition whose stored offset is beyond its end (its topic was deleted and
+    # recreated): read it again from its first record (False: stop with an error)
+    reset_recreated: bool = False
     kafka_overrides: dict[str, Any] = field(default_factory=dict)
 
 
