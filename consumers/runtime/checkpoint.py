@@ -80,7 +80,7 @@ class Checkpoints:
         started = policy.last_cut = time.monotonic()
         if not policy.buffer or self.sink.reads_builder_state:
             dropped = self.finish(final=final)
-            if dropped or not policy.buffer:
+            if dropped or not (policy.buffer or self.positions_pending()):
                 return  # nothing to cut, or the one before was dropped: rewinding
         cut = policy.cut(align and not final)
         dead = [d for d in cut if isinstance(d, DeadLetter)]
@@ -90,10 +90,18 @@ class Checkpoints:
         batch, by_builder, progress = self.reduce(cut, refused, clean=not dead)
         if self.finish(final=final):  # one transaction at a time, in order
             return  # the one before was dropped: rewinding, this cut is read again
+        for key, position in self.offsets.unstored().items():  # nothing of it in the cut
+            progress.setdefault(key, position)
         batch.offsets.extend(self.offsets.updates(progress))
         self.writer.submit(batch, _Checkpoint(cut, len(dead), by_builder, progress, started))
         if final or wait:
             self.finish(final=final)
+
+    def positions_pending(self) -> bool:
+        """A held partition has no stored offset yet: a checkpoint is due even with no
+        record to apply (not for a sink that reads its builders' state: its offsets are
+        its manifest's, stored with the records)."""
+        return not self.sink.reads_builder_state and bool(self.offsets.unstored())
 
     def _send_dead_letters(self, dead: list[DeadLetter], final: bool
                            ) -> dict[LetterId, str] | None:

@@ -185,7 +185,8 @@ class ConsumerRuntime:
                 backoff = min(backoff * 2, 10.0)
                 continue
             checkpoints.finish(block=False)  # account for a written one at once
-            if policy.due():
+            if policy.due() or (not policy.buffer and not policy.writer.busy
+                                and checkpoints.positions_pending()):
                 checkpoints.flush(align=True)
             if self.progress:
                 self.progress.update(self.events, self._lag())

@@ -39,6 +39,8 @@ class Offsets:
         self.ends: dict[TP, int] = {}  # --until-end: the end offset seen at assignment
         # live mode: each partition's end offset when reading started (None: not known)
         self.start_ends: dict[TP, int] | None = None
+        # where reading each held partition started (a logical start resolved)
+        self.starts: dict[TP, int] = {}
 
     # -- where reading starts --------------------------------------------------------
 
@@ -95,15 +97,17 @@ class Offsets:
 
     def set_next(self, key: TP, start: int, consumer: Consumer | None,
                  marks: tuple[int, int] | None = None) -> None:
-        """Where reading `key` resumes; a logical start is resolved when --until-end needs it
-        (from the partition's `marks`, its low and high offsets, when already known)."""
+        """Where reading `key` resumes; a logical start is resolved (from the partition's
+        `marks`, its low and high offsets, when already known), so that where reading
+        started is known, and stored, even for a partition that has no record to read."""
         if start >= 0:
-            self.next[key] = start
-        elif self.options.until_end and consumer is not None:
+            self.next[key] = self.starts[key] = start
+        elif consumer is not None:
             low, high = marks or watermarks(consumer, TopicPartition(*key))
-            self.next[key] = low if start == OFFSET_BEGINNING else high
+            self.next[key] = self.starts[key] = low if start == OFFSET_BEGINNING else high
         else:
             self.next.pop(key, None)
+            self.starts.pop(key, None)
 
     def forget(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
@@ -111,6 +115,7 @@ class Offsets:
             self.assigned.discard(key)
             self.next.pop(key, None)
             self.ends.pop(key, None)
+            self.starts.pop(key, None)
 
     # -- what a checkpoint stores ----------------------------------------------------
 
@@ -126,6 +131,15 @@ class Offsets:
                 if old is None or nxt > old:
                     out.append(OffsetUpdate(name, key[0], key[1], old, nxt))
         return out
+
+    def unstored(self) -> dict[TP, int]:
+        """Each held partition some builder has no stored offset for, and where reading it
+        started. A checkpoint stores it (`Checkpoints.flush`): the group's next run then
+        resumes there rather than by the start rule, which in live mode starts at the
+        end and so skipped what landed between two runs in a partition empty so far."""
+        return {key: position for key, position in self.starts.items()
+                if key in self.assigned and any(
+                    self.stored[name].get(key) is None for name in self.builders_of[key[0]])}
 
     def record_written(self, updates: list[OffsetUpdate]) -> None:
         """A written checkpoint's offsets are the stored ones now."""
