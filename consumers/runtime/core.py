@@ -34,6 +34,7 @@ from rlmesh_stream.consumers.runtime.reader import Reader
 from rlmesh_stream.consumers.runtime.until_end import UntilEnd
 from rlmesh_stream.consumers.sinks import Sink, SinkBatch
 from rlmesh_stream.schemas.config import StreamConfig
+from rlmesh_stream.schemas.redact import redact_url
 
 if TYPE_CHECKING:  # only passed in: their imports (prometheus_client, rich) are the caller's
     from rlmesh_stream.consumers.metrics import ConsumerMetrics
@@ -161,6 +162,7 @@ class ConsumerRuntime:
         assert self.consumer is not None
         checkpoints, policy = self.checkpoints, self.policy
         backoff = 0.5
+        down_since: float | None = None  # the registry has not answered since
         while not self._stopping:
             if checkpoints.rewind:
                 self._do_rewind()
@@ -171,17 +173,22 @@ class ConsumerRuntime:
             policy.behind = len(messages) >= self.options.poll_batch
             if self.metrics:
                 self.metrics.read(messages)
+            attempt = time.monotonic()
             try:
                 self.reader.ingest(messages)
                 backoff = 0.5
+                if messages:
+                    down_since = None
             except RegistryDown as exc:
                 checkpoints.flush()  # what was decoded before the outage is good
+                down_since = down_since or attempt  # a request may have taken its timeout
+                wait = self._registry_wait(exc, down_since, backoff)
                 log.warning("schema registry unavailable (%s); retrying in %.1fs, "
-                            "nothing skipped", exc, backoff)
+                            "nothing skipped", exc, wait)
                 if self.progress:
-                    self.progress.note(f"registry unavailable, retrying in {backoff:.1f}s")
+                    self.progress.note(f"registry unavailable, retrying in {wait:.1f}s")
                 checkpoints.rewind = True
-                time.sleep(backoff)
+                time.sleep(wait)
                 backoff = min(backoff * 2, 10.0)
                 continue
             checkpoints.finish(block=False)  # account for a written one at once
@@ -197,6 +204,22 @@ class ConsumerRuntime:
         checkpoints.flush(final=True)
         if self.metrics:
             self.metrics.tick(self.lag_by_partition, force=True)
+
+    def _registry_wait(self, exc: RegistryDown, down_since: float, backoff: float) -> float:
+        """How long to wait before retrying a registry that does not answer: `backoff`,
+        for as long as it takes live; an offline run (--until-end) gives up once it has
+        not answered for `connect_timeout` seconds, with an error naming it (nothing is
+        skipped: the next run resumes from the last checkpoint)."""
+        if not self.options.until_end:
+            return backoff
+        left = down_since + self.options.connect_timeout - time.monotonic()
+        if left > 0:
+            return min(backoff, left)
+        raise ConsumerError(redact_url(
+            f"schema registry at {self.config.registry_url} did not answer for "
+            f"{self.options.connect_timeout:g} s ({exc}): check --registry-url and "
+            "--registry-timeout; nothing skipped, run again to resume from the last "
+            "checkpoint")) from exc
 
     def _consume(self) -> list[Message]:
         """The records already fetched, up to `poll_batch`, at once; when there are none,
