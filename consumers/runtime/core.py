@@ -186,6 +186,7 @@ class ConsumerRuntime:
                 log.warning("schema registry unavailable (%s); retrying in %.1fs, "
                             "nothing skipped", exc, wait)
                 if self.progress:
+                    self.progress.update(self.events, self._lag())
                     self.progress.note(f"registry unavailable, retrying in {wait:.1f}s")
                 checkpoints.rewind = True
                 time.sleep(wait)
@@ -331,8 +332,8 @@ class ConsumerRuntime:
     # -- progress ---------------------------------------------------------------------
 
     def _lag(self) -> int | None:
-        lags = self.lag_by_partition()
-        return None if lags is None else sum(lags.values())
+        """The progress line's lag: records not applied yet (read or not)."""
+        return self.offsets.unapplied(self.consumer)
 
     def lag_by_partition(self) -> dict[TP, int] | None:
         """Records behind the end offset, per assigned partition; None when unknown."""

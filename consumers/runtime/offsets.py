@@ -164,6 +164,35 @@ class Offsets:
         return sum(max(0, end - self.next.get(key, 0)) for key, end in self.ends.items()
                    if key in self.assigned)
 
+    def unapplied(self, consumer: Consumer | None) -> int | None:
+        """Records not applied yet, the progress line's lag: from each held partition's
+        applied position (`applied`) to its end. Records read and not yet written (in
+        the buffer, in a checkpoint being written, read again after a registry outage)
+        count: `lag_by_partition`, which counts from what is read, said 0 meanwhile.
+        None when unknown."""
+        if consumer is None or not self.assigned:
+            return None
+        total = 0
+        for key in self.assigned:
+            try:
+                _, high = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+            except KafkaException:
+                return None
+            high = max(high, self.ends.get(key, -1), self.next.get(key, -1))
+            applied = self.applied(key)
+            if high < 0 or applied is None:
+                return None
+            total += max(0, high - applied)
+        return total
+
+    def applied(self, key: TP) -> int | None:
+        """The next offset of `key` every builder has applied: the lowest of their stored
+        offsets, where reading started for one with none; None when unknown."""
+        start = self.starts.get(key)
+        positions = [self.stored[name].get(key, start) for name in self.builders_of[key[0]]]
+        known = [p for p in positions if p is not None]
+        return min(known) if known and len(known) == len(positions) else None
+
     def lag_by_partition(self, consumer: Consumer | None) -> dict[TP, int] | None:
         """Records behind the end offset, per assigned partition; None when unknown."""
         if consumer is None or not self.assigned:
