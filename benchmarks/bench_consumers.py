@@ -151,7 +151,7 @@ def bench_floor(config: StreamConfig, total: int) -> float:
 class _Split:
     """Calling-thread CPU of the runtime's phases, by wrapping its methods (bench only)."""
 
-    PHASES = (("_ingest_all", "read + decode"), ("_reduce", "reduce"),
+    PHASES = (("ingest", "read + decode"), ("reduce", "reduce"),
               ("apply", "sink transaction (its own thread, overlapping reading)"),
               ("_stage", "of which staging"), ("_upsert", "upserts"))
     SINK = frozenset({"apply", "_stage", "_upsert"})
@@ -160,7 +160,8 @@ class _Split:
         self.cpu = dict.fromkeys((name for name, _ in self.PHASES), 0.0)
         self.rows = self.checkpoints = 0  # rows upserted, in how many transactions
         for name, _ in self.PHASES:
-            owner: Any = runtime.sink if name in self.SINK else runtime
+            owner: Any = (runtime.sink if name in self.SINK else
+                          runtime.reader if name == "ingest" else runtime.checkpoints)
             setattr(owner, name, self._timed(name, getattr(owner, name)))
 
     def _timed(self, name: str, method: Any) -> Any:

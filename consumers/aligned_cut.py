@@ -9,7 +9,7 @@ where one would do (docs/benchmarks.md, "Round six": 107 000 rows upserted for 6
 episodes).
 
 While a backlog is read and the sink is the slower side (the runtime decides when:
-`ConsumerRuntime._cut`), a checkpoint therefore takes of each partition the records up
+`runtime/policy.py`), a checkpoint therefore takes of each partition the records up
 to the *frontier*: the oldest of the newest timestamps read from the partitions that
 have more to read. What was produced after it stays buffered for the next checkpoint,
 which also holds the records produced alongside it in the partitions that lag. Each

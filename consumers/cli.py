@@ -44,6 +44,10 @@ def _builder_command(name: str) -> click.Command:
     @click.option("--window", "window_s", default=60.0, show_default=True,
                   type=FiniteFloatRange(min=MIN_WINDOW_S),
                   help="telemetry: tumbling window, seconds.")
+    @click.option("--reset-recreated", is_flag=True,
+                  help="Read a partition whose stored offset is beyond its end (its topic "
+                       "was deleted and recreated) again from its first record [default: "
+                       "stop with an error naming it].")
     @click.option("--instance-id", default=None,
                   help="Static group membership id: a restarted process takes over at once.")
     @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
@@ -52,8 +56,8 @@ def _builder_command(name: str) -> click.Command:
                        "the address served is printed). Bind address "
                        "RLMESH_STREAM_METRICS_ADDR, default 0.0.0.0: all interfaces.")
     def command(config: StreamConfig, sink: SinkURL, reading: dict[str, Any], steps: bool,
-                window_s: float, instance_id: str | None, quiet: bool,
-                metrics_port: int | None) -> ConsumerRuntime:
+                window_s: float, reset_recreated: bool, instance_id: str | None,
+                quiet: bool, metrics_port: int | None) -> ConsumerRuntime:
         builders = make_builders([name], steps=steps, window=timedelta(seconds=window_s))
         reading["group_id"] = reading["group_id"] or f"rlmesh-stream.{name}"
         metrics = _serve_metrics(reading["group_id"], metrics_port)
@@ -61,7 +65,8 @@ def _builder_command(name: str) -> click.Command:
             store = open_sink(sink)
         except SinkError as exc:  # a URL or store that cannot be used: one line, nothing read
             raise click.ClickException(str(exc)) from None
-        options = RuntimeOptions(**reading, instance_id=instance_id)
+        options = RuntimeOptions(**reading, instance_id=instance_id,
+                                 reset_recreated=reset_recreated)
         progress = None
         if not quiet:
             from rlmesh_stream.consumers.progress import Progress

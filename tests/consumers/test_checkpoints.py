@@ -41,51 +41,51 @@ def runtime(tmp_path: Path) -> Iterator[ConsumerRuntime]:
 
 def _buffer(rt: ConsumerRuntime, records: int, last_checkpoint_ago: float,
             last_checkpoint_cost: float, behind: bool) -> None:
-    rt._buffer = [Record("t", 0, i, datetime(2026, 1, 1, tzinfo=UTC),
+    rt.policy.buffer = [Record("t", 0, i, datetime(2026, 1, 1, tzinfo=UTC),
                          EventType.EPISODE_STARTED, None) for i in range(records)]
-    rt._last_flush = time.monotonic() - last_checkpoint_ago
-    rt._flush_cost = last_checkpoint_cost
-    rt._behind = behind
+    rt.policy.last_cut = time.monotonic() - last_checkpoint_ago
+    rt.policy.cost = last_checkpoint_cost
+    rt.policy.behind = behind
 
 
 def test_a_backlog_spaces_checkpoints_to_four_times_the_last_ones_cost(
         runtime: ConsumerRuntime) -> None:
     _buffer(runtime, 3, last_checkpoint_ago=1.5, last_checkpoint_cost=0.5, behind=True)
-    assert not runtime._checkpoint_due()  # 1.5 s < 4 x 0.5 s
+    assert not runtime.policy.due()  # 1.5 s < 4 x 0.5 s
     _buffer(runtime, 3, last_checkpoint_ago=2.1, last_checkpoint_cost=0.5, behind=True)
-    assert runtime._checkpoint_due()
+    assert runtime.policy.due()
 
 
 def test_reading_live_checkpoints_every_interval_whatever_the_last_cost(
         runtime: ConsumerRuntime) -> None:
     _buffer(runtime, 3, last_checkpoint_ago=1.1, last_checkpoint_cost=0.5, behind=False)
-    assert runtime._checkpoint_due()
+    assert runtime.policy.due()
 
 
 def test_max_batch_records_checkpoint_at_once_even_on_a_backlog(
         runtime: ConsumerRuntime) -> None:
     _buffer(runtime, 10, last_checkpoint_ago=0.0, last_checkpoint_cost=5.0, behind=True)
-    assert runtime._checkpoint_due()
+    assert runtime.policy.due()
 
 
 @contextlib.contextmanager
 def _writer_busy(rt: ConsumerRuntime) -> Iterator[None]:
     """A checkpoint in flight until the block ends."""
     release = threading.Event()
-    rt._writer._write = lambda batch, context: release.wait(5)  # type: ignore[method-assign,assignment,return-value]
-    rt._writer.submit(SinkBatch(group_id="g"), None)
+    rt.policy.writer._write = lambda batch, context: release.wait(5)  # type: ignore[method-assign,assignment,return-value]
+    rt.policy.writer.submit(SinkBatch(group_id="g"), None)
     try:
-        assert rt._writer.busy
+        assert rt.policy.writer.busy
         yield
     finally:
         release.set()
-        rt._writer.close()
+        rt.policy.writer.close()
 
 
 def _offline(rt: ConsumerRuntime, read_to: int, end: int) -> None:
-    rt.options = RuntimeOptions(group_id="g", until_end=True, max_batch=10)
-    rt._assigned = {("t", 0)}
-    rt._next, rt._ends = {("t", 0): read_to}, {("t", 0): end}
+    rt.options.until_end = True  # max_batch 10, as the fixture's
+    rt.offsets.assigned = {("t", 0)}
+    rt.offsets.next, rt.offsets.ends = {("t", 0): read_to}, {("t", 0): end}
 
 
 def test_an_offline_run_read_to_its_end_cuts_its_last_checkpoint_while_one_is_written(
@@ -94,7 +94,7 @@ def test_an_offline_run_read_to_its_end_cuts_its_last_checkpoint_while_one_is_wr
     _offline(runtime, read_to=3, end=3)
     _buffer(runtime, 3, last_checkpoint_ago=0.0, last_checkpoint_cost=5.0, behind=True)
     with _writer_busy(runtime):
-        assert runtime._checkpoint_due()
+        assert runtime.policy.due()
 
 
 def test_an_offline_run_not_at_its_end_reads_on_while_a_checkpoint_is_written(
@@ -102,7 +102,7 @@ def test_an_offline_run_not_at_its_end_reads_on_while_a_checkpoint_is_written(
     _offline(runtime, read_to=3, end=8)
     _buffer(runtime, 3, last_checkpoint_ago=9.0, last_checkpoint_cost=0.0, behind=False)
     with _writer_busy(runtime):
-        assert not runtime._checkpoint_due()
+        assert not runtime.policy.due()
 
 
 class _Watch(Builder):
@@ -144,12 +144,12 @@ def _two_cuts(tmp_path: Path, reads_builder_state: bool) -> list[bool]:
     stamp = datetime(2026, 1, 1, tzinfo=UTC)
     try:
         for first in (0, 5):
-            rt._buffer = [Record(topic, 0, first + i, stamp, EventType.EPISODE_STARTED, None)
+            rt.policy.buffer = [Record(topic, 0, first + i, stamp, EventType.EPISODE_STARTED, None)
                           for i in range(5)]
             release.clear()
-            rt._flush()
+            rt.checkpoints.flush()
             assert writing.wait(2)  # the checkpoint is being written
-        rt._flush(final=True)
+        rt.checkpoints.flush(final=True)
         assert sink.load_offsets("watch") == {(topic, 0): 10}
         return watch.seen_writing[5:]
     finally:
@@ -184,17 +184,17 @@ def backlog(runtime: ConsumerRuntime) -> Iterator[ConsumerRuntime]:
     """An offline run behind on two partitions, of two topics, both with more to read:
     `started` read ahead of `completed`, as librdkafka does with a topic of smaller
     records (an unconnected consumer: the ends seen at assignment give the lags)."""
-    runtime.options = RuntimeOptions(group_id="g", until_end=True, max_batch=10)
+    runtime.options.until_end = True  # max_batch 10, as the fixture's
     runtime.consumer = Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g"})
-    runtime._assigned = {("started", 0), ("completed", 0)}
-    runtime._next = {("started", 0): 6, ("completed", 0): 3}
-    runtime._ends = {("started", 0): 50, ("completed", 0): 50}
-    runtime._buffer = [_stamped("started", 0, ms=0), _stamped("started", 1, ms=1),
+    runtime.offsets.assigned = {("started", 0), ("completed", 0)}
+    runtime.offsets.next = {("started", 0): 6, ("completed", 0): 3}
+    runtime.offsets.ends = {("started", 0): 50, ("completed", 0): 50}
+    runtime.policy.buffer = [_stamped("started", 0, ms=0), _stamped("started", 1, ms=1),
                        _stamped("completed", 0, ms=0), _stamped("started", 2, ms=2),
                        _stamped("completed", 1, ms=1), _stamped("started", 3, ms=3),
                        _stamped("completed", 2, ms=2), _stamped("started", 4, ms=4),
                        _stamped("started", 5, ms=5)]
-    runtime._behind = True
+    runtime.policy.behind = True
     yield runtime
     runtime.consumer.close()
 
@@ -211,46 +211,46 @@ def _offsets(items: list[Record | DeadLetter]) -> list[tuple[str, int]]:
 def test_a_backlogs_checkpoint_leaves_what_was_read_past_the_lagging_frontier(
         backlog: ConsumerRuntime) -> None:
     with _writer_busy(backlog):  # the sink is the slower side
-        cut = backlog._cut(align=True)
+        cut = backlog.policy.cut(align=True)
     # `completed` was read up to 2 ms: `started` records after it wait for their partners
     assert _offsets(cut) == [("started", 0), ("started", 1), ("completed", 0),
                              ("started", 2), ("completed", 1), ("completed", 2)]
-    assert _offsets(backlog._buffer) == [("started", 3), ("started", 4), ("started", 5)]
+    assert _offsets(backlog.policy.buffer) == [("started", 3), ("started", 4), ("started", 5)]
 
 
 def test_records_left_for_the_next_checkpoint_do_not_count_towards_max_batch(
         backlog: ConsumerRuntime) -> None:
     with _writer_busy(backlog):
-        backlog._cut(align=True)
-    backlog._buffer += [_stamped("started", 6 + i, ms=6 + i) for i in range(9)]
-    assert not backlog._checkpoint_due()  # 9 read since the cut (+3 left): max_batch is 10
-    backlog._buffer.append(_stamped("started", 15, ms=15))
-    assert backlog._checkpoint_due()
+        backlog.policy.cut(align=True)
+    backlog.policy.buffer += [_stamped("started", 6 + i, ms=6 + i) for i in range(9)]
+    assert not backlog.policy.due()  # 9 read since the cut (+3 left): max_batch is 10
+    backlog.policy.buffer.append(_stamped("started", 15, ms=15))
+    assert backlog.policy.due()
 
 
 def test_a_backlogs_checkpoint_takes_everything_while_the_sink_keeps_up(
         backlog: ConsumerRuntime) -> None:
     """The writer is idle: the reading is the slower side, and aligning would slow it."""
-    assert len(backlog._cut(align=True)) == 9 and backlog._buffer == []
+    assert len(backlog.policy.cut(align=True)) == 9 and backlog.policy.buffer == []
 
 
 def test_a_checkpoint_read_to_the_end_takes_everything(backlog: ConsumerRuntime) -> None:
-    backlog._ends = {("started", 0): 6, ("completed", 0): 3}
+    backlog.offsets.ends = {("started", 0): 6, ("completed", 0): 3}
     with _writer_busy(backlog):
-        assert len(backlog._cut(align=True)) == 9 and backlog._buffer == []
+        assert len(backlog.policy.cut(align=True)) == 9 and backlog.policy.buffer == []
 
 
 def test_a_checkpoint_read_live_takes_everything(backlog: ConsumerRuntime) -> None:
-    backlog._behind = False  # the last consume() was not a full batch: caught up
+    backlog.policy.behind = False  # the last consume() was not a full batch: caught up
     with _writer_busy(backlog):
-        assert len(backlog._cut(align=True)) == 9 and backlog._buffer == []
+        assert len(backlog.policy.cut(align=True)) == 9 and backlog.policy.buffer == []
 
 
 def test_a_checkpoint_cut_without_aligning_takes_everything(
         backlog: ConsumerRuntime) -> None:
     """The last one, one before a revoke, one after a registry outage."""
     with _writer_busy(backlog):
-        assert len(backlog._cut(align=False)) == 9 and backlog._buffer == []
+        assert len(backlog.policy.cut(align=False)) == 9 and backlog.policy.buffer == []
 
 
 def test_an_offline_run_near_its_end_cuts_as_soon_as_the_writer_is_free(
@@ -258,7 +258,7 @@ def test_an_offline_run_near_its_end_cuts_as_soon_as_the_writer_is_free(
     """The last transaction is written after the last record is read: keep it small."""
     _offline(runtime, read_to=3, end=12)  # 9 left, under max_batch (10)
     _buffer(runtime, 2, last_checkpoint_ago=0.0, last_checkpoint_cost=5.0, behind=True)
-    assert runtime._checkpoint_due()  # 2 read: a fifth of max_batch
+    assert runtime.policy.due()  # 2 read: a fifth of max_batch
 
 
 def test_an_offline_run_near_its_end_reads_on_while_a_checkpoint_is_written(
@@ -266,11 +266,11 @@ def test_an_offline_run_near_its_end_reads_on_while_a_checkpoint_is_written(
     _offline(runtime, read_to=3, end=12)
     _buffer(runtime, 2, last_checkpoint_ago=0.0, last_checkpoint_cost=5.0, behind=True)
     with _writer_busy(runtime):
-        assert not runtime._checkpoint_due()
+        assert not runtime.policy.due()
 
 
 def test_an_offline_run_far_from_its_end_waits_for_max_batch_or_the_interval(
         runtime: ConsumerRuntime) -> None:
     _offline(runtime, read_to=3, end=13)  # 10 left: max_batch
     _buffer(runtime, 2, last_checkpoint_ago=0.0, last_checkpoint_cost=5.0, behind=True)
-    assert not runtime._checkpoint_due()
+    assert not runtime.policy.due()

@@ -1,20 +1,23 @@
 """A consumer never waits forever for what cannot come, and waits as long as it should.
 
-Offline runs (--until-end) end with a clear error when Kafka cannot be reached or no topic
-exists under the prefix; each registry request is bounded by `registry_timeout`; a
-partition the client does not know yet (a broker stall, a partition just added) is waited
-for like the other metadata errors.
+Offline runs (--until-end) end with a clear error when Kafka cannot be reached, no topic
+exists under the prefix, or the schema registry does not answer; each registry request is
+bounded by `registry_timeout`; a partition the client does not know yet (a broker stall, a
+partition just added) is waited for like the other metadata errors.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -80,6 +83,53 @@ def test_an_offline_run_without_kafka_ends_with_an_error_naming_the_bootstrap(
     with pytest.raises(ConsumerError, match=f"cannot reach Kafka at 127.0.0.1:{port} within 3 s"):
         run_offline(nowhere, duckdb_url, ["episodes"], connect_timeout=3.0)
     assert time.monotonic() - started < 10
+
+
+def _published_session(config: StreamConfig) -> None:
+    create_topics(config, partitions=1)
+    hooks = PlainKafkaHooks(config)
+    hooks.publish(EventType.SESSION_STARTED,
+                  ev.SessionStartedEvent(session_id="s", route=ROUTE, env_id="e"))
+    hooks.flush()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_offline_run_without_the_registry_ends_with_an_error_naming_it(
+    stream_config: StreamConfig, duckdb_url: str,
+) -> None:
+    _published_session(stream_config)
+    url = f"http://127.0.0.1:{_closed_port()}/apis/ccompat/v7"
+    started = time.monotonic()
+    with pytest.raises(ConsumerError, match=f"schema registry at {url} did not answer for 3 s"):
+        run_offline(replace(stream_config, registry_url=url), duckdb_url, ["sessions"],
+                    connect_timeout=3.0)
+    assert time.monotonic() - started < 15
+
+
+def test_consume_until_end_without_the_registry_ends_with_one_error_line(
+    stream_config: StreamConfig, tmp_path: Path,
+) -> None:
+    """As `consume` prints it: the retries are warnings, the end one `Error:` line, the
+    URL's password redacted."""
+    _published_session(stream_config)
+    cli = str(Path(sys.executable).parent / "rlmesh-stream")
+    started = time.monotonic()
+    result = subprocess.run(
+        [cli, "consume", "sessions", "--until-end", "--from-beginning", "--quiet",
+         "--sink", f"duckdb://{tmp_path / 'store.duckdb'}", "--bootstrap",
+         stream_config.bootstrap, "--topic-prefix", stream_config.topic_prefix,
+         "--registry-url", f"http://u:secret@127.0.0.1:{_closed_port()}/apis/ccompat/v7"],
+        capture_output=True, text=True, timeout=90)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr and "secret" not in result.stderr
+    assert lines[-1].startswith("Error: schema registry at http://u:***@127.0.0.1:"), lines
+    assert time.monotonic() - started < 45  # 15 s of retries after the group is joined
 
 
 def test_each_registry_request_of_a_consumer_is_bounded_by_the_registry_timeout(

@@ -97,7 +97,7 @@ def test_live_mode_applies_what_is_published_while_it_joins_its_group(
     _publish_sessions(hooks, ["before"])
     path = str(tmp_path) + "/joining.duckdb"
     runtime = _live_sessions(stream_config, path, runtime_thread)
-    _wait_for(lambda: runtime._start_ends is not None)  # reading has started
+    _wait_for(lambda: runtime.offsets.start_ends is not None)  # reading has started
     _publish_sessions(hooks, ["joining-1", "joining-2"])  # most likely before the join
     _wait_for(lambda: _count(path) == 2)
 

@@ -104,15 +104,15 @@ def test_interleaved_runs_of_partitions_are_taken_from_where_each_one_is_expecte
     rt = ConsumerRuntime(StreamConfig(), [DeliveryBuilder()], sink, RuntimeOptions(group_id="g"))
     a, b = EventType.EPISODE_STARTED.topic(rt.config.topic_prefix), \
         EventType.EPISODE_COMPLETED.topic(rt.config.topic_prefix)
-    rt._assigned = {(a, 0), (b, 0)}
-    rt._next = {(a, 0): 1}
+    rt.offsets.assigned = {(a, 0), (b, 0)}
+    rt.offsets.next = {(a, 0): 1}
     messages = [_Message(a, 0, 0), _Message(a, 0, 1), _Message(b, 0, 7), _Message(b, 1, 3),
                 _Message(a, 0, 2), _Message(b, 0, 8), _Message(a, 0, 2)]
     try:
-        rt._ingest_all(messages)  # type: ignore[arg-type]
-        assert [(r.topic, r.partition, r.offset) for r in rt._buffer] == [
+        rt.reader.ingest(messages)  # type: ignore[arg-type]
+        assert [(r.topic, r.partition, r.offset) for r in rt.policy.buffer] == [
             (a, 0, 1), (b, 0, 7), (a, 0, 2), (b, 0, 8)]
-        assert rt._next == {(a, 0): 3, (b, 0): 9}
+        assert rt.offsets.next == {(a, 0): 3, (b, 0): 9}
     finally:
         sink.close()
 

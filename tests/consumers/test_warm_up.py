@@ -37,15 +37,15 @@ def test_each_topics_reader_for_its_latest_schema_is_made_ahead(
     registrar = SchemaRegistrar(SchemaRegistryClient(stream_config.registry_config()),
                                 "avro", stream_config.topic_prefix)
     sid = registrar.schema_id(EventType.EPISODE_STARTED)
-    runtime._warm_projectors()
+    runtime.decoders.warm_projectors()
     started = EventType.EPISODE_STARTED.topic(stream_config.topic_prefix)
-    assert callable(runtime._projectors[started][wire.header(sid)])
+    assert callable(runtime.decoders.projectors[started][wire.header(sid)])
 
 
 def test_a_topic_whose_subject_is_not_registered_yet_is_skipped(
         runtime: ConsumerRuntime, stream_config: StreamConfig) -> None:
-    runtime._warm_projectors()
-    assert all(not readers for readers in runtime._projectors.values())
+    runtime.decoders.warm_projectors()
+    assert all(not readers for readers in runtime.decoders.projectors.values())
 
 
 def test_a_registry_that_does_not_answer_is_left_to_the_first_record(
@@ -54,8 +54,8 @@ def test_a_registry_that_does_not_answer_is_left_to_the_first_record(
                                  registry_url="http://127.0.0.1:1",
                                  topic_prefix=stream_config.topic_prefix)
     for runtime in _runtime(away, tmp_path):
-        runtime._warm_projectors()  # no error: the first record's decode reports it
-        assert all(not readers for readers in runtime._projectors.values())
+        runtime.decoders.warm_projectors()  # no error: the first record's decode reports it
+        assert all(not readers for readers in runtime.decoders.projectors.values())
 
 
 def test_the_first_batch_waits_for_the_decoding_not_for_the_sinks_staging(
@@ -65,7 +65,7 @@ def test_the_first_batch_waits_for_the_decoding_not_for_the_sinks_staging(
     warming = threading.Thread(target=runtime._warm_up)
     warming.start()
     try:
-        assert runtime._decoding_warmed.wait(10)
+        assert runtime.decoders.warmed.wait(10)
         assert warming.is_alive()  # the sink's staging is still being prepared
     finally:
         staging.set()

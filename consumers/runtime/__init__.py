@@ -1,0 +1,46 @@
+"""The consumer runtime every builder shares: read, reduce, write rows + offsets at once.
+
+Modelled on quixstreams' sinks and checkpointing: records are buffered per topic
+partition and flushed at a checkpoint (every `checkpoint_interval` seconds or `max_batch`
+records), here as ONE sink transaction holding every builder's rows and every
+partition's next offset. On each (re)assignment the runtime seeks to the offsets stored
+in the sink, not Kafka's: the sink is the source of truth, so a crash at any instant
+leaves the tables as if each record was applied exactly once. Offsets are also committed
+to Kafka after each checkpoint, so lag tools see the group's progress.
+
+Records that cannot be decoded go to the dead-letter topic and the `dead_letters` table;
+a registry that is down makes the runtime rewind to the last checkpoint and retry with
+back-off, never skip.
+
+The parts, one job each, composed by `core.ConsumerRuntime`:
+- `offsets.py`: assignment and offsets (stored, next, ends, where reading starts, lag);
+- `policy.py`: the buffer and the checkpoint policy (when to cut, aligned cuts);
+- `checkpoint.py`: a cut reduced into one transaction, written and accounted for;
+- `until_end.py`: the start check and stop rule of an offline run;
+- `decoding.py`: the decoder cache (which reader per schema id) and its warm-up;
+- `reader.py`: the per-record hot path, messages into Records and dead letters;
+- `kafka_io.py`: the consumer's settings, client errors, metadata and watermarks;
+- `options.py`: the options, the account of a checkpoint and the errors.
+"""
+
+from rlmesh_stream.consumers.runtime.checkpoint import offset_ranges as _offset_ranges
+from rlmesh_stream.consumers.runtime.core import ConsumerRuntime
+from rlmesh_stream.consumers.runtime.decoding import Decoder
+from rlmesh_stream.consumers.runtime.kafka_io import existing_topics as _existing_topics
+from rlmesh_stream.consumers.runtime.kafka_io import watermarks as _watermarks
+from rlmesh_stream.consumers.runtime.options import (
+    CheckpointInfo,
+    ConsumerError,
+    RuntimeOptions,
+)
+
+__all__ = [
+    "CheckpointInfo",
+    "ConsumerError",
+    "ConsumerRuntime",
+    "Decoder",
+    "RuntimeOptions",
+    "_existing_topics",
+    "_offset_ranges",
+    "_watermarks",
+]

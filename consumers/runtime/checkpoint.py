@@ -1,0 +1,218 @@
+"""Checkpoints: a cut of the buffer reduced into ONE sink transaction (every builder's
+rows, the dead letters and every partition's next offset), handed to the writer thread,
+and accounted for once written (stored offsets, counts, the group's offsets,
+`on_checkpoint`).
+
+Dead letters reach the dead-letter topic before the offsets move. A checkpoint dropped by
+the sink's offset fence, or whose letters Kafka did not take, makes the run rewind to the
+last written one (`rewind`): nothing is skipped, nothing applied twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+
+from confluent_kafka import KafkaException
+
+from rlmesh_stream.consumers.builders import Builder, Reduced, reduce
+from rlmesh_stream.consumers.checkpoint_writer import CheckpointWriter, Written
+from rlmesh_stream.consumers.deadletter import (
+    DeadLetter,
+    DeadLetterQueue,
+    DeadLetterQueueError,
+    LetterId,
+)
+from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.runtime.offsets import Offsets
+from rlmesh_stream.consumers.runtime.options import TP, CheckpointInfo, ConsumerError
+from rlmesh_stream.consumers.runtime.policy import Buffered, CheckpointPolicy
+from rlmesh_stream.consumers.sinks import Sink, SinkBatch
+
+if TYPE_CHECKING:  # only passed in: its import (prometheus_client) is the caller's
+    from rlmesh_stream.consumers.metrics import ConsumerMetrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Checkpoint:
+    """What is kept of a checkpoint in flight, to account for it once written."""
+
+    buffer: list[Buffered]  # the records it applies, dead letters included
+    dead: int  # dead letters among them
+    by_builder: dict[str, list[Record]]
+    progress: dict[TP, int]  # next offset per partition read
+    started: float  # time.monotonic() when it was cut
+
+
+class Checkpoints:
+    """Cuts, writes (on the writer's thread) and accounts for checkpoints in order."""
+
+    def __init__(self, sink: Sink, builders: list[Builder], group_id: str, prefix: str,
+                 offsets: Offsets, policy: CheckpointPolicy, dlq: DeadLetterQueue,
+                 commit: Callable[[dict[TP, int], bool], None]) -> None:
+        self.sink, self.builders, self.group_id, self.prefix = sink, builders, group_id, prefix
+        self.offsets, self.policy, self.dlq = offsets, policy, dlq
+        self.writer: CheckpointWriter[_Checkpoint] = policy.writer
+        self.commit = commit  # mirrors a written checkpoint's offsets into the group
+        self.metrics: ConsumerMetrics | None = None
+        self.on_checkpoint: Callable[[CheckpointInfo], None] | None = None
+        self.rewind = False  # go back to the last written checkpoint before reading on
+        self.events = 0  # records applied (committed) by this process
+        self.dead_letters = 0
+
+    def flush(self, final: bool = False, wait: bool = False, align: bool = False) -> None:
+        """Cut a checkpoint of the buffer (every builder's rows and every offset, one
+        transaction) and hand it to the writer; `final` or `wait`: until it is written.
+        `align`: while a backlog is read, the cut may leave each partition's newest
+        records for the next one (`CheckpointPolicy.cut`).
+
+        The cut is reduced while the writer may still be writing the checkpoint before
+        it: the two hold different offsets of every partition, and only the offsets,
+        which move on from where that one leaves them, wait for it to be accounted for
+        (all of it waits for a sink that `reads_builder_state`).
+        """
+        policy = self.policy
+        started = policy.last_cut = time.monotonic()
+        if not policy.buffer or self.sink.reads_builder_state:
+            dropped = self.finish(final=final)
+            if dropped or not (policy.buffer or self.positions_pending()):
+                return  # nothing to cut, or the one before was dropped: rewinding
+        cut = policy.cut(align and not final)
+        dead = [d for d in cut if isinstance(d, DeadLetter)]
+        refused = self._send_dead_letters(dead, final)
+        if refused is None:
+            return
+        batch, by_builder, progress = self.reduce(cut, refused, clean=not dead)
+        if self.finish(final=final):  # one transaction at a time, in order
+            return  # the one before was dropped: rewinding, this cut is read again
+        for key, position in self.offsets.unstored().items():  # nothing of it in the cut
+            progress.setdefault(key, position)
+        batch.offsets.extend(self.offsets.updates(progress))
+        self.writer.submit(batch, _Checkpoint(cut, len(dead), by_builder, progress, started))
+        if final or wait:
+            self.finish(final=final)
+
+    def positions_pending(self) -> bool:
+        """A held partition has no stored offset yet: a checkpoint is due even with no
+        record to apply (not for a sink that reads its builders' state: its offsets are
+        its manifest's, stored with the records)."""
+        return not self.sink.reads_builder_state and bool(self.offsets.unstored())
+
+    def _send_dead_letters(self, dead: list[DeadLetter], final: bool
+                           ) -> dict[LetterId, str] | None:
+        """Before the offsets move: each letter at least once in the topic, or its refusal
+        recorded (returned); None when Kafka is away and the run rewinds."""
+        try:
+            refused = self.dlq.send(dead) if dead else {}
+        except (DeadLetterQueueError, KafkaException) as exc:
+            self.finish(final=final)  # the one before is good
+            if final:  # an offline run must not end as if everything was applied
+                raise ConsumerError(f"{exc}; the last checkpoint was not written, run again "
+                                    "to resume from the one before") from exc
+            # Kafka is away: nothing moves until the letters are in; read again from the
+            # stored offsets (the next attempt waits for Kafka as long as `send` does)
+            log.warning("checkpoint not written, the dead-letter topic did not take its "
+                        "letters (%s); rewinding to the last checkpoint", exc)
+            self.rewind = True
+            return None
+        for letter_id, reason in refused.items():
+            log.error("dead-letter topic %s refused %s[%d]@%d for good (%s); recorded in "
+                      "dead_letters and skipped", self.dlq.topic, *letter_id, reason)
+        return refused
+
+    def finish(self, block: bool = True, final: bool = False) -> bool:
+        """Account for the checkpoint in flight once written (`block`: wait for it):
+        stored offsets, counts, the group's offsets, `on_checkpoint`. One dropped by a
+        fence rewinds (True); one that failed raises its error here."""
+        written: Written[_Checkpoint] | None = self.writer.finish(block)
+        if written is None:
+            return False
+        if written.error is not None:
+            raise written.error
+        if written.conflict is not None:
+            log.warning("checkpoint dropped: %s", written.conflict)
+            self.rewind = True
+            self.policy.drop()
+            return True
+        ck, batch = written.context, written.batch
+        self.policy.cost = written.finished - ck.started
+        self.offsets.record_written(batch.offsets)
+        count = len(ck.buffer) - ck.dead  # a dead-lettered record is a Record too
+        self.events += count  # every record read (dead-lettered ones included)
+        self.dead_letters += ck.dead
+        if self.metrics:
+            self.metrics.checkpoint(ck.buffer, batch.rows, time.monotonic() - ck.started)
+        self.commit(ck.progress, final)
+        if self.on_checkpoint:
+            self.on_checkpoint(CheckpointInfo(count - ck.dead, written.committed_at,
+                                              ck.by_builder))
+        return False
+
+    def reduce(self, cut: list[Buffered], refused: dict[LetterId, str], clean: bool = False
+               ) -> tuple[SinkBatch, dict[str, list[Record]], dict[TP, int]]:
+        """A cut's rows (each builder's records it has not stored yet, reduced) and dead
+        letters as a batch without offsets, the records by builder, and the offset after
+        the cut in each partition.
+
+        Reading the stored offsets before the checkpoint in flight is accounted for
+        filters alike: that checkpoint ends where the cut begins, in every partition.
+        `clean`: the cut holds no dead letter (only Records)."""
+        batch = SinkBatch(group_id=self.group_id)
+        first, progress = offset_ranges(cut)
+        by_builder: dict[str, list[Record]] = {}
+        shared = self.sink.shared_writers
+        for b in self.builders:
+            stored = self.offsets.stored[b.name]
+            topics = set(b.topics_of(self.prefix))
+            if all(t in topics and stored.get((t, p), -1) <= o for (t, p), o in first.items()):
+                # all of it (a backlog's case)
+                mine = cast(list[Record], cut) if clean else [
+                    r for r in cut if type(r) is Record]
+            else:
+                mine = [r for r in cut if type(r) is Record and r.topic in topics
+                        and r.offset >= stored.get((r.topic, r.partition), -1)]
+            by_builder[b.name] = mine
+            reduced: Reduced = reduce(b, mine)
+            for table in b.tables:
+                batch.rows[table] = reduced.sorted_rows(table)
+            batch.after_sql.extend(b.after_sql)
+            if shared:
+                batch.locks.extend(b.lock_keys(reduced))
+        for d in cut:
+            if isinstance(d, DeadLetter):
+                self._add_dead_letter(batch, d, refused.get(d.id))
+        return batch, by_builder, progress
+
+    def _add_dead_letter(self, batch: SinkBatch, d: DeadLetter, refused: str | None) -> None:
+        names = ",".join(self.offsets.builders_of[d.topic])
+        if refused is None:
+            batch.add_dead_letter(names, d.topic, d.partition, d.offset, d.error,
+                                  self.dlq.topic)
+        else:
+            batch.add_dead_letter(names, d.topic, d.partition, d.offset,
+                                  f"{d.error}; not copied to the dead-letter topic "
+                                  f"{self.dlq.topic}, which refused it: {refused}", None)
+
+
+def offset_ranges(cut: list[Buffered]) -> tuple[dict[TP, int], dict[TP, int]]:
+    """Per partition, the cut's first offset and the offset after its last: a partition's
+    records are in offset order, in runs (looked at once per run)."""
+    first: dict[TP, int] = {}
+    after: dict[TP, int] = {}
+    run: TP | None = None
+    last = 0
+    for item in cut:
+        if run is None or item.partition != run[1] or item.topic != run[0]:
+            if run is not None:
+                after[run] = last + 1
+            run = (item.topic, item.partition)
+            first.setdefault(run, item.offset)
+        last = item.offset
+    if run is not None:
+        after[run] = last + 1
+    return first, after

@@ -1,0 +1,340 @@
+"""`ConsumerRuntime`: one consumer process, a group member running one or more builders.
+It composes the parts (offsets, the checkpoint policy, checkpoints, the decoder cache,
+the reader, the stop rule of --until-end) and owns what ties them together: the Kafka
+consumer, the rebalance callbacks, the rewind after an outage, and the reading loop."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+
+from rlmesh_stream.consumers.builders import Builder
+from rlmesh_stream.consumers.checkpoint_writer import CheckpointWriter
+from rlmesh_stream.consumers.deadletter import DeadLetterQueue
+from rlmesh_stream.consumers.interpreter import tuned_for_reading
+from rlmesh_stream.consumers.runtime import kafka_io
+from rlmesh_stream.consumers.runtime.checkpoint import Checkpoints
+from rlmesh_stream.consumers.runtime.decoding import Decoder, Decoders
+from rlmesh_stream.consumers.runtime.offsets import Offsets
+from rlmesh_stream.consumers.runtime.options import (
+    TP,
+    CheckpointInfo,
+    ConsumerError,
+    RegistryDown,
+    RuntimeOptions,
+)
+from rlmesh_stream.consumers.runtime.policy import CheckpointPolicy
+from rlmesh_stream.consumers.runtime.reader import Reader
+from rlmesh_stream.consumers.runtime.until_end import UntilEnd
+from rlmesh_stream.consumers.sinks import Sink, SinkBatch
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.connection.redact import redact_url
+
+if TYPE_CHECKING:  # only passed in: their imports (prometheus_client, rich) are the caller's
+    from rlmesh_stream.consumers.metrics import ConsumerMetrics
+    from rlmesh_stream.consumers.progress import Progress
+
+log = logging.getLogger(__name__)
+
+
+class ConsumerRuntime:
+    """One consumer process: a group member running one or more builders."""
+
+    def __init__(
+        self,
+        config: StreamConfig,
+        builders: list[Builder],
+        sink: Sink,
+        options: RuntimeOptions,
+        *,
+        decoder: Decoder | None = None,
+        progress: Progress | None = None,
+        on_checkpoint: Callable[[CheckpointInfo], None] | None = None,
+        metrics: ConsumerMetrics | None = None,
+    ) -> None:
+        self.config = config
+        self.builders = builders
+        self.sink = sink
+        self.options = options
+        self.progress = progress
+        self.metrics = metrics
+        prefix = config.topic_prefix
+        self.topics = sorted({t for b in builders for t in b.topics_of(prefix)})
+        self.offsets = Offsets(builders, prefix, options)
+        # checkpoints are written on a thread of their own while reading goes on
+        self.policy = CheckpointPolicy(options, self.offsets, CheckpointWriter(sink),
+                                       self.lag_by_partition)
+        self.dlq = DeadLetterQueue(config, options.dlq_topic or f"{prefix}.dlq")
+        self.checkpoints = Checkpoints(sink, builders, options.group_id, prefix, self.offsets,
+                                       self.policy, self.dlq, self._commit)
+        self.checkpoints.metrics, self.checkpoints.on_checkpoint = metrics, on_checkpoint
+        self.decoders = Decoders(config, builders, self.topics, decoder)
+        self.errors = kafka_io.ClientErrors(config, options.group_id)
+        self.reader = Reader(self.decoders, self.offsets, self.policy, self.errors)
+        self.until_end = UntilEnd(config, options, self.topics, self.policy)
+        self._admin: Any = None  # AdminClient for the end offsets at start, made when needed
+        self._stopping = False
+        self._failed: ConsumerError | None = None  # raised by the loop before reading on
+        self.consumer: Consumer | None = None
+
+    @property
+    def events(self) -> int:
+        """Records applied (committed) by this process."""
+        return self.checkpoints.events
+
+    @property
+    def dead_letters(self) -> int:
+        return self.checkpoints.dead_letters
+
+    @property
+    def first_record_at(self) -> float | None:
+        """Monotonic time of the first record read."""
+        return self.reader.first_record_at
+
+    @property
+    def assignment(self) -> list[TP]:
+        """The partitions this process holds now."""
+        return sorted(self.offsets.assigned)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def stop(self, *_: Any) -> None:
+        """Ask the loop to finish its checkpoint and leave the group.
+
+        As a signal handler (SIGTERM, first Ctrl-C) it stops gracefully; a second
+        Ctrl-C interrupts at once (nothing is lost: the sink has the offsets).
+        """
+        self._stopping = True
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def run(self) -> None:
+        handlers: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            handlers = {sig: signal.signal(sig, self.stop)
+                        for sig in (signal.SIGTERM, signal.SIGINT)}
+        self.consumer = Consumer(self._kafka_config())
+        if self.options.until_end:
+            self.until_end.check_topics(self.consumer, self.errors)
+        elif not self.options.from_beginning:
+            self.offsets.start_ends = self._ends_at_start()
+        self.consumer.subscribe(self.topics, on_assign=self._on_assign,
+                                on_revoke=self._on_revoke, on_lost=self._on_lost)
+        # the group join is a wait: import and compile what the first batch needs meanwhile
+        self.decoders.warming = True
+        threading.Thread(target=self._warm_up, name="rlmesh-warm-up", daemon=True).start()
+        writer = self.policy.writer
+        try:
+            with tuned_for_reading():
+                self._loop()
+        except BaseException:
+            writer.close()  # the checkpoint in flight: written or not, the sink knows
+            raise
+        finally:
+            if self.progress:
+                self.progress.update(self.events, self._lag())
+                self.progress.close()
+            self.consumer.close()
+            writer.close()
+            self.dlq.close()
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+
+    def _warm_up(self) -> None:
+        """On a thread while the group is joined: the decoding, which the first batch
+        waits for, then the sink's staging (pyarrow), which only the first checkpoint
+        needs. Best effort: what fails here is done, and reported, where it is needed."""
+        self.decoders.warm_up()
+        try:
+            self.sink.prepare()
+        except Exception as exc:
+            log.debug("warm-up of the sink failed: %s", exc)
+
+    def _loop(self) -> None:
+        """Read and checkpoint until stopped or (--until-end) at the end, then the last
+        checkpoint."""
+        assert self.consumer is not None
+        checkpoints, policy = self.checkpoints, self.policy
+        backoff = 0.5
+        down_since: float | None = None  # the registry has not answered since
+        while not self._stopping:
+            if checkpoints.rewind:
+                self._do_rewind()
+            messages = self._consume()
+            if self._failed is not None:  # before any record of the assignment is taken
+                raise self._failed
+            # a full batch means a backlog: checkpoints may then be spaced out
+            policy.behind = len(messages) >= self.options.poll_batch
+            if self.metrics:
+                self.metrics.read(messages)
+            attempt = time.monotonic()
+            try:
+                self.reader.ingest(messages)
+                backoff = 0.5
+                if messages:
+                    down_since = None
+            except RegistryDown as exc:
+                checkpoints.flush()  # what was decoded before the outage is good
+                down_since = down_since or attempt  # a request may have taken its timeout
+                wait = self._registry_wait(exc, down_since, backoff)
+                log.warning("schema registry unavailable (%s); retrying in %.1fs, "
+                            "nothing skipped", exc, wait)
+                if self.progress:
+                    self.progress.update(self.events, self._lag())
+                    self.progress.note(f"registry unavailable, retrying in {wait:.1f}s")
+                checkpoints.rewind = True
+                time.sleep(wait)
+                backoff = min(backoff * 2, 10.0)
+                continue
+            checkpoints.finish(block=False)  # account for a written one at once
+            if policy.due() or (not policy.buffer and not policy.writer.busy
+                                and checkpoints.positions_pending()):
+                checkpoints.flush(align=True)
+            if self.progress:
+                self.progress.update(self.events, self._lag())
+            if self.metrics:
+                self.metrics.tick(self.lag_by_partition)
+            if self.options.until_end and self.until_end.done(self.consumer):
+                break
+        checkpoints.flush(final=True)
+        if self.metrics:
+            self.metrics.tick(self.lag_by_partition, force=True)
+
+    def _registry_wait(self, exc: RegistryDown, down_since: float, backoff: float) -> float:
+        """How long to wait before retrying a registry that does not answer: `backoff`,
+        for as long as it takes live; an offline run (--until-end) gives up once it has
+        not answered for `connect_timeout` seconds, with an error naming it (nothing is
+        skipped: the next run resumes from the last checkpoint)."""
+        if not self.options.until_end:
+            return backoff
+        left = down_since + self.options.connect_timeout - time.monotonic()
+        if left > 0:
+            return min(backoff, left)
+        raise ConsumerError(redact_url(
+            f"schema registry at {self.config.registry_url} did not answer for "
+            f"{self.options.connect_timeout:g} s ({exc}): check --registry-url and "
+            "--registry-timeout; nothing skipped, run again to resume from the last "
+            "checkpoint")) from exc
+
+    def _consume(self) -> list[Message]:
+        """The records already fetched, up to `poll_batch`, at once; when there are none,
+        wait up to `poll_timeout` for some. librdkafka's batch consume waits for a full
+        batch until the timeout, so asking with a timeout first idled at every partial
+        batch: at the end of a backlog, and whenever the fetches fell behind the reading
+        (docs/benchmarks.md, "Round four")."""
+        assert self.consumer is not None
+        messages = self.consumer.consume(self.options.poll_batch, 0)
+        if messages:
+            return messages
+        return self.consumer.consume(self.options.poll_batch, self.options.poll_timeout)
+
+    def _ends_at_start(self) -> dict[TP, int] | None:
+        """Live mode: each of the topics' partitions and its end offset as reading starts
+        (None: Kafka did not answer within a few seconds, and each partition starts at
+        its end when assigned). A partition the sink has no offset for starts there, so
+        what is published while the group forms is read; one created later holds only
+        records from after the start, and is read from its first
+        (`Offsets.start_offset`)."""
+        assert self.consumer is not None
+        try:
+            return kafka_io.end_offsets(self.consumer, self._admin_client, self.topics)
+        except Exception as exc:  # any failure: the old rule, never a crash
+            log.debug("no end offsets at start (%s): partitions start at their end", exc)
+            return None
+
+    def _admin_client(self) -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        if self._admin is None:
+            self._admin = AdminClient(self.config.kafka_config())
+        return self._admin
+
+    def _kafka_config(self) -> dict[str, Any]:
+        return kafka_io.kafka_config(self.config, self.options, self.errors)
+
+    # -- rebalancing ----------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Seek every newly assigned partition to the offset stored in the sink."""
+        self.until_end.assigned()  # called at each rebalance, even with nothing
+        self.checkpoints.finish()  # the offsets it stores are the ones to load
+        self.offsets.load(self.sink)
+        assign = self.offsets.assign(consumer, partitions, self._beyond_end)
+        consumer.incremental_assign(assign)
+        # the sink's offsets, mirrored into the group for lag tools
+        kafka_io.commit(consumer, [tp for tp in assign if tp.offset >= 0])
+        log.info("assigned %s", sorted(self.offsets.assigned))
+
+    def _beyond_end(self, key: TP, stored: int, marks: tuple[int, int]) -> int:
+        """A stored offset above the partition's end: its topic was deleted and recreated
+        (or truncated). Reading on from the stored offset would skip, silently, every
+        record the new topic gets up to it: the run stops before reading (the loop
+        raises the error), unless `reset_recreated`, where the stored offsets are moved
+        back to the partition's first record (fenced) and it is read from there."""
+        low, high = marks
+        where = f"{key[0]}[{key[1]}]"
+        if not self.options.reset_recreated:
+            self._failed = self._failed or ConsumerError(
+                f"{where}: the next offset stored in the sink ({stored}) is beyond the "
+                f"partition's end ({high}): its topic was deleted and recreated (or "
+                "truncated) since; nothing read. To read it again from its first record, "
+                "run `consume` once with --reset-recreated")
+            return stored
+        self.sink.apply(SinkBatch(group_id=self.options.group_id,
+                                  offsets=self.offsets.reset(key, high, low)))
+        self.offsets.load(self.sink)
+        log.warning("%s: stored offset %d beyond the partition's end %d (topic recreated): "
+                    "read again from offset %d (--reset-recreated)", where, stored, high, low)
+        return self.offsets.start_offset(key)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Checkpoint what was read before the partitions go to another member."""
+        self.checkpoints.flush(wait=True)
+        self.offsets.forget(partitions)
+        consumer.incremental_unassign(partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions lost without a revoke: their buffered records must not be written."""
+        self.checkpoints.finish()  # cut before the loss: fenced like any other
+        self.policy.drop()
+        self.offsets.forget(partitions)
+        self.checkpoints.rewind = True
+        consumer.incremental_unassign(partitions)
+
+    def _do_rewind(self) -> None:
+        """Drop the buffer and go back to the sink's offsets for every assigned partition."""
+        assert self.consumer is not None
+        self.checkpoints.finish()
+        self.policy.drop()
+        self.offsets.load(self.sink)
+        for key in sorted(self.offsets.assigned):
+            start = self.offsets.start_offset(key)
+            try:
+                self.consumer.seek(TopicPartition(key[0], key[1], start))
+            except KafkaException as exc:  # not fetching yet: assign again at the offset
+                log.debug("seek %s failed (%s); reassigning", key, exc)
+                self.consumer.incremental_unassign([TopicPartition(*key)])
+                self.consumer.incremental_assign([TopicPartition(key[0], key[1], start)])
+            self.offsets.set_next(key, start, self.consumer)
+        self.checkpoints.rewind = False
+
+    def _commit(self, progress: dict[TP, int], wait: bool) -> None:
+        """Mirror a written checkpoint's offsets into the group, for lag tools only."""
+        assert self.consumer is not None
+        kafka_io.commit(self.consumer, self.offsets.held(progress), wait)
+
+    # -- progress ---------------------------------------------------------------------
+
+    def _lag(self) -> int | None:
+        """The progress line's lag: records not applied yet (read or not)."""
+        return self.offsets.unapplied(self.consumer)
+
+    def lag_by_partition(self) -> dict[TP, int] | None:
+        """Records behind the end offset, per assigned partition; None when unknown."""
+        return self.offsets.lag_by_partition(self.consumer)

@@ -1,0 +1,210 @@
+"""Assignment and offsets: which partitions this process holds, where each one's reading
+starts (the sink's stored offsets, else the start rule of the mode), how far each is
+read, the end offsets an offline run stops at, and the lag.
+
+The sink is the source of truth: each builder's next offsets are loaded from it at every
+(re)assignment and rewind, and moved on only by a written checkpoint (`record_written`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
+
+from rlmesh_stream.consumers.builders import Builder
+from rlmesh_stream.consumers.runtime.kafka_io import watermarks
+from rlmesh_stream.consumers.runtime.options import TP, RuntimeOptions
+from rlmesh_stream.consumers.sinks import OffsetUpdate, Sink
+
+log = logging.getLogger(__name__)
+
+
+class Offsets:
+    """The partitions held and, per partition, the stored, next and end offsets."""
+
+    def __init__(self, builders: list[Builder], prefix: str, options: RuntimeOptions) -> None:
+        self.options = options
+        self.builders = [b.name for b in builders]
+        # per topic, the names of the builders that read it
+        self.builders_of: dict[str, list[str]] = {}
+        for b in builders:
+            for t in b.topics_of(prefix):
+                self.builders_of.setdefault(t, []).append(b.name)
+        # per builder, per partition: the next offset the sink has applied (as stored)
+        self.stored: dict[str, dict[TP, int]] = {name: {} for name in self.builders}
+        self.assigned: set[TP] = set()
+        self.next: dict[TP, int] = {}  # next offset to take from Kafka per partition
+        self.ends: dict[TP, int] = {}  # --until-end: the end offset seen at assignment
+        # live mode: each partition's end offset when reading started (None: not known)
+        self.start_ends: dict[TP, int] | None = None
+        # where reading each held partition started (a logical start resolved)
+        self.starts: dict[TP, int] = {}
+
+    # -- where reading starts --------------------------------------------------------
+
+    def load(self, sink: Sink) -> None:
+        """Every builder's stored offsets, as the sink has them now."""
+        for name in self.builders:
+            self.stored[name] = sink.load_offsets(name)
+
+    def start_offset(self, key: TP) -> int:
+        """Where `key` is read from: the lowest of its builders' stored offsets when all
+        of them have one; otherwise the mode's rule (the beginning offline, the end when
+        reading started live, all of a partition created since)."""
+        stored = [self.stored[name].get(key) for name in self.builders_of[key[0]]]
+        known = [o for o in stored if o is not None]
+        if known and len(known) == len(stored):
+            return min(known)
+        if self.options.from_beginning:
+            return OFFSET_BEGINNING
+        if known or self.start_ends is None:
+            return min(known) if known else OFFSET_END
+        # live: where the partition ended at the start; created since: all of it is new
+        return self.start_ends.get(key, OFFSET_BEGINNING)
+
+    def assign(self, consumer: Consumer, partitions: list[TopicPartition],
+               beyond_end: Callable[[TP, int, tuple[int, int]], int]
+               ) -> list[TopicPartition]:
+        """Take `partitions`: each at its start offset (--until-end: its end noted).
+
+        A stored offset above the partition's end (its high watermark) means the topic
+        was deleted and recreated (or truncated) since it was stored: `beyond_end(key,
+        stored, (low, high))` says where to start instead, or raises."""
+        assign = []
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            # one round trip a partition (in the rebalance callback, asking from other
+            # threads at once waits for it to return)
+            marks = watermarks(consumer, tp)
+            start = self.start_offset(key)
+            if start > marks[1]:
+                start = beyond_end(key, start, marks)
+            assign.append(TopicPartition(tp.topic, tp.partition, start))
+            self.assigned.add(key)
+            if self.options.until_end:
+                self.ends[key] = marks[1]
+            self.set_next(key, start, consumer, marks)
+        return assign
+
+    def reset(self, key: TP, above: int, to: int) -> list[OffsetUpdate]:
+        """The updates that move each builder's stored offset of `key` that is above
+        `above` back to `to` (fenced: from the offset stored now)."""
+        return [OffsetUpdate(name, key[0], key[1], stored, to)
+                for name in self.builders_of[key[0]]
+                if (stored := self.stored[name].get(key)) is not None and stored > above]
+
+    def set_next(self, key: TP, start: int, consumer: Consumer | None,
+                 marks: tuple[int, int] | None = None) -> None:
+        """Where reading `key` resumes; a logical start is resolved (from the partition's
+        `marks`, its low and high offsets, when already known), so that where reading
+        started is known, and stored, even for a partition that has no record to read."""
+        if start >= 0:
+            self.next[key] = self.starts[key] = start
+        elif consumer is not None:
+            low, high = marks or watermarks(consumer, TopicPartition(*key))
+            self.next[key] = self.starts[key] = low if start == OFFSET_BEGINNING else high
+        else:
+            self.next.pop(key, None)
+            self.starts.pop(key, None)
+
+    def forget(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            self.assigned.discard(key)
+            self.next.pop(key, None)
+            self.ends.pop(key, None)
+            self.starts.pop(key, None)
+
+    # -- what a checkpoint stores ----------------------------------------------------
+
+    def updates(self, progress: dict[TP, int]) -> list[OffsetUpdate]:
+        """Each builder's offsets, from its stored ones to the cut's end (the fence)."""
+        out = []
+        for name in self.builders:
+            stored = self.stored[name]
+            for key, nxt in sorted(progress.items()):
+                if name not in self.builders_of[key[0]]:
+                    continue
+                old = stored.get(key)
+                if old is None or nxt > old:
+                    out.append(OffsetUpdate(name, key[0], key[1], old, nxt))
+        return out
+
+    def unstored(self) -> dict[TP, int]:
+        """Each held partition some builder has no stored offset for, and where reading it
+        started. A checkpoint stores it (`Checkpoints.flush`): the group's next run then
+        resumes there rather than by the start rule, which in live mode starts at the
+        end and so skipped what landed between two runs in a partition empty so far."""
+        return {key: position for key, position in self.starts.items()
+                if key in self.assigned and any(
+                    self.stored[name].get(key) is None for name in self.builders_of[key[0]])}
+
+    def record_written(self, updates: list[OffsetUpdate]) -> None:
+        """A written checkpoint's offsets are the stored ones now."""
+        for u in updates:
+            self.stored[u.builder][(u.topic, u.partition)] = u.next_offset
+
+    def held(self, offsets: dict[TP, int]) -> list[TopicPartition]:
+        """`offsets` of the partitions still held, to mirror into the group."""
+        return [TopicPartition(t, p, o) for (t, p), o in offsets.items()
+                if (t, p) in self.assigned]
+
+    # -- how far reading is ----------------------------------------------------------
+
+    def read_to_end(self) -> bool:
+        """Every assigned partition read up to the end offset seen at assignment."""
+        if not self.assigned:
+            return False
+        return all(self.next.get(k, -1) >= self.ends.get(k, 0) for k in self.assigned)
+
+    def left_to_read(self) -> int:
+        """Records left up to the end offsets seen at assignment (--until-end)."""
+        return sum(max(0, end - self.next.get(key, 0)) for key, end in self.ends.items()
+                   if key in self.assigned)
+
+    def unapplied(self, consumer: Consumer | None) -> int | None:
+        """Records not applied yet, the progress line's lag: from each held partition's
+        applied position (`applied`) to its end. Records read and not yet written (in
+        the buffer, in a checkpoint being written, read again after a registry outage)
+        count: `lag_by_partition`, which counts from what is read, said 0 meanwhile.
+        None when unknown."""
+        if consumer is None or not self.assigned:
+            return None
+        total = 0
+        for key in self.assigned:
+            try:
+                _, high = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+            except KafkaException:
+                return None
+            high = max(high, self.ends.get(key, -1), self.next.get(key, -1))
+            applied = self.applied(key)
+            if high < 0 or applied is None:
+                return None
+            total += max(0, high - applied)
+        return total
+
+    def applied(self, key: TP) -> int | None:
+        """The next offset of `key` every builder has applied: the lowest of their stored
+        offsets, where reading started for one with none; None when unknown."""
+        start = self.starts.get(key)
+        positions = [self.stored[name].get(key, start) for name in self.builders_of[key[0]]]
+        known = [p for p in positions if p is not None]
+        return min(known) if known and len(known) == len(positions) else None
+
+    def lag_by_partition(self, consumer: Consumer | None) -> dict[TP, int] | None:
+        """Records behind the end offset, per assigned partition; None when unknown."""
+        if consumer is None or not self.assigned:
+            return None
+        lags: dict[TP, int] = {}
+        for key in self.assigned:
+            try:
+                _, high = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+            except KafkaException:
+                return None
+            high = max(high, self.ends.get(key, -1))
+            if high < 0:
+                return None
+            lags[key] = max(0, high - self.next.get(key, high))
+        return lags

@@ -1,0 +1,56 @@
+"""What a consumer run is told and what it reports: its options, the account of a
+checkpoint, and the errors that end it. The runtime's parts all read these; none of
+them holds state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlmesh_stream.consumers.records import Record
+
+TP = tuple[str, int]  # a topic partition
+
+
+@dataclass
+class RuntimeOptions:
+    group_id: str
+    from_beginning: bool = False
+    until_end: bool = False
+    max_batch: int = 20_000  # records per checkpoint
+    checkpoint_interval: float = 1.0  # seconds between checkpoints
+    poll_batch: int = 2_000
+    poll_timeout: float = 0.1
+    dlq_topic: str | None = None  # default: {prefix}.dlq
+    instance_id: str | None = None  # static group membership: a restart takes over at once
+    # --until-end with no partitions: how long after its first assignment a process waits
+    # for the group to settle before it stops (None: three session timeouts)
+    settle_time: float | None = None
+    # --until-end: how long to wait for Kafka's metadata, or for a schema registry that
+    # does not answer, before giving up with an error
+    connect_timeout: float = 15.0
+    # a partition whose stored offset is beyond its end (its topic was deleted and
+    # recreated): read it again from its first record (False: stop with an error)
+    reset_recreated: bool = False
+    kafka_overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CheckpointInfo:
+    """What one committed checkpoint applied (for progress and latency measurement)."""
+
+    records: int  # records decoded and applied (dead letters not included)
+    committed_at: float  # time.time() right after the sink's commit
+    records_by_builder: dict[str, list[Record]]
+
+
+class RegistryDown(Exception):
+    """The registry did not answer while decoding: the runtime rewinds and retries."""
+
+
+class ConsumerError(Exception):
+    """The run cannot go on (no Kafka or no topics for --until-end, a registry URL that
+    leads to something else); the message says why and what to check.
+
+    Nothing is skipped: the sink holds the offsets of the last checkpoint, so running
+    again resumes there."""

@@ -1,0 +1,131 @@
+"""The stop rule of an offline run (--until-end): the run starts only if Kafka answers
+and one of its topics exists, and stops once every partition it holds is read up to the
+end offset seen at assignment and checkpointed, or, holding none, once the group has
+settled with every partition owned by another member."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException
+
+from rlmesh_stream.consumers.runtime.kafka_io import (
+    SESSION_TIMEOUT_MS,
+    ClientErrors,
+    existing_topics,
+)
+from rlmesh_stream.consumers.runtime.options import TP, ConsumerError, RuntimeOptions
+from rlmesh_stream.consumers.runtime.policy import CheckpointPolicy
+from rlmesh_stream.schemas.connection.config import StreamConfig
+
+log = logging.getLogger(__name__)
+
+
+class UntilEnd:
+    """When an offline run may start, and when it is done."""
+
+    def __init__(self, config: StreamConfig, options: RuntimeOptions, topics: list[str],
+                 policy: CheckpointPolicy) -> None:
+        self.config, self.options, self.topics = config, options, topics
+        self.policy = policy
+        self.first_assigned_at: float | None = None  # monotonic time of the first assignment
+        self._idle_checked_at = 0.0  # holding no partitions: the last look at the group
+        self._admin: Any = None  # AdminClient describing the group, made when first needed
+
+    def check_topics(self, consumer: Consumer, errors: ClientErrors) -> None:
+        """Kafka answers and at least one of the topics exists, or an error.
+
+        Without it an offline run waits forever for an assignment that cannot come: a
+        broker that is not there, or a topic prefix no producer has written under."""
+        timeout = self.options.connect_timeout
+        try:
+            found = existing_topics(consumer, self.topics, timeout)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else exc
+            errors.quiet = True
+            consumer.poll(0)  # serves the queued client errors: the last one says why
+            raise ConsumerError(
+                f"cannot reach Kafka at {self.config.bootstrap} within {timeout:g} s "
+                f"({err.str() if isinstance(err, KafkaError) else err}"
+                f"{'; ' + errors.last if errors.last else ''}): check --bootstrap "
+                "and --security-protocol") from exc
+        if not found:
+            raise ConsumerError(
+                f"none of the {len(self.topics)} topics under prefix "
+                f"{self.config.topic_prefix!r} exists in Kafka at {self.config.bootstrap} "
+                f"(e.g. {self.topics[0]}): check --topic-prefix, and that producers have "
+                "published or `rlmesh-stream topics create` has run")
+
+    def assigned(self) -> None:
+        """A rebalance gave this process its partitions (even none)."""
+        if self.first_assigned_at is None:
+            self.first_assigned_at = time.monotonic()
+
+    def done(self, consumer: Consumer) -> bool:
+        """Read to the end and all of it cut, or nothing to read in this process."""
+        return self.policy.at_end() or self._idle_and_settled(consumer)
+
+    def _settle_time(self) -> float:
+        """Holding nothing: how long the group may settle (default: three session
+        timeouts)."""
+        if self.options.settle_time is not None:
+            return self.options.settle_time
+        timeout = self.options.kafka_overrides.get("session.timeout.ms", SESSION_TIMEOUT_MS)
+        return 3 * int(timeout) / 1000
+
+    def _idle_and_settled(self, consumer: Consumer) -> bool:
+        """In a process that holds no partitions: stop once the group has settled
+        (`settle_time` after the first assignment) with every partition of the topics
+        owned by another member. There is nothing left for this process to read."""
+        if (self.policy.offsets.assigned or self.policy.buffer
+                or self.first_assigned_at is None):
+            return False
+        now = time.monotonic()
+        if now - self.first_assigned_at < self._settle_time():
+            return False
+        if now - self._idle_checked_at < 1.0:  # look at the group once a second at most
+            return False
+        self._idle_checked_at = now
+        owners = self._partition_owners(consumer)
+        if owners is None:
+            return False
+        log.warning("holding no partitions %.0fs after joining group %s: all %d partitions "
+                    "of its topics are owned by %d other member(s); nothing to read, stopping",
+                    now - self.first_assigned_at, self.options.group_id, len(owners),
+                    len(set(owners.values())))
+        return True
+
+    def _partition_owners(self, consumer: Consumer) -> dict[TP, str] | None:
+        """The owning member of every partition of the topics, or None while any partition
+        is unowned, owned by this process, unknown, or the group cannot be described."""
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            metadata = existing_topics(consumer, self.topics, timeout=10)
+            wanted: set[TP] = set()
+            for topic in self.topics:
+                meta = metadata.get(topic)
+                if meta is None or meta.error is not None or not meta.partitions:
+                    return None
+                wanted |= {(topic, p) for p in meta.partitions}
+            if self._admin is None:
+                self._admin = AdminClient(self.config.kafka_config())
+            group = self.options.group_id
+            described = self._admin.describe_consumer_groups([group], request_timeout=10)[group]
+            members = described.result(timeout=15).members
+        except Exception as exc:  # the group or metadata cannot be read now: look again later
+            log.debug("cannot describe group %s (%s)", self.options.group_id, exc)
+            return None
+        me = consumer.memberid()
+        owners: dict[TP, str] = {}
+        for member in members:
+            if member.member_id == me:
+                continue
+            assignment = member.assignment.topic_partitions if member.assignment else []
+            for tp in assignment:
+                owners[(tp.topic, tp.partition)] = member.member_id
+        if not wanted <= owners.keys():
+            return None
+        return {tp: owners[tp] for tp in wanted}
