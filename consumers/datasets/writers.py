@@ -231,6 +231,7 @@ class MinariWriter:
         import minari
         from minari.dataset.minari_storage import MinariStorage
 
+        self.state_dir.mkdir(parents=True, exist_ok=True)
         write_atomically(self.state_dir / _CREATING, self.dataset_id)
         self.path.mkdir(parents=True, exist_ok=True)
         env_spec, self.env_spec_source = _env_spec(first, self.max_episode_steps)
