@@ -22,8 +22,9 @@ The wrapped env also tells the bridge the env as it ran: the inner env's
 `EnvSpec` (id, kwargs, the TimeLimit's `max_episode_steps`; not the wrapper's
 own spec, which `gym.make` could not rebuild) goes out as JSON under the
 reset infos' key `rlmesh.env_spec` (`ENV_SPEC_INFO`) of every episode's reset
-observation, with the env's reset infos (docs/contract.md). `env_spec=`
-gives it for an env that is not wrapped.
+observation, with the env's reset infos (docs/contract.md); wrappers
+`gym.make` cannot rebuild (no recorded constructor arguments) are left out of
+it. `env_spec=` gives it for an env that is not wrapped.
 Step numbers follow spec section 3: an observation's `step` is the number of
 steps its episode had taken (reset 0, the one step t returns t+1, terminal T).
 Episodes are attributed to lane slots in start order (a vector env's
@@ -40,6 +41,7 @@ session-end flush then runs on that thread, off the run's path.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -526,9 +528,16 @@ def _lane(batched: Any, lane: int) -> Any:
 
 
 def _spec_json(spec: Any) -> str | None:
-    """A Gymnasium `EnvSpec` as its JSON (None: no spec, or one JSON cannot hold)."""
+    """A Gymnasium `EnvSpec` as its JSON, as `gym.make` can rebuild it: a wrapper that
+    records no constructor arguments (`kwargs` None: `gym.make` refuses it) is left out.
+    None: no spec, or one JSON cannot hold."""
     if spec is None:
         return None
+    kept = tuple(w for w in spec.additional_wrappers if w.kwargs is not None)
+    if len(kept) != len(spec.additional_wrappers):
+        log.info("env spec %s: wrappers gym.make cannot rebuild left out: %s", spec.id,
+                 [w.name for w in spec.additional_wrappers if w.kwargs is None])
+        spec = dataclasses.replace(spec, additional_wrappers=kept)
     try:
         return str(spec.to_json())
     except Exception:  # kwargs JSON cannot hold (a callable): the spec is not published
