@@ -163,7 +163,6 @@ def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
 
 
-MINARI_FORMATS = ("hdf5", "arrow")
 _HDF5_FILE = "main_data.hdf5"
 # The state directory's record that this exporter is creating the Minari dataset: what a
 # crashed first commit left behind may be removed; a dataset without it is not ours.
@@ -183,6 +182,7 @@ class MinariWriter:
         self.state_dir = state_dir or root / ".rlmesh-export"
         self.storage: Any = None
         self.env_spec_source = ""  # the certificate's: where the dataset's env spec came from
+        self._first_spec: str | None = None  # before the dataset exists: its first episode's
 
     def recover(self, state: dict[str, Any], generation: int) -> None:
         marker = self.state_dir / _CREATING
@@ -224,6 +224,10 @@ class MinariWriter:
         from minari.dataset.minari_storage import MinariStorage
 
         read = MinariStorage.read(self.path)
+        held = read.metadata.get("data_format")
+        if held != self.data_format:
+            raise DatasetError(f"{self.path.parent} holds a Minari dataset in the {held} "
+                               f"layout: pass --minari-format {held}")
         self.storage = _storage_class(self.data_format)(
             self.path, read.observation_space, read.action_space, jpeg_encoding=False)
 
@@ -311,11 +315,16 @@ class MinariWriter:
                 gym_space(e.obs_spec) != self.storage.observation_space
                 or gym_space(e.act_spec) != self.storage.action_space):
             return "space_mismatch"
-        if (self.storage is not None and e.env_spec is not None
-                and self.env_spec_source == "producer"
-                and _spec_of(e, self.max_episode_steps) != self.storage.metadata.get(
-                    "env_spec")):
-            return "env_spec_mismatch"
+        if e.env_spec is not None:
+            spec = _spec_of(e, self.max_episode_steps)
+            if self.storage is None:
+                self._first_spec = self._first_spec or spec
+                expected = self._first_spec
+            else:
+                expected = (self.storage.metadata.get("env_spec")
+                            if self.env_spec_source.startswith("producer") else spec)
+            if spec != expected:
+                return "env_spec_mismatch"
         return None
 
 

@@ -152,3 +152,25 @@ def test_infos_the_producer_sent_are_exported_reset_first(make_hooks, export, tm
         probs.append(replay.step(int(action))[4]["prob"])
     assert episode.infos["prob"].tolist() == probs
     assert "rlmesh.env_spec" not in episode.infos
+
+
+def test_episodes_run_under_another_env_spec_are_skipped_counted(make_hooks, export, tmp_path):
+    _run(make_hooks, [12], policy=_leaning, limit=200)
+    _run(make_hooks, [13], policy=_leaning, limit=100)
+
+    sink = export(tmp_path / "ds", "minari", "rlmesh/twospecs-v0")
+
+    cert = sink.store.committed.certificate
+    assert (cert["episodes_exported"], cert["episodes_skipped"]) == (
+        1, {"env_spec_mismatch": 1})
+
+
+def test_a_dataset_in_the_other_layout_is_refused_in_one_line(make_hooks, export, tmp_path):
+    from rlmesh_stream.consumers.datasets.manifest import DatasetError
+
+    _run(make_hooks, [14], policy=_leaning)
+    export(tmp_path / "ds", "minari", "rlmesh/arrow-v0", minari_format="arrow")
+
+    with pytest.raises(DatasetError, match="holds a Minari dataset in the arrow layout: "
+                                           "pass --minari-format arrow"):
+        export(tmp_path / "ds", "minari", "rlmesh/arrow-v0")
