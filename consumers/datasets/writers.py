@@ -251,7 +251,8 @@ class MinariWriter:
                            "export trajectories (exactly once; see .rlmesh-export/).",
             "author": {"rlmesh-stream"}, "author_email": {"unknown"},
             "code_permalink": "https://pypi.org/project/rlmesh/",
-            "requirements": [f"gymnasium>={_gymnasium_version()}"],
+            # what remaking a registered env needs; no tighter (d3rlpy 2.8.1 pins 1.0.0)
+            "requirements": ["gymnasium>=1.0"],
         })
         self.storage = storage
 
@@ -341,12 +342,6 @@ def _replace(work: Path, path: Path) -> None:
     finally:
         os.close(fd)
     os.replace(work, path)
-
-
-def _gymnasium_version() -> str:
-    import gymnasium as gym
-
-    return ".".join(gym.__version__.split(".")[:2])
 
 
 def _spec_of(e: Episode, max_episode_steps: int | None) -> str | None:
