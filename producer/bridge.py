@@ -18,6 +18,15 @@ returns) and the bridge publishes it (an `observation_emitted` after the last
 step, before `episode_completed`), so the episode is published whole (T+1
 observations). Without the wrapper it is not published, and consumers mark
 such episodes as lacking it.
+The wrapped env also tells the bridge the env as it ran: the inner env's
+`EnvSpec` (id, kwargs, the TimeLimit's `max_episode_steps`; not the wrapper's
+own spec, which `gym.make` could not rebuild) goes out as JSON under the
+reset infos' key `rlmesh.env_spec` (`ENV_SPEC_INFO`) of every episode's reset
+observation, with the env's reset infos (docs/contract.md); wrappers
+`gym.make` cannot rebuild (no recorded constructor arguments) are left out of
+it. `env_spec=` gives it for an env that is not wrapped.
+Step numbers follow spec section 3: an observation's `step` is the number of
+steps its episode had taken (reset 0, the one step t returns t+1, terminal T).
 Episodes are attributed to lane slots in start order (a vector env's
 `StepEvent` carries no lane), one group step per `StepEvent`.
 
@@ -32,6 +41,7 @@ session-end flush then runs on that thread, off the run's path.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -56,6 +66,7 @@ _UNIT_KIND = {"ms": Kind.DURATION, "bytes": Kind.BYTES, "count": Kind.COUNT}
 _ObservationEmitted = ev.ObservationEmittedEvent
 _ActionReceived = ev.ActionReceivedEvent
 _StepCompleted = ev.StepCompletedEvent
+ENV_SPEC_INFO = ev.ENV_SPEC_INFO  # the reset infos' key of the env's `EnvSpec` JSON
 
 
 class RuntimeHooksLike(Protocol):
@@ -192,6 +203,7 @@ class RlmeshBridge(rlmesh.RunHooks):
         observation_space: Any = None,
         action_space: Any = None,
         trial_index_base: int = 0,
+        env_spec: Any = None,
     ) -> None:
         self.hooks = hooks
         self.route = ev.RuntimeEnvContext(
@@ -211,6 +223,9 @@ class RlmeshBridge(rlmesh.RunHooks):
         self.session_ids: list[str] = []
         # lane slot -> the terminal observation a wrapped env's `step` returned
         self._terminal: dict[int, Any] = {}
+        # lane slot -> the infos a wrapped env's `reset` returned
+        self._reset_infos: dict[int, Any] = {}
+        self._env_spec_json = _spec_json(env_spec)
 
     def wrap(self, env: Any) -> Any:
         """`env` (a Gymnasium `Env` or `VectorEnv`) wrapped so that each episode's terminal
@@ -219,7 +234,9 @@ class RlmeshBridge(rlmesh.RunHooks):
 
         if isinstance(env, gym.vector.VectorEnv):
             return _TerminalVectorWrapper(env, self._terminal)
-        return _TerminalWrapper(env, self._terminal)
+        if self._env_spec_json is None:
+            self._env_spec_json = _spec_json(env.spec)  # the inner env's, not the wrapper's
+        return _TerminalWrapper(env, self._terminal, self._reset_infos)
 
     @property
     def session_id(self) -> str | None:
@@ -257,12 +274,16 @@ class RlmeshBridge(rlmesh.RunHooks):
             obs_codec = capture.obs_codec = LeafCodec(infer_space(event.observation))
         if act_codec is None:
             act_codec = capture.act_codec = LeafCodec(infer_space(event.action))
+        reset_info = None
+        if event.step == 0:  # the wrapped env's reset infos (reset before this step)
+            info = self._reset_infos.pop(slot, None)
+            reset_info = None if info is None else to_meta(info)
         if capture.values_are_fresh:  # encoded on the publishing thread
             self._handoff.submit(self._publish_step, index, slot, obs_codec, act_codec, event,
-                                 None)
+                                 None, reset_info)
         else:  # a snapshot now: the env may reuse its arrays
             self._handoff.submit(self._publish_step, index, slot, obs_codec, act_codec, event,
-                                 _encode_step(obs_codec, act_codec, event))
+                                 _encode_step(obs_codec, act_codec, event), reset_info)
 
     def on_episode_end(self, result: Any) -> None:
         capture = self._capture or self._implicit_run()
@@ -325,7 +346,8 @@ class RlmeshBridge(rlmesh.RunHooks):
             started_from_auto_reset=False, seed=seed, trial_index=self._trial_base + episode))
 
     def _publish_step(self, index: int, slot: int, obs_codec: LeafCodec, act_codec: LeafCodec,
-                      event: Any, encoded: _Encoded | None) -> None:
+                      event: Any, encoded: _Encoded | None,
+                      reset_info: ev.MetaMap | None) -> None:
         state = self._run_state()
         ep = state.episodes[index]
         hooks, sid, route = self.hooks, state.session_id, self.route
@@ -336,10 +358,9 @@ class RlmeshBridge(rlmesh.RunHooks):
         hooks.observation_emitted(_ObservationEmitted(
             session_id=sid, route=route, episode_id=episode_id, episode_record_id=record_id,
             episode_ids=[episode_id], episode_record_ids=[record_id],
-            step=step if step == 0 else step - 1, env_index=slot,
-            is_reset=step == 0, num_envs=1, observation_space=obs_spec,
-            observation=observation, raw_observation=observation,
-            infos=None))
+            step=step, env_index=slot, is_reset=step == 0, num_envs=1,
+            observation_space=obs_spec, observation=observation, raw_observation=observation,
+            infos=self._reset_observation_infos(reset_info) if step == 0 else None))
         hooks.action_received(_ActionReceived(
             session_id=sid, route=route, episode_id=episode_id, episode_record_id=record_id,
             episode_ids=[episode_id], episode_record_ids=[record_id], step=step,
@@ -366,7 +387,7 @@ class RlmeshBridge(rlmesh.RunHooks):
             self.hooks.observation_emitted(_ObservationEmitted(
                 session_id=state.session_id, route=self.route, episode_id=ep.episode_id,
                 episode_record_id=ep.record_id, episode_ids=[ep.episode_id],
-                episode_record_ids=[ep.record_id], step=int(result.steps) - 1,
+                episode_record_ids=[ep.record_id], step=int(result.steps),
                 env_index=ep.slot, is_reset=False, num_envs=1, observation_space=spec,
                 observation=terminal, raw_observation=terminal, infos=None))
         self.hooks.episode_completed(ev.EpisodeCompletedEvent(
@@ -414,6 +435,15 @@ class RlmeshBridge(rlmesh.RunHooks):
 
     # -- helpers ------------------------------------------------------------------------------
 
+    def _reset_observation_infos(self, reset_info: ev.MetaMap | None) -> ev.MetaMap | None:
+        """The reset observation's infos: the env's reset infos and its spec, when known."""
+        if reset_info is None and self._env_spec_json is None:
+            return None
+        infos: ev.MetaMap = dict(reset_info or {})
+        if self._env_spec_json is not None:
+            infos[ENV_SPEC_INFO] = self._env_spec_json
+        return infos
+
     def _implicit_run(self) -> _Capture:
         """A hook called outside a run: start one implicitly."""
         self.on_run_start(None)
@@ -448,11 +478,18 @@ def _terminal_wrapper_base() -> Any:
 
 
 class _TerminalWrapper(_terminal_wrapper_base()):  # type: ignore[misc]
-    """Keeps the observation a `step` returned when the episode ended (lane slot 0)."""
+    """Keeps the observation a `step` returned when the episode ended, and the infos a
+    `reset` returned (lane slot 0)."""
 
-    def __init__(self, env: Any, stash: dict[int, Any]) -> None:
+    def __init__(self, env: Any, stash: dict[int, Any], reset_infos: dict[int, Any]) -> None:
         super().__init__(env)
         self._stash = stash
+        self._reset_infos = reset_infos
+
+    def reset(self, **kwargs: Any) -> Any:
+        result = self.env.reset(**kwargs)
+        self._reset_infos[0] = result[1]
+        return result
 
     def step(self, action: Any) -> Any:
         result = self.env.step(action)
@@ -490,6 +527,24 @@ def _lane(batched: Any, lane: int) -> Any:
     return batched[lane]
 
 
+def _spec_json(spec: Any) -> str | None:
+    """A Gymnasium `EnvSpec` as its JSON, as `gym.make` can rebuild it: a wrapper that
+    records no constructor arguments (`kwargs` None: `gym.make` refuses it) is left out.
+    None: no spec, or one JSON cannot hold."""
+    if spec is None:
+        return None
+    kept = tuple(w for w in spec.additional_wrappers if w.kwargs is not None)
+    if len(kept) != len(spec.additional_wrappers):
+        log.info("env spec %s: wrappers gym.make cannot rebuild left out: %s", spec.id,
+                 [w.name for w in spec.additional_wrappers if w.kwargs is None])
+        spec = dataclasses.replace(spec, additional_wrappers=kept)
+    try:
+        return str(spec.to_json())
+    except Exception:  # kwargs JSON cannot hold (a callable): the spec is not published
+        log.warning("the env's spec cannot be published (not JSON): %s", spec.id)
+        return None
+
+
 def _gym_space(spec: Any) -> Any:
     if spec is None:
         return None
@@ -520,7 +575,8 @@ def rlmesh_bridge(
     """An `rlmesh.RunHooks` for `rlmesh.run(model, env, hooks=...)` publishing through `hooks`.
 
     `options`: `observation_space` / `action_space` (Gymnasium spaces, when the
-    run context cannot provide them) and `trial_index_base` (the run's).
+    run context cannot provide them), `trial_index_base` (the run's) and `env_spec`
+    (the Gymnasium `EnvSpec` the env was made from, for an env not run through `wrap`).
     """
     return RlmeshBridge(hooks, env_id=env_id, model_component_id=model_component_id,
                         env_component_id=env_component_id, lane=lane, **options)

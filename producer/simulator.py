@@ -8,13 +8,18 @@ the same events and manifest (ids included); nothing depends on the clock.
 
 Per session: connect/start events; a log after the first reset; each lane's
 first `episode_started`; the reset observation; then per group step an
-action, a step and an observation event, with per-lane vectors. About half
-the sessions use `NEXT_STEP` autoreset (a lane that ended at step t rolls at
-t+1: `autoreset_roll`, no trial ordinal, infos None); the others reset
-ended lanes in place. Window telemetry every `window_every` group steps,
-distinct relay advisories once each, exactly one Session snapshot on every
-exit path, then `session_ended`, or `session_failed` for the sessions picked
-to fail (their open episodes are "aborted": never completed).
+action, a step and an observation event, with per-lane vectors. Step numbers
+follow spec section 3: an observation's `step` is the steps its (primary
+lane's) episode had taken. About half the vector sessions use `NEXT_STEP`
+autoreset (a lane that ended at step t rolls at t+1: `autoreset_roll`, no
+trial ordinal, infos None; the roll's observation is the next episode's
+reset observation); the others, and every lane-driven session, reset ended
+lanes in place: the new episodes' `episode_started`, then a reset
+observation (`is_reset`, step 0) naming only the lanes reset, "" elsewhere.
+Window telemetry every `window_every` group steps, distinct relay advisories
+once each, exactly one Session snapshot on every exit path, then
+`session_ended`, or `session_failed` for the sessions picked to fail (their
+open episodes are "aborted": never completed).
 
 `episodes` is each session's budget of episode starts, as in rlmesh.
 """
@@ -104,7 +109,8 @@ class _Session:
             env_id=sim.env_id,
             env_component_id=f"env-{index % 3}" if lane is None else "env-shared",
             model_component_id=f"model-{index % 2}", lane=lane)
-        self.next_step = rng.random() < sim.next_step_fraction
+        # A lane-driven session's driver resets its one lane itself: no NEXT_STEP rolls.
+        self.next_step = rng.random() < sim.next_step_fraction and lane is None
         self.fail_at: int | None = None
         # Some sessions fail midway; with three or more, the second always does.
         if rng.random() < sim.failure_rate or (index == 1 and sim.failure_rate > 0):
@@ -164,22 +170,38 @@ class _Session:
             records.append(cur.manifest.episode_record_id if cur else "")
         return ids, records
 
+    def _reset_ids(self, lanes: list[int]) -> tuple[list[str], list[str]]:
+        ids, records = [""] * self.n_lanes, [""] * self.n_lanes
+        for lane in lanes:
+            ep = self.lanes[lane]
+            assert ep is not None
+            ids[lane], records[lane] = ep.manifest.episode_id, ep.manifest.episode_record_id
+        return ids, records
+
     def _primary(self) -> tuple[str, str, int]:
         ep = self.lanes[0] or self.rolling[0]
         if ep is None:
             return "", "", 0
         return ep.manifest.episode_id, ep.manifest.episode_record_id, ep.manifest.steps
 
-    def _observation(self, is_reset: bool, infos: ev.MetaMap | None) -> None:
+    def _observation(self, is_reset: bool, infos: ev.MetaMap | None,
+                     reset_lanes: list[int] | None = None) -> None:
+        """A group observation; with `reset_lanes`, the reset observation of those lanes'
+        new episodes (driver resets in place): only they are named, the first is primary."""
         sim = self.sim
         lanes = self.n_lanes
         obs = self.np_rng.standard_normal((lanes, 4)).astype(np.float32)
         leaves = [obs.tobytes()]
-        ids, records = self._ids()
-        eid, rid, step = self._primary()
+        if reset_lanes:
+            ids, records = self._reset_ids(reset_lanes)
+            eid, rid, step = ids[reset_lanes[0]], records[reset_lanes[0]], 0
+        else:
+            ids, records = self._ids()
+            eid, rid, step = self._primary()
         self._emit("observation_emitted", ev.ObservationEmittedEvent(
             session_id=self.sid, route=self.route, episode_id=eid, episode_record_id=rid,
-            episode_ids=ids, episode_record_ids=records, step=step, env_index=0,
+            episode_ids=ids, episode_record_ids=records, step=step,
+            env_index=reset_lanes[0] if reset_lanes else 0,
             is_reset=is_reset, num_envs=lanes, observation_space=sim.obs_codec.spec,
             observation=leaves, raw_observation=leaves, infos=infos))
 
@@ -268,8 +290,9 @@ class _Session:
         self.manifest.group_steps += 1
         self.window_ticks += 1
         self._observation(False, None)
-        for lane in ended:
-            self._complete(lane)
+        reset = [lane for lane in ended if self._complete(lane)]
+        if reset:
+            self._observation(True, {"reset": True}, reset)
         for lane in range(lanes):
             if rolls[lane]:  # the roll was the new episode's reset observation
                 self.rolling[lane] = None
@@ -288,7 +311,8 @@ class _Session:
         if all(ep is None for ep in self.lanes) and all(r is None for r in self.rolling):
             self._finish(failed=False)
 
-    def _complete(self, lane: int) -> None:
+    def _complete(self, lane: int) -> bool:
+        """End the lane's episode; True when the driver reset the lane in place."""
         ep = self.lanes[lane]
         assert ep is not None
         m = ep.manifest
@@ -311,6 +335,8 @@ class _Session:
             new = self._new_episode(lane, auto=False)
             self.lanes[lane] = new
             self._emit("episode_started", self._started_event(new))
+            return True
+        return False
 
     def _finish(self, *, failed: bool) -> None:
         if self.window_ticks and not failed:

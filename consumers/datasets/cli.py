@@ -29,6 +29,12 @@ def export() -> None:
 @click.option("--format", "fmt", type=click.Choice(["minari", "parquet"]), required=True)
 @click.option("--dataset-id", default="rlmesh/trajectories-v0", show_default=True,
               help="Minari dataset id NAMESPACE/NAME-vN.")
+@click.option("--minari-format", type=click.Choice(["hdf5", "arrow"]), default="hdf5",
+              show_default=True,
+              help="Minari's storage layout (hdf5: Minari's default, what TorchRL reads).")
+@click.option("--max-episode-steps", type=click.IntRange(min=1), default=None,
+              help="The step limit of the dataset's env spec (else the producer's, else "
+                   "Gymnasium's registration).")
 @reading_options(default_group="rlmesh-stream.export.<dataset id>", store="dataset",
                  until_end_help="Stop at the end seen at start, and decide on every episode "
                                 "still open.")
@@ -40,7 +46,8 @@ def export() -> None:
 @click.option("--exclude-caution", is_flag=True,
               help="Leave out sessions with a caution relay advisory (else they are tagged).")
 def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
-                 reading: dict[str, Any], env_ids: tuple[str, ...], models: tuple[str, ...],
+                 minari_format: str, max_episode_steps: int | None, reading: dict[str, Any],
+                 env_ids: tuple[str, ...], models: tuple[str, ...],
                  include_abandoned: bool, exclude_caution: bool, quiet: bool
                  ) -> ConsumerRuntime | None:
     """Join the step, action, observation and episode events into whole episodes."""
@@ -56,10 +63,11 @@ def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
     from rlmesh_stream.consumers.runtime import ConsumerError, RuntimeOptions
 
     try:
-        check_dataset_id(dataset_id)
+        check_dataset_id(dataset_id, out)
         options = ExportOptions(out=out, fmt=fmt, dataset_id=dataset_id, filters=Filters(
             env_ids=env_ids, models=models, include_abandoned=include_abandoned,
-            exclude_caution=exclude_caution))
+            exclude_caution=exclude_caution), minari_format=minari_format,
+            max_episode_steps=max_episode_steps)
         reading["group_id"] = reading["group_id"] or f"rlmesh-stream.export.{dataset_id}"
         runtime_options = RuntimeOptions(**reading)
         progress = None if quiet else Progress("export trajectories")
@@ -71,7 +79,7 @@ def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
     cert = sink.store.committed.certificate
     click.echo(json.dumps({k: cert.get(k) for k in (
         "episodes_exported", "steps_exported", "episodes_skipped", "gaps", "duplicates",
-        "dead_letters")}, sort_keys=True))
+        "dead_letters", *(("env_spec",) if fmt == "minari" else ()))}, sort_keys=True))
     if fmt == "minari":
         click.echo(f"load it: MINARI_DATASETS_PATH={out} python -c \"import minari; "
                    f"print(minari.load_dataset('{dataset_id}'))\"")

@@ -12,8 +12,12 @@ one with a missing step is skipped, one its session never completed is
 abandoned. Every skip is counted by reason for the certificate.
 
 Single-lane events (the SDK bridge publishes every lane of a vector env as
-its own lane) place themselves: an observation's `step` is the step that
-produced it (the reset one has `is_reset`). Events carrying several lanes are
+its own lane) place themselves (spec section 3, "Step numbers"): an
+observation's `step` is the number of steps its episode had taken (the reset
+one 0, with `is_reset`; the terminal one T). The first observation read for a
+step wins (a later one for the same step is a duplicate, or a 1-lane session's
+NEXT_STEP roll, which is not placed). A reset observation's infos may carry
+the env's spec (`events.ENV_SPEC_INFO`), kept with the episode. Events carrying several lanes are
 a vector-env session's group steps, split into lanes (groups.py, vector.py)
 once the session has ended. The data classes are in model.py.
 """
@@ -171,11 +175,18 @@ class Joiner:
             return
         ep = self._episode(e.session_id, e.episode_record_id, e.route)
         ep.note_spec("obs_spec", e.observation_space)
-        index = 0 if e.is_reset else e.step + 1
+        index = 0 if e.is_reset else e.step
         if e.observation is None:
             ep.problem = ep.problem or "observation_leaves_omitted"
             return
+        if index in ep.observations:
+            return
         ep.observations[index] = list(e.observation)
+        if e.is_reset and e.infos is not None:
+            infos = dict(e.infos)
+            spec = infos.pop(ev.ENV_SPEC_INFO, None)
+            ep.env_spec = spec if isinstance(spec, str) else None
+            ep.reset_infos = infos
 
     def _action(self, e: ev.ActionReceivedEvent) -> None:
         if len(e.episode_record_ids) > 1:
@@ -296,7 +307,7 @@ class Joiner:
             started=ep.started or {}, completed=ep.completed, observations=observations,
             actions=actions, steps=[ep.steps[t] for t in range(steps)], obs_spec=obs_spec,
             act_spec=act_spec, terminal_observation=terminal, abandoned=abandoned,
-            caution=session.caution)
+            caution=session.caution, reset_infos=ep.reset_infos, env_spec=ep.env_spec)
 
 
 def _unit_of(event: Any) -> Unit | None:

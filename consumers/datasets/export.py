@@ -82,6 +82,8 @@ class ExportOptions:
     fmt: str  # minari | parquet
     dataset_id: str
     filters: Filters
+    minari_format: str = "hdf5"  # hdf5 | arrow (Minari's storage layouts)
+    max_episode_steps: int | None = None  # overrides the env spec's step limit
 
 
 class DatasetSink:
@@ -94,6 +96,7 @@ class DatasetSink:
     reads_builder_state = True  # the builders feed the joiner and certificate `apply` reads
 
     def __init__(self, options: ExportOptions, prefix: str) -> None:
+        check_dataset_id(options.dataset_id, options.out)
         self.options = options
         self.prefix = prefix
         self.final = False
@@ -104,7 +107,9 @@ class DatasetSink:
         options = self.options
         self.store = ManifestStore(options.out, fmt=options.fmt, dataset_id=options.dataset_id)
         self.writer: MinariWriter | ParquetWriter = (
-            MinariWriter(options.out, options.dataset_id) if options.fmt == "minari"
+            MinariWriter(options.out, options.dataset_id, data_format=options.minari_format,
+                         max_episode_steps=options.max_episode_steps,
+                         state_dir=self.store.state_dir) if options.fmt == "minari"
             else ParquetWriter(options.out))
         self.writer.recover(self.store.committed.writer, self.store.committed.generation)
         self.joiner = Joiner(options.filters)
@@ -150,9 +155,14 @@ class DatasetSink:
         trajectory_topics = {et.topic(self.prefix) for et in TRAJECTORY_EVENTS}
         resume = self.joiner.resume_offsets(
             {tp: o for tp, o in read.items() if tp[0] in trajectory_topics})
+        certificate = self.certificate.summary(self.joiner.skipped)
+        if isinstance(self.writer, MinariWriter):
+            # where the dataset's env spec came from: "producer" (the env as it ran),
+            # "registry default" (Gymnasium's registration: nobody said), "none"
+            certificate["env_spec"] = self.writer.env_spec_source or None
         self.store.commit(offsets={CertificateBuilder.name: read, TrajectoryBuilder.name: resume},
                           writer=writer_state, joiner_state=self.joiner.state(),
-                          certificate=self.certificate.summary(self.joiner.skipped))
+                          certificate=certificate)
         self.released.extend(keep)
 
     def finish(self) -> None:
@@ -190,14 +200,18 @@ def run_export(config: StreamConfig, options: ExportOptions, runtime_options: Ru
     return sink, runtime
 
 
-_DATASET_ID = re.compile(r"^(?:[A-Za-z0-9_.-]+/)+[A-Za-z0-9_.-]+-v\d+$")
+# Minari's NAMESPACE/NAME-vN (`minari.dataset.minari_dataset.DATASET_ID_RE`, the namespace
+# required, ASCII): letters, digits, `-` and `_` in each `/`-separated part, no `.` at all.
+_DATASET_ID = re.compile(r"^[-_A-Za-z0-9]+(?:/[-_A-Za-z0-9]+)*/[-_A-Za-z0-9]+?-v\d+$")
 
 
-def check_dataset_id(dataset_id: str) -> str:
-    """NAMESPACE/NAME-vN (Minari's syntax), or a clear DatasetError."""
+def check_dataset_id(dataset_id: str, out: Path | None = None) -> str:
+    """NAMESPACE/NAME-vN (Minari's syntax), inside `out`, or a clear DatasetError."""
     if not _DATASET_ID.match(dataset_id):
         raise DatasetError(f"dataset id {dataset_id!r} is not NAMESPACE/NAME-vN "
                            "(for example rlmesh/cartpole-v0)")
+    if out is not None and not (out / dataset_id).resolve().is_relative_to(out.resolve()):
+        raise DatasetError(f"dataset id {dataset_id!r} leads outside {out}")
     return dataset_id
 
 

@@ -15,6 +15,9 @@ rather than assembled wrongly.
 Per lane, a group step is a step of the episode named in the action's
 `episode_record_ids[lane]`, unless `autoreset_roll[lane]`: under NEXT_STEP a
 roll's observation is the reset observation of the lane's next episode.
+Reset observations (`is_reset`) are not group steps: the session's first
+names every lane's first episode, and one a driver publishes when it resets
+some lanes in place names the new episodes of those lanes ("" elsewhere).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ class GroupSession:
     """Every group event of one vector-env session, by group step (kept until it ends)."""
 
     lanes: int
-    reset: GroupObservation | None = None
+    resets: list[GroupObservation] = field(default_factory=list)  # in publishing order
     actions: dict[int, GroupAction] = field(default_factory=dict)
     steps: dict[int, GroupStep] = field(default_factory=dict)
     observations: dict[int, GroupObservation] = field(default_factory=dict)
@@ -64,10 +67,14 @@ class GroupSession:
     def add_observation(self, e: ev.ObservationEmittedEvent) -> None:
         obs = GroupObservation(list(e.episode_record_ids), _leaves(e.observation),
                                e.observation_space.SerializeToString(deterministic=True))
-        if e.is_reset and self.reset is None:
-            self.reset = obs
+        if e.is_reset:
+            self.resets.append(obs)
         else:
             self.observations[len(self.observations)] = obs
+
+    def observation_at(self, group: int) -> GroupObservation:
+        """Group k's observation, or for k < 0 the (-1 - k)-th reset observation."""
+        return self.resets[-1 - group] if group < 0 else self.observations[group]
 
     def add_action(self, e: ev.ActionReceivedEvent) -> None:
         self.actions[len(self.actions)] = GroupAction(
@@ -89,7 +96,8 @@ class LaneEpisode:
     """One lane's episode as found in the groups: its reset observation and its groups."""
 
     lane: int
-    reset: tuple[int, int] | None = None  # (group or -1 for the session reset, lane)
+    # (group k, or -1 - r for the session's r-th reset observation; lane)
+    reset: tuple[int, int] | None = None
     groups: list[int] = field(default_factory=list)
 
 
@@ -127,10 +135,10 @@ def assemble(session: GroupSession, lane_order: dict[int, list[str]]) -> Assembl
             ep = episodes[record] = LaneEpisode(lane)
         return ep
 
-    if session.reset is not None:
-        for lane, record in enumerate(session.reset.records):
-            if record:
-                episode(record, lane).reset = (-1, lane)
+    for r, reset in enumerate(session.resets):
+        for lane, record in enumerate(reset.records):
+            if record and episode(record, lane).reset is None:
+                episode(record, lane).reset = (-1 - r, lane)
     for k in range(total):
         action, step = session.actions.get(k), session.steps.get(k)
         if action is None or step is None:
@@ -172,8 +180,7 @@ class LaneValues:
         return decoder
 
     def observation(self, group: int, lane: int) -> Any:
-        obs = self.session.reset if group < 0 else self.session.observations[group]
-        assert obs is not None
+        obs = self.session.observation_at(group)
         return self._lane(("obs", group), obs.leaves, obs.spec, len(obs.records), lane)
 
     def action(self, group: int, lane: int) -> Any:

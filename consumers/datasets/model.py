@@ -39,6 +39,8 @@ class PendingEpisode:
     obs_spec: bytes | None = None
     act_spec: bytes | None = None
     problem: str | None = None  # a reason this episode can never be released
+    reset_infos: dict[str, Any] | None = None  # the reset observation's, env spec taken out
+    env_spec: str | None = None  # the producer's `EnvSpec` JSON (events.ENV_SPEC_INFO)
 
     def note_spec(self, which: str, spec: ev.SpaceSpec) -> None:
         raw = spec.SerializeToString(deterministic=True)
@@ -76,6 +78,8 @@ class Episode:
     terminal_observation: bool
     abandoned: bool
     caution: bool
+    reset_infos: dict[str, Any] | None = None  # None: the producer sent none
+    env_spec: str | None = None  # the env as it ran (`EnvSpec` JSON), when the producer said
 
     @property
     def length(self) -> int:

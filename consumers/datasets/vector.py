@@ -89,9 +89,7 @@ def _build_lane(joiner: Joiner, ep: PendingEpisode, session: SessionState, lane_
         return None
     specs = {groups.actions[k].spec for k in lane_ep.groups}
     obs_specs = {groups.observations[k].spec for k in lane_ep.groups}
-    first_obs = groups.reset if lane_ep.reset[0] < 0 else groups.observations[lane_ep.reset[0]]
-    assert first_obs is not None
-    obs_specs.add(first_obs.spec)
+    obs_specs.add(groups.observation_at(lane_ep.reset[0]).spec)
     if len(specs) > 1 or len(obs_specs) > 1:
         joiner._skip("space_changed", ep)
         return None

@@ -11,14 +11,22 @@ exact `env_id`):
     steps/env=<env>/part-<gen>_<n>.parquet      one row per step
     episodes/env=<env>/part-<gen>_0.parquet     one row per episode
 
-Minari: the dataset `DATASET_ID` under DIR (`MINARI_DATASETS_PATH=DIR`), in
-Minari's arrow storage (one directory per episode, written by Minari's own
-`MinariStorage.update_episodes`), each episode's seed and ids in its metadata.
+Minari: the dataset `DATASET_ID` under DIR (`MINARI_DATASETS_PATH=DIR`), written by
+Minari's own storage (`MinariStorage.update_episodes`) in its default HDF5 layout
+(`data/main_data.hdf5`, what `DataCollector` writes and TorchRL reads) or its Arrow
+layout (one directory per episode). The HDF5 file is appended to as a copy renamed
+over the committed one, so a crash never leaves it half-written. Metadata as
+`DataCollector` writes it: the env spec (the producer's, `--max-episode-steps`
+applied, else Gymnasium's registration), `algorithm_name` naming every model,
+`requirements`, per episode `rewards_sum/mean/std/min/max` beside our ids and seed;
+infos when the producer sent them for the reset and every step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -155,52 +163,96 @@ def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
 
 
+_HDF5_FILE = "main_data.hdf5"
+# The state directory's record that this exporter is creating the Minari dataset: what a
+# crashed first commit left behind may be removed; a dataset without it is not ours.
+_CREATING = "minari-creating"
+
+
 class MinariWriter:
     """Appends episodes to a Minari dataset through Minari's own storage API."""
 
-    def __init__(self, root: Path, dataset_id: str) -> None:
+    def __init__(self, root: Path, dataset_id: str, *, data_format: str = "hdf5",
+                 max_episode_steps: int | None = None, state_dir: Path | None = None) -> None:
         self.root = root
         self.dataset_id = dataset_id
+        self.data_format = data_format
+        self.max_episode_steps = max_episode_steps
         self.path = root / dataset_id / "data"
+        self.state_dir = state_dir or root / ".rlmesh-export"
         self.storage: Any = None
+        self.env_spec_source = ""  # the certificate's: where the dataset's env spec came from
+        self._first_spec: str | None = None  # before the dataset exists: its first episode's
 
     def recover(self, state: dict[str, Any], generation: int) -> None:
-        if not state:  # nothing committed: a half-made dataset from a crashed first commit
-            if self.path.parent.exists():
-                shutil.rmtree(self.path.parent)
+        marker = self.state_dir / _CREATING
+        if not state:  # nothing committed
+            if marker.exists() and marker.read_text() == self.dataset_id:
+                if self.path.parent.exists():  # a half-made dataset of our crashed first commit
+                    shutil.rmtree(self.path.parent)
+                marker.unlink()
+            elif self.path.parent.exists():
+                raise DatasetError(f"{self.path.parent} exists and was not written by this "
+                                   "export (its manifest lists nothing): choose another "
+                                   "--out or --dataset-id")
             return
         total = int(state["total_episodes"])
+        self.env_spec_source = str(state.get("env_spec_source", ""))
+        if (self.path / _HDF5_FILE).exists():
+            self._truncate_hdf5(total)
         for child in self.path.iterdir():
             if child.is_dir() and child.name.isdigit() and int(child.name) >= total:
                 shutil.rmtree(child)
         write_atomically(self.path / "metadata.json", json.dumps(state["metadata"]))
         self._open()
 
+    def _truncate_hdf5(self, total: int) -> None:
+        """Drop episodes beyond the committed ones (a crash after the file's rename)."""
+        import h5py
+
+        main = self.path / _HDF5_FILE
+        with h5py.File(main, "r") as f:
+            extra = [k for k in f if k.startswith("episode_") and int(k[8:]) >= total]
+        if extra:
+            work = _copy(main)
+            with h5py.File(work, "a") as f:
+                for k in extra:
+                    del f[k]
+            _replace(work, main)
+
     def _open(self) -> None:
         from minari.dataset.minari_storage import MinariStorage
 
         read = MinariStorage.read(self.path)
-        self.storage = _storage_class()(self.path, read.observation_space, read.action_space,
-                                        jpeg_encoding=False)
+        held = read.metadata.get("data_format")
+        if held != self.data_format:
+            raise DatasetError(f"{self.path.parent} holds a Minari dataset in the {held} "
+                               f"layout: pass --minari-format {held}")
+        self.storage = _storage_class(self.data_format)(
+            self.path, read.observation_space, read.action_space, jpeg_encoding=False)
 
     def _create(self, first: Episode) -> None:
         import minari
         from minari.dataset.minari_storage import MinariStorage
 
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        write_atomically(self.state_dir / _CREATING, self.dataset_id)
         self.path.mkdir(parents=True, exist_ok=True)
+        env_spec, self.env_spec_source = _env_spec(first, self.max_episode_steps)
         storage = MinariStorage.new(self.path, observation_space=gym_space(first.obs_spec),
                                     action_space=gym_space(first.act_spec),
-                                    env_spec=_env_spec(first.route["env_id"]),
-                                    data_format="arrow", jpeg_encoding=False)
-        storage = _storage_class()(self.path, storage.observation_space, storage.action_space,
-                                   jpeg_encoding=False)
+                                    env_spec=env_spec, data_format=self.data_format,
+                                    jpeg_encoding=False)
+        storage = _storage_class(self.data_format)(
+            self.path, storage.observation_space, storage.action_space, jpeg_encoding=False)
         storage.update_metadata({
             "dataset_id": self.dataset_id, "minari_version": minari.__version__,
-            "algorithm_name": f"rlmesh model {first.route['model_component_id']}",
             "description": "Exported from the rlmesh event stream by rlmesh-stream "
                            "export trajectories (exactly once; see .rlmesh-export/).",
             "author": {"rlmesh-stream"}, "author_email": {"unknown"},
             "code_permalink": "https://pypi.org/project/rlmesh/",
+            # what remaking a registered env needs; no tighter (d3rlpy 2.8.1 pins 1.0.0)
+            "requirements": ["gymnasium>=1.0"],
         })
         self.storage = storage
 
@@ -218,21 +270,43 @@ class MinariWriter:
         for e in episodes:
             if not e.terminal_observation:
                 raise DatasetError("internal: a Minari episode needs its T+1 observations")
+            rewards = np.asarray([s.reward for s in e.steps], np.float64)
             buffers.append(EpisodeBuffer(
                 id=start + len(buffers), seed=e.started.get("seed"),
                 observations=_stack(e.observations, obs_space),
-                actions=_stack(e.actions, act_space),
-                rewards=[s.reward for s in e.steps],
+                actions=_stack(e.actions, act_space), rewards=list(rewards),
                 terminations=[s.terminated for s in e.steps],
-                truncations=[s.truncated for s in e.steps], infos={}))
-            extra.append({k: v for k, v in _episode_row(e).items()
-                          if k not in ("observation_space", "action_space")})
+                truncations=[s.truncated for s in e.steps], infos=_infos(e) or {}))
+            extra.append({**{k: v for k, v in _episode_row(e).items()
+                             if k not in ("observation_space", "action_space")
+                             and v is not None}, **_reward_stats(rewards)})
         if buffers:
-            self.storage.update_episodes(buffers)
-            self.storage.update_episode_metadata(extra, range(start, start + len(buffers)))
-            self.storage.update_metadata({"dataset_size": self.storage.measured_size()})
+            self._append(buffers, extra, start)
+        models = sorted({*self.storage.metadata.get("rlmesh_models", []),
+                         *(e.route["model_component_id"] for e in episodes)})
+        self.storage.update_metadata({
+            "rlmesh_models": models,
+            "algorithm_name": "rlmesh model" + ("s " if len(models) > 1 else " ")
+                              + ", ".join(models)})
         metadata = json.loads((self.path / "metadata.json").read_text())
-        return {"total_episodes": self.storage.total_episodes, "metadata": metadata}
+        return {"total_episodes": self.storage.total_episodes, "metadata": metadata,
+                "env_spec_source": self.env_spec_source}
+
+    def _append(self, buffers: list[Any], extra: list[dict[str, Any]], start: int) -> None:
+        storage = self.storage
+        hdf5 = self.data_format == "hdf5"
+        if hdf5:  # on a copy, renamed over the committed file once whole
+            main = self.path / _HDF5_FILE
+            storage._file_path = _copy(main)
+        try:
+            storage.update_episodes(buffers)
+            storage.update_episode_metadata(extra, range(start, start + len(buffers)))
+        finally:
+            if hdf5:
+                work, storage._file_path = storage._file_path, main
+        if hdf5:
+            _replace(work, main)
+        storage.update_metadata({"dataset_size": storage.measured_size()})
 
     def accepts(self, e: Episode) -> str | None:
         """Why an episode cannot go into this dataset (None: it can)."""
@@ -242,31 +316,111 @@ class MinariWriter:
                 gym_space(e.obs_spec) != self.storage.observation_space
                 or gym_space(e.act_spec) != self.storage.action_space):
             return "space_mismatch"
+        if e.env_spec is not None:
+            spec = _spec_of(e, self.max_episode_steps)
+            if self.storage is None:
+                self._first_spec = self._first_spec or spec
+                expected = self._first_spec
+            else:
+                expected = (self.storage.metadata.get("env_spec")
+                            if self.env_spec_source.startswith("producer") else spec)
+            if spec != expected:
+                return "env_spec_mismatch"
         return None
 
 
-def _env_spec(env_id: str) -> Any:
-    """The Gymnasium registration of `env_id`, when it names one (so that Minari's
-    `recover_environment()` works); None for an env Gymnasium does not know."""
-    import gymnasium as gym
+def _copy(path: Path) -> Path:
+    work = path.with_name(path.name + ".next")
+    shutil.copyfile(path, work)
+    return work
 
+
+def _replace(work: Path, path: Path) -> None:
+    fd = os.open(work, os.O_RDONLY)
     try:
-        return gym.spec(env_id)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(work, path)
+
+
+def _spec_of(e: Episode, max_episode_steps: int | None) -> str | None:
+    from gymnasium.envs.registration import EnvSpec
+
+    assert e.env_spec is not None
+    spec = EnvSpec.from_json(e.env_spec)
+    if max_episode_steps is not None:
+        spec.max_episode_steps = max_episode_steps
+    return str(spec.to_json())
+
+
+def _env_spec(first: Episode, max_episode_steps: int | None) -> tuple[Any, str]:
+    """The dataset's env spec and where it came from: the producer's (the env as it ran),
+    Gymnasium's registration of the env id ("registry default"), or none (an id Gymnasium
+    does not know); `--max-episode-steps` replaces the step limit of either."""
+    import gymnasium as gym
+    from gymnasium.envs.registration import EnvSpec
+
+    source = "producer"
+    try:
+        if first.env_spec is not None:
+            spec = EnvSpec.from_json(first.env_spec)
+        else:
+            source = "registry default"
+            spec = gym.spec(first.route["env_id"])
     except Exception:  # gymnasium raises several error types for unknown or odd ids
+        return None, "none"
+    if max_episode_steps is not None:  # a copy: gym.spec returns the registry's own
+        spec = dataclasses.replace(spec, max_episode_steps=max_episode_steps)
+        source += ", --max-episode-steps"
+    return spec, source
+
+
+def _reward_stats(rewards: np.ndarray) -> dict[str, float]:
+    """DataCollector's per-episode metadata (`EpisodeMetadataCallback`)."""
+    if not len(rewards):
+        return {}
+    return {"rewards_sum": float(rewards.sum()), "rewards_mean": float(rewards.mean()),
+            "rewards_std": float(rewards.std()), "rewards_max": float(rewards.max()),
+            "rewards_min": float(rewards.min())}
+
+
+def _infos(e: Episode) -> dict[str, Any] | None:
+    """The episode's T+1 infos (the reset's, then each step's) as DataCollector stacks them,
+    when the producer sent every one of them with the same keys; None otherwise."""
+    infos = [e.reset_infos, *(s.infos for s in e.steps)]
+    if any(i is None for i in infos):
         return None
+    return _stack_infos(infos)
 
 
-def _storage_class() -> Any:
-    """Minari's arrow storage, but `dataset_size` measured once per commit: Minari walks
-    every file of the dataset after each episode it adds (quadratic in episodes)."""
-    from minari.dataset._storages.arrow_storage import ArrowStorage
+def _stack_infos(values: list[Any]) -> Any:
+    first = values[0]
+    if isinstance(first, dict):
+        if any(not isinstance(v, dict) or v.keys() != first.keys() for v in values):
+            return None
+        out = {k: _stack_infos([v[k] for v in values]) for k in first}
+        return None if any(v is None for v in out.values()) else out
+    if all(isinstance(v, bool) for v in values):
+        return np.asarray(values)
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return np.asarray(values)  # ints with floats (a reset's 1, a step's 1.0): floats
+    return None
 
-    class ExportStorage(ArrowStorage):  # type: ignore[misc]
+
+def _storage_class(data_format: str) -> Any:
+    """Minari's storage, but `dataset_size` measured once per commit: Minari walks every
+    file of the dataset after each episode it adds (quadratic in episodes)."""
+    from minari.dataset._storages import get_minari_storage
+
+    base = get_minari_storage(data_format)
+
+    class ExportStorage(base):  # type: ignore[misc,valid-type]
         def get_size(self) -> float:
             return float(self.metadata.get("dataset_size", 0.0))
 
         def measured_size(self) -> float:
-            return float(ArrowStorage.get_size(self))
+            return float(base.get_size(self))
 
     return ExportStorage
 

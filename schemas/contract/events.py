@@ -23,6 +23,10 @@ MetaValue: TypeAlias = Union[  # noqa: UP007 - recursive alias needs Union
 MetaMap: TypeAlias = dict[str, MetaValue]
 """rlmesh's `MetaMap`: str keys to int, float, str, bool, bytes, list or nested dict."""
 
+# This project's key in a reset observation's `infos`: the Gymnasium `EnvSpec` the episode
+# ran in, as `EnvSpec.to_json()` (docs/contract.md); consumers take it out of the env's infos.
+ENV_SPEC_INFO = "rlmesh.env_spec"
+
 
 class LogLevel(enum.Enum):
     DEBUG = "Debug"

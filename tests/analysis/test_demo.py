@@ -139,3 +139,22 @@ def test_the_demo_exports_its_cartpole_rollouts_as_a_loadable_minari_dataset(
 
     assert dataset.total_episodes == EPISODES * CONCURRENT_SESSIONS * len(CHECKPOINTS)
     assert f"MINARI_DATASETS_PATH={(out / 'datasets').resolve()}" in stdout
+
+
+def test_the_demo_dataset_is_the_env_as_it_ran_and_names_every_checkpoint(
+    demo_run: tuple[Path, str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import minari
+
+    from rlmesh_stream.infra.demo import MAX_STEPS
+
+    out, _ = demo_run
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str((out / "datasets").resolve()))
+
+    dataset = minari.load_dataset("rlmesh/cartpole-demo-v0")
+
+    assert dataset.recover_environment().spec.max_episode_steps == MAX_STEPS
+    models = {m["model_component_id"]
+              for m in dataset.storage.get_episode_metadata(range(dataset.total_episodes))}
+    assert len(models) == len(CHECKPOINTS)
+    assert all(m in dataset.storage.metadata["algorithm_name"] for m in models)

@@ -215,6 +215,19 @@ CASES: list[BadInput] = [
               "--checkpoint-step", r"ckpt-(\d+)"),
              ("events.out.tfevents.18446744073709551615", "corrupt",
               "claims 18446744073709551615 bytes")),
+    # -- export trajectories: a dataset id cannot leave --out (issue 26, item 3)
+    BadInput("export --dataset-id escaping --out",
+             ("export", "trajectories", "--out", "{tmp_path}/ds", "--format", "minari",
+              "--dataset-id", "../../elsewhere/x-v0"),
+             ("dataset id", "../../elsewhere/x-v0", "NAMESPACE/NAME-vN")),
+    BadInput("export --max-episode-steps 0",
+             ("export", "trajectories", "--out", "{tmp_path}/ds", "--format", "minari",
+              "--max-episode-steps", "0"),
+             ("--max-episode-steps", "0")),
+    BadInput("export --minari-format bogus",
+             ("export", "trajectories", "--out", "{tmp_path}/ds", "--format", "minari",
+              "--minari-format", "bogus"),
+             ("--minari-format", "bogus")),
 ]
 
 

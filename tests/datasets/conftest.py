@@ -34,9 +34,12 @@ def make_hooks(stream_config: StreamConfig) -> Iterator[Callable[..., KafkaRunti
 def export(stream_config: StreamConfig) -> Callable[..., DatasetSink]:
     """Run `export trajectories --from-beginning --until-end` in this process."""
 
-    def run(out: Path, fmt: str, dataset_id: str = "rlmesh/test-v0", **filters: Any) -> DatasetSink:
+    def run(out: Path, fmt: str, dataset_id: str = "rlmesh/test-v0", *,
+            minari_format: str = "hdf5", max_episode_steps: int | None = None,
+            **filters: Any) -> DatasetSink:
         options = ExportOptions(out=out, fmt=fmt, dataset_id=dataset_id,
-                                filters=Filters(**filters))
+                                filters=Filters(**filters), minari_format=minari_format,
+                                max_episode_steps=max_episode_steps)
         runtime = RuntimeOptions(group_id=f"export-{out.name}-{fmt}", from_beginning=True,
                                  until_end=True, settle_time=5.0)
         sink, _ = run_export(stream_config, options, runtime)

@@ -23,7 +23,7 @@ def _episode(steps: int, *, sid: str = "s1") -> list[object]:
     for t in range(steps + 1):
         leaves = OBS.encode(np.full(2, t, np.float32))
         out.append(ev.ObservationEmittedEvent(
-            **ids, **lanes, step=0 if t == 0 else t - 1, is_reset=t == 0, num_envs=1,
+            **ids, **lanes, step=t, is_reset=t == 0, num_envs=1,
             observation_space=OBS.spec, observation=leaves, raw_observation=leaves))
     for t in range(steps):
         out.append(ev.ActionReceivedEvent(**ids, **lanes, step=t, action_space=ACT.spec,

@@ -110,7 +110,7 @@ def _minari_episodes(root: Path) -> dict[tuple[str, str], tuple[Any, ...]]:
     ids = range(storage.total_episodes)
     return {(m["session_id"], m["episode_record_id"]): (
         e["observations"].tobytes(), e["actions"].tobytes(), e["rewards"].tobytes(),
-        e["terminations"].tobytes(), e["truncations"].tobytes(), m["seed"])
+        e["terminations"].tobytes(), e["truncations"].tobytes(), m.get("seed"))
         for m, e in zip(storage.get_episode_metadata(ids), storage.get_episodes(ids),
                         strict=True)}
 

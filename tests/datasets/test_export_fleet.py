@@ -1,5 +1,5 @@
-"""The simulator's fleet (3-lane vector sessions, NEXT_STEP rolls, failed sessions) exported
-and checked against the simulator's manifest."""
+"""The simulator's fleet (3-lane vector sessions, NEXT_STEP rolls, driver resets, lane-driven
+one-lane sessions, failed sessions) exported and checked against the simulator's manifest."""
 
 from __future__ import annotations
 
@@ -30,20 +30,23 @@ LANES = 3
 class Fleet:
     config: StreamConfig
     manifest: Manifest
-    resets: dict[str, ev.ObservationEmittedEvent]  # session -> its reset observation
+    resets: dict[tuple[str, str], np.ndarray]  # (session, record) -> its reset observation
 
 
 class _Recording:
     def __init__(self, hooks: KafkaRuntimeHooks) -> None:
         self.hooks = hooks
-        self.resets: dict[str, ev.ObservationEmittedEvent] = {}
+        self.resets: dict[tuple[str, str], np.ndarray] = {}
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self.hooks, name)
 
         def call(event: Any) -> None:
             if isinstance(event, ev.ObservationEmittedEvent) and event.is_reset:
-                self.resets[event.session_id] = event
+                slab = np.frombuffer(event.observation[0], "<f4").reshape(event.num_envs, 4)
+                for lane, record in enumerate(event.episode_record_ids):
+                    if record:
+                        self.resets[(event.session_id, record)] = slab[lane]
             target(event)
 
         return call
@@ -58,24 +61,17 @@ def fleet(stack: Any) -> Iterator[Fleet]:
     hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False)
     recording = _Recording(hooks)
     manifest = simulate_fleet(recording, sessions=10, lanes=LANES, episodes=5, seed=5,
-                              failure_rate=0.3, window_every=5)
+                              failure_rate=0.3, window_every=5, lane_driven=3)
     close_delivered(hooks)
     yield Fleet(config, manifest, recording.resets)
 
 
 def _exportable(fleet: Fleet, *, abandoned: bool) -> dict[tuple[str, str], EpisodeManifest]:
-    """Episodes whose T+1 observations the stream holds: a NEXT_STEP session's (each new
-    episode's reset observation is its lane's roll) and each lane's first episode (the
-    session's reset observation); a driver-reset session publishes no reset observation
-    for the episodes it starts later."""
-    autoreset = {s.session_id: s.autoreset for s in fleet.manifest.sessions}
-    out = {}
-    for e in fleet.manifest.episodes:
-        if (e.status == "aborted" and not abandoned) or e.steps == 0:
-            continue
-        if autoreset[e.session_id] == "next_step" or e.episode_index <= LANES:
-            out[(e.session_id, e.episode_record_id)] = e
-    return out
+    """Every episode with a step, of every session kind: each starts from its reset
+    observation (a NEXT_STEP roll, or the one its driver publishes when it resets a lane);
+    a failed session's open episodes only as abandoned ones."""
+    return {(e.session_id, e.episode_record_id): e for e in fleet.manifest.episodes
+            if (e.status != "aborted" or abandoned) and e.steps > 0}
 
 
 def _export(fleet: Fleet, out: Path, fmt: str, **filters: Any):
@@ -137,10 +133,39 @@ def test_minari_episodes_start_from_their_lanes_reset_observation(fleet, tmp_pat
         e = expected[(meta["session_id"], meta["episode_record_id"])]
         assert episode.observations.shape == (e.steps + 1, 4)
         assert float(np.sum(episode.rewards)) == e.reward
-        if e.episode_index <= LANES:
-            reset = fleet.resets[e.session_id]
-            slab = np.frombuffer(reset.observation[0], "<f4").reshape(LANES, 4)
-            assert episode.observations[0].tobytes() == slab[e.env_index].tobytes()
+        reset = fleet.resets.get((e.session_id, e.episode_record_id))
+        if reset is not None:  # else a NEXT_STEP roll's observation
+            assert episode.observations[0].tobytes() == reset.tobytes()
+
+
+def test_every_session_kind_exports_every_episode_skipping_only_failed_sessions_open_ones(
+    fleet, tmp_path,
+):
+    kinds = {(s.lane is not None, s.autoreset) for s in fleet.manifest.sessions}
+    aborted = sum(e.status == "aborted" for e in fleet.manifest.episodes)
+
+    sink = _export(fleet, tmp_path / "pq", "parquet")
+
+    cert = sink.store.committed.certificate
+    assert kinds == {(False, "next_step"), (False, "driver"), (True, "driver")}
+    assert aborted
+    assert cert["episodes_skipped"] == {"abandoned": aborted}
+    assert cert["episodes_exported"] == len(_exportable(fleet, abandoned=False))
+
+
+def test_exclude_caution_skips_only_the_cautioned_sessions_episodes_besides_failed_ones(
+    fleet, tmp_path,
+):
+    cautious = {s.session_id for s in fleet.manifest.sessions
+                if any(a.severity == "caution" for a in s.advisories)}
+    done = [e for e in fleet.manifest.episodes if e.status != "aborted"]
+
+    sink = _export(fleet, tmp_path / "pq", "parquet", exclude_caution=True)
+
+    cert = sink.store.committed.certificate
+    aborted = sum(e.status == "aborted" for e in fleet.manifest.episodes)
+    assert cert["episodes_skipped"] == {
+        "abandoned": aborted, "caution": sum(e.session_id in cautious for e in done)}
 
 
 def test_exclude_caution_leaves_out_the_sessions_with_a_caution_advisory(fleet, tmp_path):
@@ -155,9 +180,7 @@ def test_exclude_caution_leaves_out_the_sessions_with_a_caution_advisory(fleet, 
     assert set(episodes.column("session_id").to_pylist())
 
 
-def test_lane_driven_one_lane_sessions_are_skipped_as_incomplete_never_misassembled(
-    stack, tmp_path,
-):
+def test_lane_driven_one_lane_sessions_export_every_episode(stack, tmp_path):
     config = StreamConfig.from_env(env={}, bootstrap=stack.bootstrap,
                                    registry_url=stack.registry_url,
                                    topic_prefix=f"t{uuid.uuid4().hex[:10]}.rlmesh.runtime")
@@ -170,5 +193,5 @@ def test_lane_driven_one_lane_sessions_are_skipped_as_incomplete_never_misassemb
     sink = _export(Fleet(config, manifest, {}), tmp_path / "pq", "parquet")
 
     cert = sink.store.committed.certificate
-    assert cert["episodes_exported"] == 0
-    assert cert["episodes_skipped"] == {"incomplete": len(manifest.episodes)}
+    assert cert["episodes_skipped"] == {}
+    assert cert["episodes_exported"] == len(manifest.episodes) == 6

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -124,3 +125,48 @@ def test_a_session_run_through_the_bridge_publishes_its_episodes(make_hooks, str
     assert [(e.step_count, e.cumulative_reward, e.seed) for e in completed] == [
         (x.steps, x.reward, x.seed) for x in result.episodes]
     assert sum(r.event_type is EventType.STEP_COMPLETED for r in landed) == result.total_steps
+
+
+class _Recorder:
+    """Runtime hooks that keep the events in call order (the bridge publishes to any)."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def __getattr__(self, callback: str) -> Any:
+        return self.events.append
+
+
+class _Unrebuildable(gym.Wrapper):  # type: ignore[misc]
+    """A user's wrapper without recorded constructor arguments: gym.make cannot remake it."""
+
+
+def test_a_wrapped_env_publishes_its_inner_spec_gym_make_rebuilds_in_the_reset_infos() -> None:
+    from gymnasium.envs.registration import EnvSpec
+
+    from rlmesh_stream.schemas.contract.events import ENV_SPEC_INFO
+
+    hooks = _Recorder()
+    bridge = rlmesh_bridge(hooks, env_id="CartPole-v1", model_component_id="m")
+    env = _Unrebuildable(gym.make("CartPole-v1", max_episode_steps=77))
+    rlmesh.run(Model(lambda obs: np.int64(0)), bridge.wrap(env), seeds=[1, 2], hooks=bridge)
+
+    resets = [e for e in hooks.events
+              if isinstance(e, ev.ObservationEmittedEvent) and e.is_reset]
+    assert len(resets) == 2 and all(e.step == 0 for e in resets)
+    remade = gym.make(EnvSpec.from_json(resets[0].infos[ENV_SPEC_INFO]))
+    assert remade.spec.max_episode_steps == 77
+    assert remade.spec.id == "CartPole-v1"
+
+
+def test_observation_steps_count_the_steps_taken_reset_0_terminal_t() -> None:
+    hooks = _Recorder()
+    bridge = rlmesh_bridge(hooks, env_id="CartPole-v1", model_component_id="m")
+    result = rlmesh.run(Model(lambda obs: np.int64(0)), bridge.wrap(gym.make("CartPole-v1")),
+                        seeds=[3], hooks=bridge)
+
+    steps = [e.step for e in hooks.events if isinstance(e, ev.ObservationEmittedEvent)]
+    actions = [e.step for e in hooks.events if isinstance(e, ev.ActionReceivedEvent)]
+    (episode,) = result.episodes
+    assert steps == list(range(episode.steps + 1))
+    assert actions == list(range(episode.steps))
