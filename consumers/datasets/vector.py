@@ -8,21 +8,33 @@ with a reason, or built from its lane's observations, actions and steps).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rlmesh_stream.consumers.datasets.groups import LaneValues, assemble
 from rlmesh_stream.consumers.datasets.model import (
+    TP,
     Episode,
+    Filters,
     Key,
     PendingEpisode,
     SessionState,
     StepRow,
+    Unit,
 )
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.errors import ContractError
 
-if TYPE_CHECKING:
-    from rlmesh_stream.consumers.datasets.episodes import Joiner
+
+class Joiner(Protocol):
+    """What releasing a session needs of the joiner (`episodes.Joiner`), which calls it:
+    described here, not imported, so the two modules do not import each other."""
+
+    filters: Filters
+    pending: dict[Key, PendingEpisode]
+    skip_examples: dict[str, str]
+    _first: dict[Unit, dict[TP, int]]
+
+    def _skip(self, reason: str, ep: PendingEpisode) -> None: ...
 
 
 def release_session(joiner: Joiner, session_id: str, session: SessionState) -> list[Episode]:
