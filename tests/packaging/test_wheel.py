@@ -79,9 +79,9 @@ def test_the_wheel_installs_only_the_rlmesh_stream_namespace(wheel: Path) -> Non
 def test_the_wheel_carries_the_schemas_and_the_stack_files(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-    assert any(n.startswith("rlmesh_stream/schemas/avro/") and n.endswith(".avsc")
+    assert any(n.startswith("rlmesh_stream/schemas/contract/avro/") and n.endswith(".avsc")
                for n in names)
-    assert any(n.startswith("rlmesh_stream/schemas/proto/") and n.endswith(".proto")
+    assert any(n.startswith("rlmesh_stream/schemas/contract/proto/") and n.endswith(".proto")
                for n in names)
     assert "rlmesh_stream/infra/kafka-pom.xml" in names
 
@@ -89,13 +89,13 @@ def test_the_wheel_carries_the_schemas_and_the_stack_files(wheel: Path) -> None:
 def test_the_wheel_carries_the_compiled_projection_reader(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-    assert any(n.startswith("rlmesh_stream/schemas/_avro_project.") and n.endswith(".so")
+    assert any(n.startswith("rlmesh_stream/schemas/codec/_avro_project.") and n.endswith(".so")
                for n in names)
-    assert "rlmesh_stream/schemas/_avro_project.pyi" in names
+    assert "rlmesh_stream/schemas/codec/_avro_project.pyi" in names
 
 
 def test_the_compiled_projection_reader_loads_in_a_base_install(base_env: Path) -> None:
-    done = _python(base_env, "from rlmesh_stream.schemas import avro_native; "
+    done = _python(base_env, "from rlmesh_stream.schemas.codec import avro_native; "
                              "print(avro_native.available())")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "True"
