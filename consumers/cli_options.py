@@ -24,6 +24,18 @@ READING_FIELDS = ("group_id", "from_beginning", "until_end", "settle_time",
                   "checkpoint_interval", "max_batch", "dlq_topic")
 
 
+def _check_dlq_topic(topic: str | None, config: Any) -> None:
+    """Refuse an event topic as the dead-letter topic (its letters would loop for ever)."""
+    if topic is None or config is None:
+        return
+    from rlmesh_stream.consumers.deadletter import check_dead_letter_topic
+
+    try:
+        check_dead_letter_topic(topic, config.topic_prefix)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--dlq-topic'") from None
+
+
 def reading_options(*, default_group: str, store: str, until_end_help: str) -> Callable[[F], F]:
     """Add the reading options to a command; it receives them as one dict, `reading`.
 
@@ -57,6 +69,7 @@ def reading_options(*, default_group: str, store: str, until_end_help: str) -> C
         @functools.wraps(command)
         def with_reading(*args: Any, **kwargs: Any) -> Any:
             reading = {name: kwargs.pop(name) for name in READING_FIELDS}
+            _check_dlq_topic(reading["dlq_topic"], kwargs.get("config"))
             return command(*args, reading=reading, **kwargs)
 
         decorated: Any = with_reading

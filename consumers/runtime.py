@@ -51,6 +51,7 @@ from rlmesh_stream.consumers.deadletter import (
     DeadLetterQueue,
     DeadLetterQueueError,
     LetterId,
+    check_dead_letter_topic,
 )
 from rlmesh_stream.consumers.interpreter import tuned_for_reading
 from rlmesh_stream.consumers.records import Record, timestamp_of
@@ -190,7 +191,12 @@ class ConsumerRuntime:
         self._flush_cost = 0.0  # seconds the last checkpoint took
         # checkpoints are written on a thread of their own while reading goes on
         self._writer: CheckpointWriter[_Checkpoint] = CheckpointWriter(sink)
-        self.dlq = DeadLetterQueue(config, options.dlq_topic or f"{prefix}.dlq")
+        dlq_topic = options.dlq_topic or f"{prefix}.dlq"
+        try:
+            check_dead_letter_topic(dlq_topic, prefix, self.topics)
+        except ValueError as exc:
+            raise ConsumerError(f"dead-letter topic {exc}") from None
+        self.dlq = DeadLetterQueue(config, dlq_topic)
         # per builder, per partition: the next offset the sink has applied (as stored)
         self._stored: dict[str, dict[TP, int]] = {b.name: {} for b in builders}
         self._assigned: set[TP] = set()

@@ -18,6 +18,7 @@ from rlmesh_stream.consumers.deadletter import (
     DeadLetter,
     DeadLetterQueue,
 )
+from rlmesh_stream.consumers.runtime import ConsumerError
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract import headers as h
@@ -209,3 +210,11 @@ def test_report_delivery_shows_invalid_headers(
         report = delivery_report(store)
     assert report.summary["invalid headers"] == 1
     assert any("rlmesh.seq" in note and "-1" in note for note in report.notes)
+
+
+def test_an_event_topic_the_consumer_reads_is_refused_as_its_dead_letter_topic(
+        stream_config: StreamConfig, duckdb_url: str) -> None:
+    # its dead letters would be read back and dead-lettered again, for ever
+    topic = f"{stream_config.topic_prefix}.{EventType.SESSION_STARTED.value}"
+    with pytest.raises(ConsumerError, match=r"dead-letter topic .*event topic"):
+        run_offline(stream_config, duckdb_url, ["sessions"], dlq_topic=topic)
