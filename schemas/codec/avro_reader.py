@@ -2,7 +2,8 @@
 
 fastavro does the reading and the schema resolution (writer schema as
 registered -> our reader schema, so old and new versions both land in today's
-dataclasses); a converter derived from the reader schema then turns its dicts
+dataclasses), once `avro_guard` has checked the payload (fastavro's reader has no
+depth limit); a converter derived from the reader schema then turns its dicts
 into the dataclasses, plain MetaMap dicts and protobuf SpaceSpecs. Unions with
 several record branches are read with `return_record_name` so the branch
 (`MetaList` vs `MetaMap`, `UniformBounds` vs `ElementwiseBounds`) is explicit.
@@ -17,6 +18,7 @@ from typing import Any, NoReturn
 
 import fastavro
 
+from rlmesh_stream.schemas.codec.avro_guard import PayloadGuard
 from rlmesh_stream.schemas.codec.avro_protos import space_spec_from_avro
 from rlmesh_stream.schemas.codec.decoders import Reader, decoder_for
 from rlmesh_stream.schemas.codec.schema_walk import SchemaWalk, full_name
@@ -146,6 +148,7 @@ class AvroReader:
 
             self._fast = compile_reader(event_type)[0]
         self._convert = _Builder().record(reader)
+        self._guard: PayloadGuard | None = None  # made when first needed (foreign writers)
 
     def __call__(self, payload: bytes | memoryview) -> Any:
         if self._fast is not None:
@@ -184,6 +187,14 @@ class AvroReader:
         return _whole_record(self.event_type.event_class.__name__, self._fast, b, offset)
 
     def _read_resolved(self, payload: bytes | memoryview) -> Any:
+        if self._guard is None:
+            self._guard = PayloadGuard(self._writer)
+        try:  # fastavro's reader has no depth limit: checked first (avro_guard)
+            self._guard.end_of(bytes(payload), 0)
+        except Exception as exc:
+            raise CorruptPayloadError(
+                f"{self.event_type.event_class.__name__}: Avro payload does not decode "
+                f"with its writer schema: {exc!r}") from exc
         buf = io.BytesIO(payload)
         try:
             data = fastavro.schemaless_reader(

@@ -9,6 +9,7 @@ writers (`avro_fastread`, `avro_writer`) call these for such a field.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -115,13 +116,16 @@ class SpaceSpecReader:
 # ---------------------------------------------------------------- MetaMap
 
 def meta_reader(node: dict[str, Any]) -> Callable[[bytes, int], tuple[dict[str, Any], int]]:
+    """The reader of a MetaMap. Refuses nesting deeper than the writer allows
+    (MAX_META_DEPTH, counted as `meta_map_encoder` counts it): a record nesting thousands
+    of lists would otherwise be read until the interpreter's recursion limit."""
     branches: list[Any] = node["fields"][0]["type"]["values"]
     names = [br if isinstance(br, str) else f"{br['namespace']}.{br['name']}" for br in branches]
     kinds = {"long": 0, "double": 1, "string": 2, "boolean": 3, "bytes": 4,
              bd.META_LIST: 5, bd.META_MAP: 6}
     table = [kinds[n] for n in names]
 
-    def value(b: bytes, p: int) -> tuple[Any, int]:
+    def value(b: bytes, p: int, depth: int) -> tuple[Any, int]:
         i, p = read_long(b, p)
         k = table[i] if 0 <= i < len(table) else -1
         if k == 0:
@@ -139,23 +143,29 @@ def meta_reader(node: dict[str, Any]) -> Callable[[bytes, int], tuple[dict[str, 
                 raise Malformed("boolean byte not 0/1")
             return b[p] == 1, p + 1
         if k == 5:
-            return read_blocks(b, p, value)
+            if depth > MAX_META_DEPTH:
+                raise Malformed(f"MetaMap nested deeper than {MAX_META_DEPTH}")
+            return read_blocks(b, p, values_at[depth + 1])
         if k == 6:
-            return mapping(b, p)
+            return mapping(b, p, depth)
         raise Malformed(f"MetaValue branch {i}")
 
-    def entry(b: bytes, p: int) -> tuple[tuple[str, Any], int]:
+    def entry(b: bytes, p: int, depth: int) -> tuple[tuple[str, Any], int]:
         kn, p = read_long(b, p)
         if kn < 0 or p + kn > len(b):
             raise Malformed("truncated MetaMap key")
-        item, end = value(b, p + kn)
+        item, end = value(b, p + kn, depth + 1)
         return (b[p:p + kn].decode(), item), end
 
-    def mapping(b: bytes, p: int) -> tuple[dict[str, Any], int]:
-        entries, p = read_blocks(b, p, entry)
+    def mapping(b: bytes, p: int, depth: int) -> tuple[dict[str, Any], int]:
+        if depth > MAX_META_DEPTH:
+            raise Malformed(f"MetaMap nested deeper than {MAX_META_DEPTH}")
+        entries, p = read_blocks(b, p, entries_at[depth])
         return dict(entries), p
 
-    return mapping
+    values_at = [functools.partial(value, depth=d) for d in range(MAX_META_DEPTH + 2)]
+    entries_at = [functools.partial(entry, depth=d) for d in range(MAX_META_DEPTH + 1)]
+    return functools.partial(mapping, depth=0)
 
 
 # ---------------------------------------------------------------- writing

@@ -10,7 +10,7 @@ Four readers, one per case:
 - `PYTHON_PROJECTION`: the same projection, generated in Python (`avro_fastread`): where
   the extension was not built (no C compiler), or `RLMESH_STREAM_PURE_PYTHON=1`.
 - `FASTAVRO`: any other writer schema (another version, another producer): fastavro
-  resolves it to ours (`avro_reader`).
+  resolves it to ours (`avro_reader`), once `avro_guard` has checked the payload.
 
 The C extension is optional, so installed copies differ: `decoder_for` says which reader
 runs and why, and the pure-Python readers stay complete (tested against the C one).
@@ -57,7 +57,8 @@ def decoder_for(event_type: EventType, writer_schema: Any = None, *,
         return DecoderChoice(Reader.FASTAVRO, "asked for (generated=False)")
     if writer_schema is not None and not _is_ours(event_type, writer_schema, named_schemas):
         return DecoderChoice(Reader.FASTAVRO, "the writer schema is not ours (another "
-                             "version or producer): fastavro resolves it to ours")
+                             "version or producer): fastavro resolves it to ours, after "
+                             "avro_guard checks the payload")
     if not projection:
         return DecoderChoice(Reader.GENERATED, "the writer schema is ours")
     if os.environ.get(PURE_PYTHON_ENV) == "1":

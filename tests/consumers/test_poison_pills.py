@@ -7,11 +7,17 @@ second run over the same store starts cleanly (no crash loop).
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
+from contract_samples.examples import example
+from contract_samples.hostile import deep, v2_schema
 
 from rlmesh_stream.consumers.deadletter import (
     MAX_DEAD_LETTER_BYTES,
@@ -19,10 +25,11 @@ from rlmesh_stream.consumers.deadletter import (
     DeadLetterQueue,
 )
 from rlmesh_stream.consumers.runtime import ConsumerError
+from rlmesh_stream.schemas.codec.wire import frame
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract import headers as h
-from rlmesh_stream.schemas.contract.topics import MAX_MESSAGE_BYTES, EventType
+from rlmesh_stream.schemas.contract.topics import MAX_MESSAGE_BYTES, EventType, subject_name
 
 pytestmark = pytest.mark.stack
 
@@ -218,3 +225,34 @@ def test_an_event_topic_the_consumer_reads_is_refused_as_its_dead_letter_topic(
     topic = f"{stream_config.topic_prefix}.{EventType.SESSION_STARTED.value}"
     with pytest.raises(ConsumerError, match=r"dead-letter topic .*event topic"):
         run_offline(stream_config, duckdb_url, ["sessions"], dlq_topic=topic)
+
+
+def _consume_all(config: StreamConfig, sink: str) -> subprocess.CompletedProcess[str]:
+    """`consume all --until-end` in a child: a crash is a return code, not a lost session."""
+    return subprocess.run(
+        [sys.executable, "-m", "rlmesh_stream.infra.cli", "consume", "all", "--sink", sink,
+         "--bootstrap", config.bootstrap, "--registry-url", config.registry_url,
+         "--topic-prefix", config.topic_prefix, "--from-beginning", "--until-end", "--quiet"],
+        capture_output=True, text=True, timeout=300)
+
+
+def test_a_record_nesting_thousands_of_lists_under_a_compatible_v2_is_dead_lettered(
+        stream_config: StreamConfig, duckdb_url: str) -> None:
+    # Another producer registers a compatible v2 (one optional field more) and writes one
+    # record whose final_info nests 5 000 MetaLists: fastavro, which reads foreign writer
+    # schemas, overflowed the C stack (SIGSEGV on every restart).
+    create_topics(stream_config, partitions=1)
+    et = EventType.EPISODE_COMPLETED
+    topic = et.topic(stream_config.topic_prefix)
+    hooks = PlainKafkaHooks(stream_config)
+    hooks.publish(et, example(et))
+    hooks.flush()
+    client = SchemaRegistryClient(stream_config.registry_config())
+    v2_id = client.register_schema(subject_name(topic), Schema(json.dumps(v2_schema()), "AVRO"))
+    _produce(stream_config, topic, frame(v2_id, deep(5_000) + b"\x00"))
+
+    result = _consume_all(stream_config, duckdb_url)
+
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    assert query(duckdb_url, "SELECT record_offset FROM dead_letters") == [(1,)]
+    assert query(duckdb_url, "SELECT count(*) FROM episodes") == [(1,)]

@@ -1,0 +1,74 @@
+"""Hostile payloads of `EpisodeCompletedEvent` that any producer with registry access can
+write: MetaLists nested thousands deep, varints outside Avro's 64-bit long. Each is our
+writer's payload with one part spliced, so everything else in it is valid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contract_samples.examples import example
+from rlmesh_stream.schemas.codec.avro_writer import avro_writer
+from rlmesh_stream.schemas.codec.zigzag import ZZ
+from rlmesh_stream.schemas.contract.avro import load_schema
+from rlmesh_stream.schemas.contract.topics import EventType
+
+ET = EventType.EPISODE_COMPLETED
+SENTINEL = "sentinel-0123456789"
+STEPS = 123_456_789  # a step count whose varint is found once in the payload
+
+
+def v2_schema() -> dict[str, Any]:
+    """A compatible v2 of our schema, as another producer may register: one more
+    optional field at the end (written as its null branch, one 0 byte)."""
+    schema = load_schema(ET)
+    schema["fields"].append({"name": "note", "type": ["null", "string"], "default": None})
+    return schema
+
+
+def _payload() -> bytes:
+    event = example(ET)
+    event.step_count = STEPS
+    event.final_info = {"k": SENTINEL}
+    return bytes(avro_writer(ET)(event))
+
+
+def _splice(payload: bytes, old: bytes, new: bytes) -> bytes:
+    assert payload.count(old) == 1, old
+    return payload.replace(old, new)
+
+
+def _meta_branch(name: str) -> bytes:
+    branches = load_schema(ET)["fields"]
+    meta = next(f for f in branches if f["name"] == "final_info")["type"][1]
+    values = meta["fields"][0]["type"]["values"]
+    names = [b if isinstance(b, str) else f"{b['namespace']}.{b['name']}" for b in values]
+    return ZZ[names.index(name)]
+
+
+def nested_lists(depth: int) -> bytes:
+    """The MetaValue bytes of `depth` MetaLists one inside another."""
+    tag = _meta_branch("rlmesh.spaces.v1.MetaList")
+    return tag + (b"\x02" + tag) * (depth - 1) + b"\x00" * depth
+
+
+def deep(depth: int) -> bytes:
+    """Our payload with final_info {"k": [[...]]}, `depth` lists deep."""
+    text = SENTINEL.encode()
+    old = _meta_branch("string") + ZZ[len(text)] + text
+    return _splice(_payload(), old, nested_lists(depth))
+
+
+def long_varint(value: int) -> bytes:
+    """A 10-byte varint of the zigzag encoding of `value` (outside Avro's long)."""
+    n = (value << 1) if value >= 0 else ((-value) << 1) - 1
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def out_of_range(value: int) -> bytes:
+    return _splice(_payload(), ZZ[STEPS], long_varint(value))
