@@ -49,13 +49,16 @@ ZD = [(x >> 1) ^ -(x & 1) for x in range(128)]
 
 
 def read_long(b: bytes | memoryview, p: int) -> tuple[int, int]:
-    """A zigzag varint at p: (value, next position). IndexError: the bytes end first."""
+    """A zigzag varint at p: (value, next position). IndexError: the bytes end first;
+    Malformed: more than 64 bits (Avro's long is 64-bit: a tenth byte holds one bit)."""
     n = shift = 0
     while True:
         x = b[p]
         p += 1
         n |= (x & 0x7F) << shift
         if x < 0x80:
+            if shift == 63 and x > 1:
+                raise Malformed("varint outside the 64-bit range of an Avro long")
             return (n >> 1) ^ -(n & 1), p
         shift += 7
         if shift > 63:

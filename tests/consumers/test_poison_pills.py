@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
 from contract_samples.examples import example
-from contract_samples.hostile import deep, v2_schema
+from contract_samples.hostile import deep, out_of_range, v2_schema
 
 from rlmesh_stream.consumers.deadletter import (
     MAX_DEAD_LETTER_BYTES,
@@ -255,4 +255,26 @@ def test_a_record_nesting_thousands_of_lists_under_a_compatible_v2_is_dead_lette
 
     assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
     assert query(duckdb_url, "SELECT record_offset FROM dead_letters") == [(1,)]
+    assert query(duckdb_url, "SELECT count(*) FROM episodes") == [(1,)]
+
+
+def test_varints_outside_the_avro_long_range_are_dead_lettered_and_ingestion_goes_on(
+        stream_config: StreamConfig, duckdb_url: str) -> None:
+    # 10-byte varints decoding to 2^64+7, 2^63, -2^63-1 were read as Python ints and
+    # stalled every builder (OverflowError) for good; Avro's long is 64-bit.
+    create_topics(stream_config, partitions=1)
+    et = EventType.EPISODE_COMPLETED
+    topic = et.topic(stream_config.topic_prefix)
+    hooks = PlainKafkaHooks(stream_config)
+    hooks.publish(et, example(et))
+    hooks.flush()
+    sid = hooks.serializer.registrar.schema_id(et)
+    for value in (2**64 + 7, 2**63, -(2**63) - 1):
+        _produce(stream_config, topic, frame(sid, out_of_range(value)))
+
+    result = _consume_all(stream_config, duckdb_url)
+
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    assert query(duckdb_url, "SELECT record_offset FROM dead_letters ORDER BY 1") == [
+        (1,), (2,), (3,)]
     assert query(duckdb_url, "SELECT count(*) FROM episodes") == [(1,)]

@@ -60,7 +60,8 @@ def deep(depth: int) -> bytes:
 
 
 def long_varint(value: int) -> bytes:
-    """A 10-byte varint of the zigzag encoding of `value` (outside Avro's long)."""
+    """The varint of the zigzag encoding of `value`, whatever its size (Avro's long is
+    64-bit; this writes what it forbids too)."""
     n = (value << 1) if value >= 0 else ((-value) << 1) - 1
     out = bytearray()
     while n > 0x7F:
@@ -71,4 +72,5 @@ def long_varint(value: int) -> bytes:
 
 
 def out_of_range(value: int) -> bytes:
+    """Our payload with `step_count` written as `value` (any size)."""
     return _splice(_payload(), ZZ[STEPS], long_varint(value))

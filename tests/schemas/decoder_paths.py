@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import fastavro
-from contract_samples.hostile import deep, v2_schema
+from contract_samples.hostile import deep, out_of_range, v2_schema
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -90,10 +90,31 @@ def nesting_the_contract_allows_is_read(depth: int) -> None:
     read_by_every_path(deep(depth))
 
 
+LONG = 2**63  # Avro's long is 64-bit: -LONG .. LONG - 1
+TEN_BYTES = 2**69  # zigzag values of ten-byte varints stay below 2**70
+
+
+@CHECK
+@given(st.one_of(st.integers(min_value=LONG, max_value=TEN_BYTES - 1),
+                 st.integers(min_value=-TEN_BYTES, max_value=-LONG - 1)))
+def varints_outside_the_long_range_are_refused(value: int) -> None:
+    refused_by_every_path(out_of_range(value))
+
+
+@CHECK
+@given(st.sampled_from([-LONG, LONG - 1, -(2**56), 2**56]))
+def longs_at_the_edges_of_the_range_are_read(value: int) -> None:
+    read_by_every_path(out_of_range(value))
+
+
 def main() -> int:
-    refused_by_every_path(deep(5_000))  # the reported record, first
+    refused_by_every_path(deep(5_000))  # the reported records, first
+    for value in (2**64 + 7, 2**63, -(2**63) - 1):
+        refused_by_every_path(out_of_range(value))
     deep_nesting_is_refused()
     nesting_the_contract_allows_is_read()
+    varints_outside_the_long_range_are_refused()
+    longs_at_the_edges_of_the_range_are_read()
     for name in PATHS:
         print(f"{name}: refused {REFUSED[name]}")
     return 0
