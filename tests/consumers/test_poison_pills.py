@@ -17,7 +17,12 @@ from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
 from contract_samples.examples import example
-from contract_samples.hostile import deep, out_of_range, v2_schema
+from contract_samples.hostile import (
+    deep,
+    out_of_range,
+    v2_schema,
+    with_route_lane_and_env_index,
+)
 
 from rlmesh_stream.consumers.deadletter import (
     MAX_DEAD_LETTER_BYTES,
@@ -278,3 +283,20 @@ def test_varints_outside_the_avro_long_range_are_dead_lettered_and_ingestion_goe
     assert query(duckdb_url, "SELECT record_offset FROM dead_letters ORDER BY 1") == [
         (1,), (2,), (3,)]
     assert query(duckdb_url, "SELECT count(*) FROM episodes") == [(1,)]
+
+
+def test_a_lane_and_env_index_beyond_32_bits_are_stored_as_written(
+        stream_config: StreamConfig, sink_url: str) -> None:
+    # Avro longs in the schema; the tables' INTEGER columns could not hold them, and the
+    # sink's error (ArrowInvalid in DuckDB) stalled the builder for good. A long is BIGINT.
+    create_topics(stream_config, partitions=1)
+    et = EventType.EPISODE_COMPLETED
+    hooks = PlainKafkaHooks(stream_config)
+    sid = hooks.serializer.registrar.schema_id(et)
+    _produce(stream_config, et.topic(stream_config.topic_prefix),
+             frame(sid, with_route_lane_and_env_index(2**35, 2**40)))
+
+    runtime = run_offline(stream_config, sink_url, ["episodes"])
+
+    assert (runtime.events, runtime.dead_letters) == (1, 0)
+    assert query(sink_url, "SELECT lane, env_index FROM episodes") == [(2**35, 2**40)]

@@ -5,6 +5,7 @@ writer's payload with one part spliced, so everything else in it is valid.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from contract_samples.examples import example
@@ -74,3 +75,17 @@ def long_varint(value: int) -> bytes:
 def out_of_range(value: int) -> bytes:
     """Our payload with `step_count` written as `value` (any size)."""
     return _splice(_payload(), ZZ[STEPS], long_varint(value))
+
+
+LANE, ENV_INDEX = 1_234_567, 7_654_321  # sentinels whose varints are found once
+
+
+def with_route_lane_and_env_index(lane: int, env_index: int) -> bytes:
+    """Our payload with `route.lane` and `env_index` written as any Avro long: another
+    producer is bound by the schema (a long), not by the Rust types behind it."""
+    event = example(ET)
+    event.route = dataclasses.replace(event.route, lane=LANE)
+    event.env_index = ENV_INDEX
+    payload = bytes(avro_writer(ET)(event))
+    payload = _splice(payload, ZZ[LANE], long_varint(lane))
+    return _splice(payload, ZZ[ENV_INDEX], long_varint(env_index))
