@@ -105,8 +105,11 @@ class _Gen(Generator):
             n = self.var("n")
             self.long(n, body)
             body += [f"if {n} < 0 or p + {n} > L: _bad('truncated')"]
-            conv = ".decode()" if what == "string" else ""
-            body += [f"{v} = b[p:p + {n}]{conv}", f"p += {n}"]
+            if what == "string":  # no event string holds NUL (the contract)
+                body += [f"{v} = b[p:p + {n}]", f"if 0 in {v}: _bad('NUL in a string')",
+                         f"{v} = {v}.decode()", f"p += {n}"]
+            else:
+                body += [f"{v} = b[p:p + {n}]", f"p += {n}"]
         elif what == "double":
             body += [f"{v} = _D(b, p)[0]", "p += 8"]
         elif what == "boolean":

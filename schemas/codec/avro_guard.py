@@ -101,6 +101,8 @@ class PayloadGuard(SchemaWalk):
         if what in ("bytes", "string"):
             n, p = read_long(b, p)
             width = n
+            if what == "string" and n >= 0 and 0 in b[p:p + n]:
+                raise Malformed("NUL in a string (no event string holds U+0000)")
         elif what == "fixed":
             width = t["size"]
         elif what in _WIDTH:

@@ -84,6 +84,8 @@ class GenericReader(SchemaWalk):
             if n < 0 or p + n > len(b):
                 raise Malformed("truncated string/bytes")
             raw = b[p:p + n]
+            if kind == "string" and 0 in raw:
+                raise Malformed("NUL in a string")
             return (raw.decode() if kind == "string" else raw), p + n
         if kind == "double":
             return _D(b, p)[0], p + 8
@@ -137,6 +139,8 @@ def meta_reader(node: dict[str, Any]) -> Callable[[bytes, int], tuple[dict[str, 
             if n < 0 or p + n > len(b):
                 raise Malformed("truncated MetaMap text/bytes")
             raw = b[p:p + n]
+            if k == 2 and 0 in raw:
+                raise Malformed("NUL in a MetaMap string")
             return (raw.decode() if k == 2 else raw), p + n
         if k == 3:
             if b[p] > 1:
@@ -154,8 +158,11 @@ def meta_reader(node: dict[str, Any]) -> Callable[[bytes, int], tuple[dict[str, 
         kn, p = read_long(b, p)
         if kn < 0 or p + kn > len(b):
             raise Malformed("truncated MetaMap key")
+        key = b[p:p + kn]
+        if 0 in key:
+            raise Malformed("NUL in a MetaMap key")
         item, end = value(b, p + kn, depth + 1)
-        return (b[p:p + kn].decode(), item), end
+        return (key.decode(), item), end
 
     def mapping(b: bytes, p: int, depth: int) -> tuple[dict[str, Any], int]:
         if depth > MAX_META_DEPTH:
@@ -183,6 +190,8 @@ def meta_map_encoder(schema: dict[str, Any]) -> Callable[[dict[str, Any]], bytes
     def value(v: Any, out: list[bytes], depth: int) -> None:
         t = type(v)
         if t is str:
+            if "\x00" in v:
+                raise NotEncodable
             b = v.encode()
             out += (tag_str, long_bytes(len(b)), b)
         elif t is bool:
@@ -224,6 +233,8 @@ def meta_map_encoder(schema: dict[str, Any]) -> Callable[[dict[str, Any]], bytes
         if m:
             out.append(long_bytes(len(m)))
             for k, v in m.items():
+                if "\x00" in k:
+                    raise NotEncodable
                 kb = k.encode()
                 out += (long_bytes(len(kb)), kb)
                 value(v, out, depth + 1)
@@ -338,6 +349,8 @@ class SpaceSpecEncoder(SchemaWalk):
         elif kind == "boolean":
             out.append(_BOOL[v])
         elif kind == "string":
+            if "\x00" in v:
+                raise NotEncodable  # no event string holds NUL, a space's names neither
             b = v.encode()
             out += (long_bytes(len(b)), b)
         elif kind == "bytes":

@@ -78,6 +78,8 @@ def string_bytes(value: str) -> bytes:
         if not isinstance(value, str):
             raise _NotEncodable  # the validator names the field
         value = str(value)  # a str subclass (StrEnum, ...): its plain text
+    if "\x00" in value:
+        raise _NotEncodable  # no event string holds NUL: the validator names the field
     raw = value.encode()
     out = ZZ[len(raw)] + raw
     if len(value) <= _MEMO_STRING_CHARS:
@@ -384,6 +386,8 @@ class _Gen(Generator):
             body.append(f"if {n}:")
             body.append(f"    _l = [ZZ[{n}]]")
             body.append(f"    for {it} in {v}:")
+            if items == "string":
+                body.append(f"        if '\\x00' in {it}: _fail()")
             body.append(f"        {it} = {it}{conv}")
             body.append(f"        _l += (ZZ[len({it})], {it})")
             body.append("    _l.append(b'\\x00')")

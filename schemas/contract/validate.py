@@ -34,6 +34,9 @@ class _Bad(Exception):
 def _check_str(path: str, v: object) -> None:
     if not isinstance(v, str):
         raise _Bad(path, v, f"expected str, got {type(v).__name__}")
+    if "\x00" in v:
+        raise _Bad(path, v, "contains U+0000 (NUL), which no event string may hold "
+                            "(PostgreSQL text cannot store it)")
     try:
         v.encode("utf-8")
     except UnicodeEncodeError as exc:

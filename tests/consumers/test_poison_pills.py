@@ -22,6 +22,7 @@ from contract_samples.hostile import (
     out_of_range,
     v2_schema,
     with_route_lane_and_env_index,
+    with_session_id,
 )
 
 from rlmesh_stream.consumers.deadletter import (
@@ -300,3 +301,23 @@ def test_a_lane_and_env_index_beyond_32_bits_are_stored_as_written(
 
     assert (runtime.events, runtime.dead_letters) == (1, 0)
     assert query(sink_url, "SELECT lane, env_index FROM episodes") == [(2**35, 2**40)]
+
+
+def test_a_session_id_holding_nul_is_dead_lettered_and_ingestion_goes_on(
+        stream_config: StreamConfig, sink_url: str) -> None:
+    # PostgreSQL text cannot hold U+0000: its DataError stalled every builder for good.
+    # No event string may hold it (the contract): readers refuse it, it is dead-lettered.
+    create_topics(stream_config, partitions=1)
+    et = EventType.EPISODE_COMPLETED
+    hooks = PlainKafkaHooks(stream_config)
+    sid = hooks.serializer.registrar.schema_id(et)
+    _produce(stream_config, et.topic(stream_config.topic_prefix),
+             frame(sid, with_session_id("s\x00nul")))
+    hooks.publish(et, example(et))
+    hooks.flush()
+
+    runtime = run_offline(stream_config, sink_url, ["episodes"])
+
+    assert runtime.dead_letters == 1
+    assert query(sink_url, "SELECT record_offset FROM dead_letters") == [(0,)]
+    assert query(sink_url, "SELECT count(*) FROM episodes") == [(1,)]

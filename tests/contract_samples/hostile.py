@@ -89,3 +89,14 @@ def with_route_lane_and_env_index(lane: int, env_index: int) -> bytes:
     payload = bytes(avro_writer(ET)(event))
     payload = _splice(payload, ZZ[LANE], long_varint(lane))
     return _splice(payload, ZZ[ENV_INDEX], long_varint(env_index))
+
+
+SESSION = "session-sentinel-0001"
+
+
+def with_session_id(session_id: str) -> bytes:
+    """Our payload with any `session_id` (a NUL in it, say)."""
+    event = example(ET)
+    event.session_id = SESSION
+    raw, new = SESSION.encode(), session_id.encode()
+    return _splice(bytes(avro_writer(ET)(event)), ZZ[len(raw)] + raw, ZZ[len(new)] + new)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import fastavro
-from contract_samples.hostile import deep, out_of_range, v2_schema
+from contract_samples.hostile import deep, out_of_range, v2_schema, with_session_id
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -107,6 +107,12 @@ def longs_at_the_edges_of_the_range_are_read(value: int) -> None:
     read_by_every_path(out_of_range(value))
 
 
+@CHECK
+@given(st.text(max_size=8), st.text(max_size=8))
+def strings_holding_nul_are_refused(before: str, after: str) -> None:
+    refused_by_every_path(with_session_id(f"{before}\x00{after}"))
+
+
 def main() -> int:
     refused_by_every_path(deep(5_000))  # the reported records, first
     for value in (2**64 + 7, 2**63, -(2**63) - 1):
@@ -115,6 +121,7 @@ def main() -> int:
     nesting_the_contract_allows_is_read()
     varints_outside_the_long_range_are_refused()
     longs_at_the_edges_of_the_range_are_read()
+    strings_holding_nul_are_refused()
     for name in PATHS:
         print(f"{name}: refused {REFUSED[name]}")
     return 0
