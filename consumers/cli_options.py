@@ -38,6 +38,18 @@ class Ran(Protocol):
     dead_letters: int
 
 
+def _check_dlq_topic(topic: str | None, config: Any) -> None:
+    """Refuse an event topic as the dead-letter topic (its letters would loop for ever)."""
+    if topic is None or config is None:
+        return
+    from rlmesh_stream.consumers.deadletter import check_dead_letter_topic
+
+    try:
+        check_dead_letter_topic(topic, config.topic_prefix)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--dlq-topic'") from None
+
+
 def reading_options(*, default_group: str, store: str, until_end_help: str) -> Callable[[F], F]:
     """Add the reading options to a command; it receives them as one dict, `reading`.
 
@@ -76,6 +88,7 @@ def reading_options(*, default_group: str, store: str, until_end_help: str) -> C
             logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                                 format="%(asctime)s %(levelname)s %(name)s: %(message)s")
             reading = {name: kwargs.pop(name) for name in READING_FIELDS}
+            _check_dlq_topic(reading["dlq_topic"], kwargs.get("config"))
             ran: Ran | None = command(*args, reading=reading, **kwargs)
             if ran is not None and ran.dead_letters:
                 click.echo(f"{ran.dead_letters} undecodable records sent to the dead-letter "

@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import headers as h
-from rlmesh_stream.schemas.contract.topics import MAX_MESSAGE_BYTES
+from rlmesh_stream.schemas.contract.topics import MAX_MESSAGE_BYTES, all_topics
 
 # A dead letter is its record plus the DLQ headers: room for them above the record's limit.
 HEADER_ROOM_BYTES = 64 * 1024
@@ -40,6 +40,17 @@ REFUSED_FOR_GOOD: frozenset[int] = frozenset({
 })
 
 LetterId = tuple[str, int, int]  # (topic, partition, offset) of the source record
+
+
+def check_dead_letter_topic(topic: str, prefix: str, read: list[str] | None = None) -> str:
+    """`topic` if it can be the dead-letter topic of consumers reading `read` (default: the
+    event topics under `prefix`); else ValueError. A topic the consumers read would hand them
+    their own dead letters back, each dead-lettered again, for ever."""
+    if topic in {*all_topics(prefix), *(read or ())}:
+        raise ValueError(f"{topic!r} is an event topic the consumers read: dead letters "
+                         "sent there would be read and dead-lettered again, for ever; "
+                         "name a topic of its own")
+    return topic
 
 
 class DeadLetterQueueError(RuntimeError):

@@ -52,7 +52,10 @@ class Merge(enum.Enum):
 @dataclass(frozen=True)
 class Column:
     name: str
-    type: str  # TEXT, BIGINT, INTEGER, DOUBLE, DECIMAL, BOOLEAN, TIMESTAMPTZ, JSON
+    # TEXT, BIGINT, INTEGER, DOUBLE, DECIMAL, BOOLEAN, TIMESTAMPTZ, JSON. A column fed by an
+    # event field takes the field's Avro type: a long is BIGINT (another producer may write
+    # any long, whatever the Rust type behind it; an INTEGER column stalled the builder)
+    type: str
     merge: Merge = Merge.FIRST
     nullable: bool = True
     ranks: tuple[str, ...] = ()  # for Merge.RANK: lowest precedence first
@@ -402,7 +405,7 @@ def _route(merge: Merge = Merge.FIRST, key: bool = False) -> tuple[Column, ...]:
         Column("env_id", "TEXT", merge, nullable=not key),
         Column("env_component_id", "TEXT", merge),
         Column("model_component_id", "TEXT", merge, nullable=not key),
-        Column("lane", "INTEGER", merge, doc="NULL for a whole-env session"),
+        Column("lane", "BIGINT", merge, doc="NULL for a whole-env session"),
     )
 
 
@@ -417,7 +420,7 @@ EPISODES = Table(
         Column("episode_id", "TEXT"),
         *_route(),
         Column("episode_index", "BIGINT"),
-        Column("env_index", "INTEGER"),
+        Column("env_index", "BIGINT"),
         Column("seed", "BIGINT"),
         Column("trial_index", "BIGINT", doc="u64 in Rust; fits BIGINT below 2**63"),
         Column("started_from_auto_reset", "BOOLEAN"),
@@ -513,7 +516,7 @@ TELEMETRY_ROLLUPS = Table(
         # no env_component_id: several components' rows share a rollup row, and keeping
         # whichever came first would make the row depend on arrival order
         *(c for c in _route(key=True) if c.name != "env_component_id"),
-        Column("lane_key", "INTEGER", nullable=False, doc="COALESCE(lane, -1), for the key"),
+        Column("lane_key", "BIGINT", nullable=False, doc="COALESCE(lane, -1), for the key"),
         Column("op", "TEXT", nullable=False),
         Column("component", "TEXT", nullable=False),
         Column("metric", "TEXT", nullable=False),

@@ -2,9 +2,11 @@
 
 `register` is idempotent (the registry returns the existing id for a schema it
 already holds) and sets BACKWARD compatibility on every subject. `check` asks
-the registry whether each local schema can read what the subject holds and,
-when not, names the subject and the offending fields; it exits 1 then, so a
-deploy pipeline can gate on it.
+the registry whether each local schema can read what the subject holds, then
+checks every registered version against the consumers' reader itself (the
+registry's answer covers only its compatibility level: nothing under NONE);
+when one cannot be read it names the subject, the version and the offending
+fields, and exits 1, so a deploy pipeline can gate on it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.avro import load_schema
 from rlmesh_stream.schemas.contract.errors import (
     RegistryProtocolError,
     RegistryUnavailableError,
@@ -30,6 +33,7 @@ from rlmesh_stream.schemas.contract.errors import (
 from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType
 from rlmesh_stream.schemas.registry import client as registry
 from rlmesh_stream.schemas.registry.compat import avro_incompatibilities, proto_incompatibilities
+from rlmesh_stream.schemas.registry.proto_defs import proto_text
 from rlmesh_stream.schemas.registry.registrar import SchemaRegistrar
 from rlmesh_stream.schemas.registry.schema_defs import registry_schema
 
@@ -110,7 +114,10 @@ def _check_one(client: Any, registrar: SchemaRegistrar, et: EventType, fmt: str
         if local:
             return "INCOMPATIBLE", local
         ok = True
-    if ok:
+    if ok:  # the registry's word covers its compatibility level only (none under NONE)
+        unreadable = _unreadable_versions(client, subject, et)
+        if unreadable:
+            return "INCOMPATIBLE", unreadable
         return ("current" if _is_latest(client, subject, ours, latest.version)
                 else "compatible"), []
     if fmt == "avro":
@@ -120,6 +127,24 @@ def _check_one(client: Any, registrar: SchemaRegistrar, et: EventType, fmt: str
     return "INCOMPATIBLE", problems or [
         f"the registry refuses our schema against version {latest.version} "
         "(no field-level difference found)"]
+
+
+def _unreadable_versions(client: Any, subject: str, et: EventType) -> list[str]:
+    """What the consumers cannot read in each version the subject holds, whatever the
+    registry's compatibility level let in: every version's records may still be in the
+    topic, and the consumers read each by its own schema, in either format (Avro by the
+    resolution rules to our `.avsc`, protobuf by field number against our `.proto`)."""
+    problems: list[str] = []
+    for version in registry.call(f"list {subject}", client.get_versions, subject):
+        held = registry.call(f"read {subject} version {version}", client.get_version,
+                             subject, version).schema
+        if (held.schema_type or "AVRO").upper() == "AVRO":
+            found = avro_incompatibilities(load_schema(et), json.loads(held.schema_str))
+        else:
+            found = proto_incompatibilities(proto_text(et), str(held.schema_str),
+                                            et.event_class.__name__)
+        problems += [f"version {version}: {p}" for p in found]
+    return problems
 
 
 def _is_latest(client: Any, subject: str, ours: Any, latest_version: int) -> bool:

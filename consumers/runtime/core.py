@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from rlmesh_stream.consumers.builders import Builder
 from rlmesh_stream.consumers.checkpoint_writer import CheckpointWriter
-from rlmesh_stream.consumers.deadletter import DeadLetterQueue
+from rlmesh_stream.consumers.deadletter import DeadLetterQueue, check_dead_letter_topic
 from rlmesh_stream.consumers.interpreter import tuned_for_reading
 from rlmesh_stream.consumers.runtime import kafka_io
 from rlmesh_stream.consumers.runtime.checkpoint import Checkpoints
@@ -70,7 +70,12 @@ class ConsumerRuntime:
         # checkpoints are written on a thread of their own while reading goes on
         self.policy = CheckpointPolicy(options, self.offsets, CheckpointWriter(sink),
                                        self.lag_by_partition)
-        self.dlq = DeadLetterQueue(config, options.dlq_topic or f"{prefix}.dlq")
+        dlq_topic = options.dlq_topic or f"{prefix}.dlq"
+        try:  # an event topic would read its own letters back, for ever
+            check_dead_letter_topic(dlq_topic, prefix, self.topics)
+        except ValueError as exc:
+            raise ConsumerError(f"dead-letter topic {exc}") from None
+        self.dlq = DeadLetterQueue(config, dlq_topic)
         self.checkpoints = Checkpoints(sink, builders, options.group_id, prefix, self.offsets,
                                        self.policy, self.dlq, self._commit)
         self.checkpoints.metrics, self.checkpoints.on_checkpoint = metrics, on_checkpoint

@@ -119,8 +119,21 @@ class Sink(abc.ABC):
                 for column in table.columns:
                     if column.name not in present:
                         self._execute(add_column_sql(table, column, self.dialect))
+                self._widen_columns(table)
             for view in views:
                 self._execute(create_view_sql(view))
+
+    def _widen_columns(self, table: Table) -> None:
+        """INTEGER columns of an older definition that are BIGINT now (Avro longs: `lane`,
+        `env_index`) are widened in place; every value they hold fits."""
+        rows = self._execute_returning(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            f"WHERE table_schema = current_schema() AND {self.name_match_sql}", (table.name,))
+        narrow = {str(name) for name, kind in rows if str(kind).upper() == "INTEGER"}
+        for column in table.columns:
+            if column.type == "BIGINT" and column.name in narrow:
+                self._execute(f"ALTER TABLE {table.name} ALTER COLUMN {column.name} "
+                              "TYPE BIGINT")
 
     def _refuse_foreign(self, tables: tuple[Table, ...], views: tuple[View, ...]) -> None:
         """ForeignTableError for a relation of one of our names that is not ours.

@@ -255,6 +255,10 @@ read_step(Projector *self, Step *st, PyObject *b, const unsigned char *s, Py_ssi
         }
         {
             const unsigned char *at = s + *p;
+            if (st->code == OP_STRING && n > 0 && memchr(at, 0, (size_t)n) != NULL) {
+                bad(self, "NUL in a string");  /* no event string holds U+0000 */
+                return NULL;
+            }
             *p += (Py_ssize_t)n;
             if (st->slot < 0 && (st->code == OP_BYTES || all_ascii(at, (Py_ssize_t)n)))
                 return Py_NewRef(Py_None);  /* dropped, and valid UTF-8 (or bytes) */

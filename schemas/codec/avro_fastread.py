@@ -21,50 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from rlmesh_stream.schemas.codec.avro_protos import space_spec_from_avro
+from rlmesh_stream.schemas.codec.avro_subtrees import SpaceSpecReader, meta_reader
+from rlmesh_stream.schemas.codec.schema_walk import Generator, full_name, kind, optional_branch
+from rlmesh_stream.schemas.codec.zigzag import ZD, Malformed, read_long
 from rlmesh_stream.schemas.contract import bindings as bd
-from rlmesh_stream.schemas.contract.avro import load_schema, named_types
+from rlmesh_stream.schemas.contract.avro import load_schema
 from rlmesh_stream.schemas.contract.topics import EventType
 
-ZD = [(x >> 1) ^ -(x & 1) for x in range(128)]
-"""Zigzag-decoded value of every one-byte varint."""
-
-
-class Malformed(ValueError):
-    """The payload is not valid Avro for the schema."""
-
-
-def read_long(b: bytes, p: int) -> tuple[int, int]:
-    """A zigzag varint at p: (value, next position)."""
-    n = shift = 0
-    while True:
-        x = b[p]
-        p += 1
-        n |= (x & 0x7F) << shift
-        if x < 0x80:
-            return (n >> 1) ^ -(n & 1), p
-        shift += 7
-        if shift > 63:
-            raise Malformed("varint longer than 10 bytes")
-
-
-def read_blocks(b: bytes, p: int,
-                read_item: Callable[[bytes, int], tuple[Any, int]]) -> tuple[list[Any], int]:
-    """An Avro array or map body: blocks of items until a zero count.
-
-    A negative count is followed by the block's byte size, which a reader may skip.
-    """
-    items: list[Any] = []
-    while True:
-        n, p = read_long(b, p)
-        if n == 0:
-            return items, p
-        if n < 0:
-            n = -n
-            _, p = read_long(b, p)
-        for _ in range(n):
-            item, p = read_item(b, p)
-            items.append(item)
+__all__ = ["Malformed", "compile_projection", "compile_reader", "plan_projection", "read_long"]
 
 
 def _bad(what: str) -> None:
@@ -84,162 +48,20 @@ def doubles(n: int) -> Callable[..., tuple[float, ...]]:
 _D = struct.Struct("<d").unpack_from
 
 
-# ---------------------------------------------------------------- generic (subtrees)
-
-class _Generic:
-    """Interpretive reader producing fastavro-style values (records in multi-branch
-    unions as (full name, dict)); used for SpaceSpec, which is cached per bytes."""
-
-    def __init__(self, root: dict[str, Any]) -> None:
-        self.named = named_types(root)
-
-    def read(self, t: Any, b: bytes, p: int) -> tuple[Any, int]:
-        if isinstance(t, str) and t in self.named:
-            t = self.named[t]
-        if isinstance(t, list):
-            i, p = read_long(b, p)
-            if not 0 <= i < len(t):
-                raise Malformed(f"union branch {i} of {len(t)}")
-            branch = t[i]
-            value, p = self.read(branch, b, p)
-            resolved = self.named.get(branch, branch) if isinstance(branch, str) else branch
-            if isinstance(resolved, dict) and resolved["type"] == "record" and len(t) > 2:
-                return (f"{resolved['namespace']}.{resolved['name']}", value), p
-            return value, p
-        kind = t if isinstance(t, str) else t["type"]
-        if kind == "null":
-            return None, p
-        if kind == "boolean":
-            if b[p] > 1:
-                raise Malformed("boolean byte not 0/1")
-            return b[p] == 1, p + 1
-        if kind == "long":
-            return read_long(b, p)
-        if kind in ("string", "bytes"):
-            n, p = read_long(b, p)
-            if n < 0 or p + n > len(b):
-                raise Malformed("truncated string/bytes")
-            raw = b[p:p + n]
-            return (raw.decode() if kind == "string" else raw), p + n
-        if kind == "double":
-            return _D(b, p)[0], p + 8
-        if kind == "enum":
-            i, p = read_long(b, p)
-            if not 0 <= i < len(t["symbols"]):
-                raise Malformed(f"enum index {i}")
-            return t["symbols"][i], p
-        if kind == "record":
-            out = {}
-            for f in t["fields"]:
-                out[f["name"]], p = self.read(f["type"], b, p)
-            return out, p
-        if kind == "array":
-            item_type = t["items"]
-            return read_blocks(b, p, lambda b, p: self.read(item_type, b, p))
-        raise Malformed(f"unsupported Avro type {kind}")
-
-
-class _SpaceSpecReader:
-    def __init__(self, node: dict[str, Any]) -> None:
-        self._generic = _Generic(node)
-        self._node = node
-
-    def __call__(self, b: bytes, p: int) -> tuple[Any, int]:
-        data, end = self._generic.read(self._node, b, p)
-        return space_spec_from_avro(data), end
-
-
-# ---------------------------------------------------------------- MetaMap
-
-def _meta_reader(node: dict[str, Any]) -> Callable[[bytes, int], tuple[dict[str, Any], int]]:
-    branches: list[Any] = node["fields"][0]["type"]["values"]
-    names = [br if isinstance(br, str) else f"{br['namespace']}.{br['name']}" for br in branches]
-    kinds = {"long": 0, "double": 1, "string": 2, "boolean": 3, "bytes": 4,
-             bd.META_LIST: 5, bd.META_MAP: 6}
-    table = [kinds[n] for n in names]
-
-    def value(b: bytes, p: int) -> tuple[Any, int]:
-        i, p = read_long(b, p)
-        k = table[i] if 0 <= i < len(table) else -1
-        if k == 0:
-            return read_long(b, p)
-        if k == 1:
-            return _D(b, p)[0], p + 8
-        if k in (2, 4):
-            n, p = read_long(b, p)
-            if n < 0 or p + n > len(b):
-                raise Malformed("truncated MetaMap text/bytes")
-            raw = b[p:p + n]
-            return (raw.decode() if k == 2 else raw), p + n
-        if k == 3:
-            if b[p] > 1:
-                raise Malformed("boolean byte not 0/1")
-            return b[p] == 1, p + 1
-        if k == 5:
-            return read_blocks(b, p, value)
-        if k == 6:
-            return mapping(b, p)
-        raise Malformed(f"MetaValue branch {i}")
-
-    def entry(b: bytes, p: int) -> tuple[tuple[str, Any], int]:
-        kn, p = read_long(b, p)
-        if kn < 0 or p + kn > len(b):
-            raise Malformed("truncated MetaMap key")
-        item, end = value(b, p + kn)
-        return (b[p:p + kn].decode(), item), end
-
-    def mapping(b: bytes, p: int) -> tuple[dict[str, Any], int]:
-        entries, p = read_blocks(b, p, entry)
-        return dict(entries), p
-
-    return mapping
-
-
 # ---------------------------------------------------------------- code generation
 
-class _Gen:
+class _Gen(Generator):
     def __init__(self) -> None:
-        self.named: dict[str, Any] = {}
-        self.funcs: dict[str, str] = {}
-        self.sources: list[str] = []
-        self.n = 0
-        self.ns: dict[str, Any] = {"ZD": ZD, "read_long": read_long, "_bad": _bad,
-                                   "doubles": doubles, "_DP": _DOUBLES, "_D": _D}
-
-    def var(self, stem: str) -> str:
-        self.n += 1
-        return f"{stem}{self.n}"
-
-    def define(self, t: Any) -> Any:
-        if isinstance(t, dict) and t["type"] in ("record", "enum"):
-            self.named[f"{t['namespace']}.{t['name']}"] = t
-        return self.named.get(t, t) if isinstance(t, str) else t
-
-    def _define_all(self, node: Any) -> None:
-        if isinstance(node, list):
-            for n in node:
-                self._define_all(n)
-        elif isinstance(node, dict):
-            self.define(node)
-            for f in node.get("fields", []):
-                self._define_all(f["type"])
-            for key in ("items", "values"):
-                if key in node:
-                    self._define_all(node[key])
+        super().__init__({"ZD": ZD, "read_long": read_long, "_bad": _bad,
+                          "doubles": doubles, "_DP": _DOUBLES, "_D": _D})
 
     def record_func(self, t: dict[str, Any]) -> str:
-        full = f"{t['namespace']}.{t['name']}"
-        if full in self.funcs:
-            return self.funcs[full]
-        fname = f"dec_{t['name']}"
-        self.funcs[full] = fname
-        if full == bd.META_MAP:
-            self._define_all(t)
-            self.ns[fname] = _meta_reader(t)
+        full, fname, new = self.function_of(t, "dec")
+        if not new:
             return fname
-        if full == bd.SPACE_SPEC:
-            self._define_all(t)
-            self.ns[fname] = _SpaceSpecReader(t)
+        if full in (bd.META_MAP, bd.SPACE_SPEC):  # interpreted subtrees (avro_subtrees)
+            self.define_all(t)
+            self.ns[fname] = (meta_reader if full == bd.META_MAP else SpaceSpecReader)(t)
             return fname
         cls = bd.RECORD_CLASSES[full]
         self.ns[f"_cls_{t['name']}"] = cls
@@ -267,42 +89,45 @@ class _Gen:
     def value(self, t: Any, v: str, body: list[str]) -> None:
         t = self.define(t)
         if isinstance(t, list):
-            assert t[0] == "null" and len(t) == 2
+            branch = optional_branch(t)
             i = self.var("i")
             body += [f"{i} = b[p]", "p += 1", f"if {i} == 0:", f"    {v} = None",
                      f"elif {i} == 2:"]
             inner: list[str] = []
-            self.value(t[1], v, inner)
+            self.value(branch, v, inner)
             body += [f"    {line}" for line in inner]
             body += ["else:", "    _bad('union branch')"]
             return
-        kind = t if isinstance(t, str) else t["type"]
-        if kind == "long":
+        what = kind(t)
+        if what == "long":
             self.long(v, body)
-        elif kind in ("string", "bytes"):
+        elif what in ("string", "bytes"):
             n = self.var("n")
             self.long(n, body)
             body += [f"if {n} < 0 or p + {n} > L: _bad('truncated')"]
-            conv = ".decode()" if kind == "string" else ""
-            body += [f"{v} = b[p:p + {n}]{conv}", f"p += {n}"]
-        elif kind == "double":
+            if what == "string":  # no event string holds NUL (the contract)
+                body += [f"{v} = b[p:p + {n}]", f"if 0 in {v}: _bad('NUL in a string')",
+                         f"{v} = {v}.decode()", f"p += {n}"]
+            else:
+                body += [f"{v} = b[p:p + {n}]", f"p += {n}"]
+        elif what == "double":
             body += [f"{v} = _D(b, p)[0]", "p += 8"]
-        elif kind == "boolean":
+        elif what == "boolean":
             body += [f"{v} = b[p]", f"if {v} > 1: _bad('boolean')", f"{v} = {v} == 1", "p += 1"]
-        elif kind == "enum":
+        elif what == "enum":
             table = self.var("_E")
-            cls = bd.ENUM_CLASSES[f"{t['namespace']}.{t['name']}"]
+            cls = bd.ENUM_CLASSES[full_name(t)]
             self.ns[table] = {i: cls[s] for i, s in enumerate(t["symbols"])}
             idx = self.var("e")
             self.long(idx, body)
             body += [f"{v} = {table}[{idx}]"]
-        elif kind == "record":
+        elif what == "record":
             fn = self.record_func(t)
             body += [f"{v}, p = {fn}(b, p)"]
-        elif kind == "array":
+        elif what == "array":
             self.array(self.define(t["items"]), v, body)
         else:
-            raise NotImplementedError(kind)
+            raise NotImplementedError(what)
 
     def array(self, items: Any, v: str, body: list[str]) -> None:
         n = self.var("n")
@@ -425,7 +250,7 @@ def _plan_fields(gen: _Gen, plan: Plan, t: dict[str, Any], prefix: str,
         if not inner:
             continue
         if isinstance(ft, dict) and ft["type"] == "record" and path not in wanted:
-            gen._define_all(ft)
+            gen.define_all(ft)
             _plan_fields(gen, plan, ft, path + ".", inner)
         else:  # a record inside a union, or also wanted whole: its attributes
             if path not in wanted:
@@ -435,9 +260,9 @@ def _plan_fields(gen: _Gen, plan: Plan, t: dict[str, Any], prefix: str,
 
 def _is_meta_map(gen: _Gen, t: Any) -> bool:
     """A MetaMap, or a nullable one."""
-    node = gen.define(t[1]) if isinstance(t, list) and len(t) == 2 else t
+    node = gen.define(optional_branch(t)) if isinstance(t, list) else t
     return (isinstance(node, dict) and node.get("type") == "record"
-            and f"{node['namespace']}.{node['name']}" == bd.META_MAP)
+            and full_name(node) == bd.META_MAP)
 
 
 class _Projector(_Gen):
@@ -506,7 +331,7 @@ class _Projector(_Gen):
         is a `startswith` of the last few values' bytes; a miss decodes it as the full
         decoder does. Leaves the result in `c`."""
         nullable = isinstance(t, list)
-        dec = self.record_func(self.define(t[1]) if nullable else t)
+        dec = self.record_func(self.define(optional_branch(t)) if nullable else t)
         k = self.n = self.n + 1
         self.ns.update({f"_M{k}": [], f"_FN{k}": fn})
         memo = self.bytes_memo(f"_M{k}", hit=[], miss=[f"c, p = {dec}(b, s)",
@@ -514,7 +339,7 @@ class _Projector(_Gen):
         if not nullable:
             body += memo
             return
-        assert t[0] == "null" and len(t) == 2
+        optional_branch(t)
         body += ["i = b[p]", "p += 1", "if i == 0:", f"    c = _FN{k}(None)", "elif i == 2:"]
         body += [f"    {line}" for line in memo]
         body += ["else:", "    _bad('union branch')"]

@@ -31,6 +31,7 @@ from rlmesh_stream.schemas.codec.avro_fastread import (
     plan_projection,
     read_long,
 )
+from rlmesh_stream.schemas.codec.schema_walk import full_name, kind, optional_branch
 from rlmesh_stream.schemas.contract import bindings as bd
 from rlmesh_stream.schemas.contract.topics import EventType
 
@@ -90,18 +91,17 @@ def _step(gen: _Gen, step: Step, slots: dict[str, int]) -> tuple[int, int, bool,
     step names its generated reader, looked up once the readers are compiled."""
     t, nullable = step.type, isinstance(step.type, list)
     if nullable:
-        assert t[0] == "null" and len(t) == 2
-        t = gen.define(t[1])
+        t = gen.define(optional_branch(t))
     slot = -1
     if step.path is not None:
         slot = slots[step.path] = len(slots)
-    kind = t if isinstance(t, str) else t["type"]
+    what = kind(t)
     if step.convert is not None:  # a MetaMap: the decoder is set, not generated
         return META, slot, nullable, gen.ns[gen.record_func(t)], step.convert
-    if kind in _PRIMITIVES:
-        return _PRIMITIVES[kind], slot, nullable, None, None
-    if kind == "enum":
-        cls = bd.ENUM_CLASSES[f"{t['namespace']}.{t['name']}"]
+    if what in _PRIMITIVES:
+        return _PRIMITIVES[what], slot, nullable, None, None
+    if what == "enum":
+        cls = bd.ENUM_CLASSES[full_name(t)]
         return ENUM, slot, nullable, tuple(cls[s] for s in t["symbols"]), None
     name = gen.var("_field")  # the generated Python reader of the field's value
     body = ["L = len(b)"]

@@ -2,7 +2,8 @@
 
 fastavro does the reading and the schema resolution (writer schema as
 registered -> our reader schema, so old and new versions both land in today's
-dataclasses); a converter derived from the reader schema then turns its dicts
+dataclasses), once `avro_guard` has checked the payload (fastavro's reader has no
+depth limit); a converter derived from the reader schema then turns its dicts
 into the dataclasses, plain MetaMap dicts and protobuf SpaceSpecs. Unions with
 several record branches are read with `return_record_name` so the branch
 (`MetaList` vs `MetaMap`, `UniformBounds` vs `ElementwiseBounds`) is explicit.
@@ -17,7 +18,10 @@ from typing import Any, NoReturn
 
 import fastavro
 
+from rlmesh_stream.schemas.codec.avro_guard import PayloadGuard
 from rlmesh_stream.schemas.codec.avro_protos import space_spec_from_avro
+from rlmesh_stream.schemas.codec.decoders import Reader, decoder_for
+from rlmesh_stream.schemas.codec.schema_walk import SchemaWalk, full_name
 from rlmesh_stream.schemas.contract import bindings as bd
 from rlmesh_stream.schemas.contract.avro import load_schema
 from rlmesh_stream.schemas.contract.errors import CorruptPayloadError
@@ -43,33 +47,15 @@ def _meta_map(v: dict[str, Any]) -> dict[str, Any]:
     return {k: _meta_value(x) for k, x in v["entries"].items()}
 
 
-def _canonical(parsed: Any) -> str:
-    return str(fastavro.schema.to_parsing_canonical_form(parsed))
-
-
-class _Builder:
+class _Builder(SchemaWalk):
     """Derives dict -> Python converters from the reader schema."""
 
     def __init__(self) -> None:
-        self.named: dict[str, Any] = {}
+        super().__init__()
         self.records: dict[str, Converter] = {}
 
-    def define(self, t: Any) -> Any:
-        if isinstance(t, dict) and t["type"] in ("record", "enum"):
-            self.named[f"{t['namespace']}.{t['name']}"] = t
-            for f in t.get("fields", []):
-                self.define(f["type"])
-        elif isinstance(t, dict) and t["type"] == "array":
-            self.define(t["items"])
-        elif isinstance(t, dict) and t["type"] == "map":
-            self.define(t["values"])
-        elif isinstance(t, list):
-            for b in t:
-                self.define(b)
-        return self.named.get(t, t) if isinstance(t, str) else t
-
     def converter(self, t: Any) -> Converter:
-        t = self.define(t)
+        t = self.define_all(t)
         if isinstance(t, list):
             others = [b for b in t if b != "null"]
             inner = self.converter(others[0])
@@ -80,7 +66,7 @@ class _Builder:
             return _identity
         kind = t["type"]
         if kind == "enum":
-            cls = bd.ENUM_CLASSES[f"{t['namespace']}.{t['name']}"]
+            cls = bd.ENUM_CLASSES[full_name(t)]
             members = {m.name: m for m in cls}
             return members.__getitem__
         if kind == "array":
@@ -93,7 +79,7 @@ class _Builder:
         return _identity
 
     def record(self, t: dict[str, Any]) -> Converter:
-        full = f"{t['namespace']}.{t['name']}"
+        full = full_name(t)
         if full == bd.META_MAP:
             return _meta_map
         if full == bd.SPACE_SPEC:
@@ -111,16 +97,18 @@ class _Builder:
         return convert
 
 
-_PROJECTIONS: dict[tuple[EventType, tuple[Any, ...]], Any] = {}
+_PROJECTIONS: dict[tuple[EventType, tuple[Any, ...], Reader], Any] = {}
 
 
 def warm_projection(event_type: EventType, items: list[Any]) -> Any:
     """A reader of `items` of whole framed values, compiled once per event type and items
     (one per schema id otherwise; consumers compile theirs ahead, during the group join):
-    the C one (`avro_native`) where the extension is built, else the generated Python
-    one (`avro_fastread.compile_projection`). Refuses what `_whole_record` refuses, with
-    its errors (the cause's text may differ between the two)."""
-    key = (event_type, tuple(items))
+    the C one (`avro_native`) or the generated Python one
+    (`avro_fastread.compile_projection`), as `decoders.decoder_for` chooses. Refuses what
+    `_whole_record` refuses, with its errors (the cause's text may differ between the
+    two)."""
+    choice = decoder_for(event_type, projection=True)
+    key = (event_type, tuple(items), choice.reader)
     project = _PROJECTIONS.get(key)
     if project is None:
         from rlmesh_stream.schemas.codec import avro_native
@@ -129,7 +117,7 @@ def warm_projection(event_type: EventType, items: list[Any]) -> Any:
         name = event_type.event_class.__name__
         framing = Framing(5, functools.partial(_refused, name),
                           functools.partial(_trailing, name))
-        if avro_native.available():
+        if choice.reader is Reader.C_PROJECTION:
             project = avro_native.compile_native_projection(event_type, items, framing)
         else:
             project = compile_projection(event_type, items, framed=framing)
@@ -154,11 +142,13 @@ class AvroReader:
         else:
             self._writer = fastavro.parse_schema(writer_schema, named_schemas=named_schemas)
             self._resolve = self._reader
-        if generated and _canonical(self._writer) == _canonical(self._reader):
+        self.choice = decoder_for(event_type, self._writer, generated=generated)
+        if self.choice.reader is Reader.GENERATED:
             from rlmesh_stream.schemas.codec.avro_fastread import compile_reader
 
             self._fast = compile_reader(event_type)[0]
         self._convert = _Builder().record(reader)
+        self._guard: PayloadGuard | None = None  # made when first needed (foreign writers)
 
     def __call__(self, payload: bytes | memoryview) -> Any:
         if self._fast is not None:
@@ -197,6 +187,14 @@ class AvroReader:
         return _whole_record(self.event_type.event_class.__name__, self._fast, b, offset)
 
     def _read_resolved(self, payload: bytes | memoryview) -> Any:
+        if self._guard is None:
+            self._guard = PayloadGuard(self._writer)
+        try:  # fastavro's reader has no depth limit: checked first (avro_guard)
+            self._guard.end_of(bytes(payload), 0)
+        except Exception as exc:
+            raise CorruptPayloadError(
+                f"{self.event_type.event_class.__name__}: Avro payload does not decode "
+                f"with its writer schema: {exc!r}") from exc
         buf = io.BytesIO(payload)
         try:
             data = fastavro.schemaless_reader(

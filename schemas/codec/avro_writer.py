@@ -24,62 +24,40 @@ range integer, a misaligned vector, an unencodable string, an unsupported
 MetaMap value); `rlmesh_stream.schemas.contract.validate` then walks the event slowly to name the
 field and value in a `ContractError`.
 
-Size (over 500 lines, on purpose): the code generator (`_Gen`) and the primitives its
-generated code calls (the long table, the double packers, string and MetaMap and
-SpaceSpec encoders) are one unit: the generated source names these primitives, so they
-change together; `avro_writer_source` prints what is generated.
+The generator walks the schema through `schema_walk.SchemaWalk` (as the readers do);
+the long table is `zigzag.ZZ`, and the MetaMap and SpaceSpec encoders are in
+`avro_subtrees`; `avro_writer_source` prints what is generated.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
-from google.protobuf.message import Message
-
+from rlmesh_stream.schemas.codec.avro_subtrees import (
+    MEMO_LIMIT,
+    NotEncodable,
+    SpaceSpecEncoder,
+    meta_map_encoder,
+    pin_space_spec,
+)
+from rlmesh_stream.schemas.codec.schema_walk import Generator, full_name, kind, optional_branch
+from rlmesh_stream.schemas.codec.zigzag import ZZ, encode_long, long_bytes
 from rlmesh_stream.schemas.contract import bindings as bd
-from rlmesh_stream.schemas.contract.avro import load_schema, named_types
+from rlmesh_stream.schemas.contract.avro import load_schema
 from rlmesh_stream.schemas.contract.errors import ContractError
 from rlmesh_stream.schemas.contract.topics import EventType
-from rlmesh_stream.schemas.contract.validate import MAX_META_DEPTH, diagnose
+from rlmesh_stream.schemas.contract.validate import diagnose
 
-_SMALL = 4096
-_MEMO_LIMIT = 4096
-_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+__all__ = ["ZZ", "avro_writer", "avro_writer_source", "long_bytes", "pin_space_spec"]
 
-
-def _varlong(value: int) -> bytes:
-    """Zigzag varint of a long (Avro `long`); raises OverflowError outside i64."""
-    if not _I64_MIN <= value <= _I64_MAX:
-        raise OverflowError(f"{value} does not fit an Avro long")
-    n = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-class _LongTable(dict[int, bytes]):
-    """Avro encoding of a long by one dict lookup: precomputed for 0.._SMALL-1
-    (every short length prefix too), computed (and range-checked) otherwise."""
-
-    def __missing__(self, value: int) -> bytes:
-        return _varlong(value)
-
-
-ZZ = _LongTable((i, _varlong(i)) for i in range(_SMALL))
-
+_MEMO_LIMIT = MEMO_LIMIT
+_NotEncodable = NotEncodable
 _DOUBLE = struct.Struct("<d").pack
 _DOUBLES: dict[int, Callable[..., bytes]] = {}
 _BOOL = {True: b"\x01", False: b"\x00"}
 _ZERO_ONE = b"\x00\x01"
-
-
-def long_bytes(value: int) -> bytes:
-    return ZZ[value]
 
 
 def doubles_pack(n: int) -> Callable[..., bytes]:
@@ -100,6 +78,8 @@ def string_bytes(value: str) -> bytes:
         if not isinstance(value, str):
             raise _NotEncodable  # the validator names the field
         value = str(value)  # a str subclass (StrEnum, ...): its plain text
+    if "\x00" in value:
+        raise _NotEncodable  # no event string holds NUL: the validator names the field
     raw = value.encode()
     out = ZZ[len(raw)] + raw
     if len(value) <= _MEMO_STRING_CHARS:
@@ -128,241 +108,37 @@ def bool_array(flags: tuple[bool, ...]) -> bytes:
 _NEVER = object()  # in a list, makes it equal to no list of flags
 
 
-class _NotEncodable(Exception):
-    """Internal: the fast path saw a bad value; the validator will name it."""
-
-
 def _fail() -> None:
     raise _NotEncodable
 
 
-# ---------------------------------------------------------------- MetaMap
-
-def _meta_map_encoder(schema: dict[str, Any]) -> Callable[[dict[str, Any]], bytes]:
-    """Encoder of a MetaMap dict; branch numbers come from the schema's value union."""
-    branches: list[Any] = schema["fields"][0]["type"]["values"]
-    names = [b if isinstance(b, str) else f"{b['namespace']}.{b['name']}" for b in branches]
-    idx = {name: ZZ[i] for i, name in enumerate(names)}
-    tag_long, tag_double, tag_str = idx["long"], idx["double"], idx["string"]
-    tag_bool, tag_bytes = idx["boolean"], idx["bytes"]
-    tag_list, tag_map = idx[bd.META_LIST], idx[bd.META_MAP]
-    true_b, false_b = tag_bool + b"\x01", tag_bool + b"\x00"
-
-    def value(v: Any, out: list[bytes], depth: int) -> None:
-        t = type(v)
-        if t is str:
-            b = v.encode()
-            out += (tag_str, long_bytes(len(b)), b)
-        elif t is bool:
-            out.append(true_b if v else false_b)
-        elif t is int:
-            out += (tag_long, long_bytes(v))
-        elif t is float:
-            out += (tag_double, _DOUBLE(v))
-        elif t is dict:
-            out.append(tag_map)
-            mapping(v, out, depth)
-        elif t is list:
-            if depth > MAX_META_DEPTH:
-                raise _NotEncodable
-            out.append(tag_list)
-            if v:
-                out.append(long_bytes(len(v)))
-                for item in v:
-                    value(item, out, depth + 1)
-            out.append(b"\x00")
-        elif t is bytes:
-            out += (tag_bytes, long_bytes(len(v)), v)
-        elif isinstance(v, bool):
-            value(bool(v), out, depth)
-        elif isinstance(v, int):
-            value(int(v), out, depth)
-        elif isinstance(v, float):
-            value(float(v), out, depth)
-        elif isinstance(v, str):
-            value(str(v), out, depth)
-        elif isinstance(v, (bytearray, memoryview)):
-            value(bytes(v), out, depth)
-        else:
-            raise _NotEncodable
-
-    def mapping(m: dict[str, Any], out: list[bytes], depth: int) -> None:
-        if depth > MAX_META_DEPTH:
-            raise _NotEncodable
-        if m:
-            out.append(long_bytes(len(m)))
-            for k, v in m.items():
-                kb = k.encode()
-                out += (long_bytes(len(kb)), kb)
-                value(v, out, depth + 1)
-        out.append(b"\x00")
-
-    def encode(m: dict[str, Any]) -> bytes:
-        if type(m) is not dict:
-            raise _NotEncodable
-        out: list[bytes] = []
-        mapping(m, out, 0)
-        return b"".join(out)
-
-    return encode
-
-
-# ---------------------------------------------------------------- SpaceSpec
-
-_PINNED_SPECS: dict[int, Message] = {}  # id -> the spec itself (the reference keeps the id valid)
-
-
-def pin_space_spec(spec: Message) -> Message:
-    """Promise that `spec` is never mutated again: its Avro bytes are then cached by identity.
-
-    Unpinned specs are cached by their serialized bytes, which costs a
-    `SerializeToString` per event; a pinned one costs a dict lookup. Mutating a
-    pinned spec would publish its old encoding: pin only specs you own (e.g.
-    `rlmesh_stream.producer.leaves.LeafCodec.spec`). Bounded like the other memos; returns `spec`.
-    """
-    if len(_PINNED_SPECS) >= _MEMO_LIMIT:
-        _PINNED_SPECS.clear()
-    _PINNED_SPECS[id(spec)] = spec
-    return spec
-
-
-class _SpaceSpecEncoder:
-    """Avro bytes of a protobuf SpaceSpec, walking the Avro schema with the message.
-
-    The Avro records mirror the protobuf messages field for field (same names),
-    and a protobuf oneof maps to an Avro union whose branch is the set member's
-    message type (or its scalar type). Results are cached per serialized spec,
-    and per object for a spec pinned with `pin_space_spec`.
-    """
-
-    _PRIMITIVE_OF_PROTO: ClassVar[dict[int, str]] = {
-        8: "boolean", 3: "long", 1: "double", 9: "string", 12: "bytes",
-    }
-
-    def __init__(self, schema: dict[str, Any]) -> None:
-        self._named = named_types(schema)
-        self._root = schema
-        self._cache: dict[bytes, bytes] = {}
-        self._by_id: dict[int, tuple[Message, bytes]] = {}  # pinned specs only
-
-    def __call__(self, spec: Message) -> bytes:
-        pinned = self._by_id.get(id(spec))
-        if pinned is not None and pinned[0] is spec:
-            return pinned[1]
-        key = spec.SerializeToString(deterministic=True)
-        hit = self._cache.get(key)
-        if hit is None:
-            out: list[bytes] = []
-            self._record(self._root, spec, out)
-            hit = b"".join(out)
-            if len(self._cache) >= _MEMO_LIMIT:
-                self._cache.clear()
-            self._cache[key] = hit
-        if _PINNED_SPECS.get(id(spec)) is spec:
-            if len(self._by_id) >= _MEMO_LIMIT:
-                self._by_id.clear()
-            self._by_id[id(spec)] = (spec, hit)
-        return hit
-
-    def _resolve(self, node: Any) -> Any:
-        return self._named[node] if isinstance(node, str) and node in self._named else node
-
-    def _record(self, node: dict[str, Any], msg: Message, out: list[bytes]) -> None:
-        for f in node["fields"]:
-            t = f["type"]
-            if isinstance(t, list):  # a protobuf oneof
-                self._oneof(f["name"], t, msg, out)
-            else:
-                self._value(t, getattr(msg, f["name"]), out)
-
-    def _oneof(self, name: str, branches: list[Any], msg: Message, out: list[bytes]) -> None:
-        member = msg.WhichOneof(name)
-        if member is None:
-            out.append(ZZ[branches.index("null")])
-            return
-        fd = msg.DESCRIPTOR.fields_by_name[member]
-        want = (fd.message_type.full_name if fd.message_type is not None
-                else self._PRIMITIVE_OF_PROTO[fd.type])
-        for i, b in enumerate(branches):
-            b_name = b if isinstance(b, str) else f"{b['namespace']}.{b['name']}"
-            if b_name == want:
-                out.append(ZZ[i])
-                self._value(b, getattr(msg, member), out)
-                return
-        raise _NotEncodable
-
-    def _value(self, t: Any, v: Any, out: list[bytes]) -> None:
-        t = self._resolve(t)
-        kind = t if isinstance(t, str) else t["type"]
-        if kind == "record":
-            self._record(t, v, out)
-        elif kind == "enum":
-            out.append(long_bytes(v))  # the protobuf enum number is the symbol index
-        elif kind == "array":
-            if len(v):
-                out.append(long_bytes(len(v)))
-                for item in v:
-                    self._value(t["items"], item, out)
-            out.append(b"\x00")
-        elif kind == "long":
-            out.append(long_bytes(v))
-        elif kind == "boolean":
-            out.append(_BOOL[v])
-        elif kind == "string":
-            b = v.encode()
-            out += (long_bytes(len(b)), b)
-        elif kind == "bytes":
-            out += (long_bytes(len(v)), v)
-        else:
-            raise _NotEncodable
-
-
 # ---------------------------------------------------------------- code generation
 
-class _Gen:
+class _Gen(Generator):
     """Generates one Python function per bound record of one event schema."""
 
     def __init__(self, event: str) -> None:
-        self.event = event
-        self.named: dict[str, Any] = {}
-        self.funcs: dict[str, str] = {}  # full name -> generated function name
-        self.sources: list[str] = []
-        self.ns: dict[str, Any] = {
-            "ZZ": ZZ, "_varlong": _varlong, "_D": _DOUBLE, "_DP": _DOUBLES,
+        super().__init__({
+            "ZZ": ZZ, "_varlong": encode_long, "_D": _DOUBLE, "_DP": _DOUBLES,
             "doubles_pack": doubles_pack, "_BOOL": _BOOL, "_01": _ZERO_ONE, "_fail": _fail,
             "_MEMO_LIMIT": _MEMO_LIMIT, "_BA": _BOOL_ARRAYS, "bool_array": bool_array,
             "_S": _STRINGS, "string_bytes": string_bytes,
-        }
-        self.n = 0
+        })
+        self.event = event
         self.lens: dict[str, str] = {}  # array field -> local holding its length
         self.last_len = ""
         self.memo_keys: dict[str, list[str]] = {}  # memoised record -> its key fields
 
     def var(self, stem: str = "p") -> str:
-        self.n += 1
-        return f"{stem}{self.n}"
-
-    def define(self, node: Any) -> Any:
-        """Register named definitions; return the definition a reference points at."""
-        if isinstance(node, str):
-            return self.named.get(node, node)
-        if isinstance(node, dict) and node["type"] in ("record", "enum"):
-            self.named[f"{node['namespace']}.{node['name']}"] = node
-        return node
+        return super().var(stem)
 
     def record_func(self, node: dict[str, Any], top: bool = False) -> str:
-        full = f"{node['namespace']}.{node['name']}"
-        if full in self.funcs:
-            return self.funcs[full]
-        fname = f"enc_{node['name']}"
-        self.funcs[full] = fname
-        if full == bd.META_MAP:
-            self.ns[fname] = _meta_map_encoder(node)
-            self._define_all(node)
+        full, fname, new = self.function_of(node, "enc")
+        if not new:
             return fname
-        if full == bd.SPACE_SPEC:
-            self._define_all(node)
-            self.ns[fname] = _SpaceSpecEncoder(node)
+        if full in (bd.META_MAP, bd.SPACE_SPEC):  # interpreted subtrees (avro_subtrees)
+            self.define_all(node)
+            self.ns[fname] = (meta_map_encoder if full == bd.META_MAP else SpaceSpecEncoder)(node)
             return fname
         fields = node["fields"]
         body: list[str] = []
@@ -425,18 +201,6 @@ class _Gen:
         self.sources.append("\n".join(lines))
         return fname
 
-    def _define_all(self, node: Any) -> None:
-        if isinstance(node, list):
-            for n in node:
-                self._define_all(n)
-        elif isinstance(node, dict):
-            self.define(node)
-            for f in node.get("fields", []):
-                self._define_all(f["type"])
-            for key in ("items", "values"):
-                if key in node:
-                    self._define_all(node[key])
-
     @staticmethod
     def _run(fields: list[dict[str, Any]], i: int, test: Callable[[Any], bool]) -> int:
         """How many fields from the i-th on pass `test`."""
@@ -452,7 +216,7 @@ class _Gen:
             return [self.define(b) for b in t] == ["null", "string"]
         if isinstance(t, dict):
             return (t["type"] == "record"
-                    and f"{t['namespace']}.{t['name']}" not in (bd.META_MAP, bd.SPACE_SPEC)
+                    and full_name(t) not in (bd.META_MAP, bd.SPACE_SPEC)
                     and all(self._scalar(f["type"]) for f in t["fields"]))
         return bool(t == "string")
 
@@ -472,7 +236,7 @@ class _Gen:
             if isinstance(t, dict):  # a memoised record: keyed by its fields
                 fn, r = self.record_func(t), self.var("r")
                 body.append(f"{r} = o.{f['name']}")
-                leaves += [f"{r}.{k}" for k in self.memo_keys[f"{t['namespace']}.{t['name']}"]]
+                leaves += [f"{r}.{k}" for k in self.memo_keys[full_name(t)]]
                 assert fn
             else:
                 leaves.append(f"o.{f['name']}")
@@ -542,8 +306,7 @@ class _Gen:
         body.append(f"{v} = {expr}")
         rust = f.get("rust_type")
         if isinstance(t, list):  # ["null", T]
-            assert t[0] == "null" and len(t) == 2, f"unsupported union in {f['name']}"
-            inner = self.define(t[1])
+            inner = self.define(optional_branch(t))
             sub_body: list[str] = []
             sub_parts: list[str] = []
             self.value(inner, v, rust, sub_body, sub_parts)
@@ -562,44 +325,44 @@ class _Gen:
 
     def value(self, t: Any, v: str, rust: str | None, body: list[str], parts: list[str]) -> None:
         t = self.define(t)
-        kind = t if isinstance(t, str) else t["type"]
+        what = kind(t)
         p = self.var()
-        if kind == "string":  # ids repeat event after event: memoised encodings
+        if what == "string":  # ids repeat event after event: memoised encodings
             body.append(f"{p} = _S.get({v}) or string_bytes({v})")
             parts.append(p)
-        elif kind == "long":
+        elif what == "long":
             if rust is not None and rust != "i64":
                 lo, hi = bd.RUST_INT_RANGES[rust]
                 body.append(f"if not {lo} <= {v} <= {hi}: _fail()")
             body.append(f"{p} = ZZ[{v}]")
             parts.append(p)
-        elif kind == "double":
+        elif what == "double":
             body.append(f"{p} = _D({v})")
             parts.append(p)
-        elif kind == "boolean":
+        elif what == "boolean":
             body.append(f"{p} = _BOOL[{v}]")
             parts.append(p)
-        elif kind == "enum":
+        elif what == "enum":
             table = self.var("_E")
-            cls = bd.ENUM_CLASSES[f"{t['namespace']}.{t['name']}"]
+            cls = bd.ENUM_CLASSES[full_name(t)]
             self.ns[table] = {
                 cls[s]: ZZ[i] for i, s in enumerate(t["symbols"]) if s in cls.__members__
             }
             body.append(f"{p} = {table}[{v}]")
             parts.append(p)
-        elif kind == "record":
+        elif what == "record":
             fn = self.record_func(t)
-            keys = self.memo_keys.get(f"{t['namespace']}.{t['name']}")
+            keys = self.memo_keys.get(full_name(t))
             if keys is None:
                 body.append(f"{p} = {fn}({v})")
             else:  # look the memo up inline: saves a call per event
                 key = "(" + "".join(f"{v}.{k}, " for k in keys) + ")"
                 body.append(f"{p} = _memo_{fn}.get({key}) or {fn}({v})")
             parts.append(p)
-        elif kind == "array":
+        elif what == "array":
             self.array(self.define(t["items"]), v, body, parts)
         else:
-            raise NotImplementedError(f"Avro type {kind} in {self.event}")
+            raise NotImplementedError(f"Avro type {what} in {self.event}")
 
     def array(self, items: Any, v: str, body: list[str], parts: list[str]) -> None:
         p = self.var()
@@ -623,6 +386,8 @@ class _Gen:
             body.append(f"if {n}:")
             body.append(f"    _l = [ZZ[{n}]]")
             body.append(f"    for {it} in {v}:")
+            if items == "string":
+                body.append(f"        if '\\x00' in {it}: _fail()")
             body.append(f"        {it} = {it}{conv}")
             body.append(f"        _l += (ZZ[len({it})], {it})")
             body.append("    _l.append(b'\\x00')")

@@ -53,7 +53,7 @@ def meta_value_to_proto(v: Any, out: spaces_pb2.MetaValue, depth: int = 1) -> No
     elif t is float or isinstance(v, float):
         out.number = float(v)
     elif t is str or isinstance(v, str):
-        out.text = str(v)
+        out.text = _text(str(v))
     elif isinstance(v, (bytes, bytearray, memoryview)):
         out.bytes = bytes(v)
     elif isinstance(v, (list, dict)) and depth > MAX_META_DEPTH:
@@ -74,7 +74,7 @@ def meta_map_to_proto(m: dict[str, Any], out: spaces_pb2.MetaMap | None = None,
                       depth: int = 0) -> spaces_pb2.MetaMap:
     out = spaces_pb2.MetaMap() if out is None else out
     for k, v in m.items():
-        meta_value_to_proto(v, out.entries[k], depth + 1)
+        meta_value_to_proto(v, out.entries[_text(k)], depth + 1)
     return out
 
 
@@ -86,11 +86,11 @@ def meta_value_from_proto(v: spaces_pb2.MetaValue) -> Any:
         return meta_map_from_proto(v.map)
     if kind is None:
         raise CorruptPayloadError("MetaValue with no kind set")
-    return getattr(v, kind)
+    return _text(v.text) if kind == "text" else getattr(v, kind)
 
 
 def meta_map_from_proto(m: spaces_pb2.MetaMap) -> dict[str, Any]:
-    return {k: meta_value_from_proto(v) for k, v in m.entries.items()}
+    return {_text(k): meta_value_from_proto(v) for k, v in m.entries.items()}
 
 
 # ---------------------------------------------------------------- enums
@@ -116,6 +116,17 @@ Conv = Callable[[Any], Any]
 
 def _ident(v: Any) -> Any:
     return v
+
+
+def _text(v: str) -> str:
+    """A string field: no event string holds U+0000 (the contract; PostgreSQL text)."""
+    if "\x00" in v:
+        raise CorruptPayloadError("a string holds U+0000 (NUL), which the contract forbids")
+    return v
+
+
+def _texts(v: Any) -> list[str]:
+    return [_text(x) for x in v]
 
 
 class _Planner:
@@ -204,6 +215,8 @@ class _Planner:
             return to_num.__getitem__
         if fd.is_repeated and fd.type == descriptor.FieldDescriptor.TYPE_BOOL:
             return _bool_flags
+        if fd.type == descriptor.FieldDescriptor.TYPE_STRING:
+            return _texts if fd.is_repeated else _text
         return _ident
 
     def decoder(self, md: descriptor.Descriptor) -> Conv:
@@ -256,6 +269,8 @@ class _Planner:
                 return member
 
             return fd.name, False, enum_from
+        if fd.type == descriptor.FieldDescriptor.TYPE_STRING:
+            return fd.name, optional, _texts if fd.is_repeated else _text
         if fd.is_repeated:
             return fd.name, False, list
         return fd.name, optional, _ident

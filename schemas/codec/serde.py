@@ -10,6 +10,7 @@ the same dataclasses, by the schema id in its header.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType
 from rlmesh_stream.schemas.registry import client as registry
 
 Encode = Callable[[Any], bytes]
+log = logging.getLogger(__name__)
 
 UNKNOWN_ID_TTL = 30.0
 """Seconds an id the registry did not know is refused without asking it again."""
@@ -125,6 +127,13 @@ class EventDecoder:
 
     __call__ = decode
 
+    def choice_of(self, value: bytes) -> Any:
+        """Which reader decodes whole events of a framed value's schema id, and why (a
+        `decoders.DecoderChoice`; None for protobuf)."""
+        sid = schema_id_of(value)
+        reader = self._readers.get(sid) or self._reader(sid)
+        return getattr(reader, "choice", None)
+
     def event_type_of(self, value: bytes) -> EventType:
         """Which event a framed value holds, from its schema alone (no payload decode)."""
         sid = schema_id_of(value)
@@ -195,10 +204,12 @@ def _avro_reader(client: Any, sid: int, schema: Any) -> _Reader:
         raise UnknownSchemaIdError(
             f"schema id {sid} ({full}) cannot be resolved to our reader schema: {exc}") from exc
 
+    log.debug("schema id %d (%s): %s", sid, full, read.choice)
     fast = read.framed_reader()
     if fast is not None:  # the writer schema is ours: the generated decoder, no wrapper
         fast.event_type = et  # type: ignore[attr-defined]
         fast.projector = read.framed_projector  # type: ignore[attr-defined]
+        fast.choice = read.choice  # type: ignore[attr-defined]
         return fast
 
     def reader(value: bytes) -> RuntimeEvent:
@@ -207,6 +218,7 @@ def _avro_reader(client: Any, sid: int, schema: Any) -> _Reader:
         return read.read_at(value, 5)
 
     reader.event_type = et  # type: ignore[attr-defined]
+    reader.choice = read.choice  # type: ignore[attr-defined]
     return reader
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from typing import Literal
 
+from rlmesh_stream.schemas.codec.zigzag import Malformed, encode_long, read_long
 from rlmesh_stream.schemas.contract.errors import BadMagicByteError, CorruptPayloadError
 
 Format = Literal["avro", "protobuf"]
@@ -19,21 +20,11 @@ _HEADER = struct.Struct(">bI")
 _headers: dict[int, bytes] = {}
 
 
-def _zigzag(value: int) -> bytes:
-    n = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def message_index_bytes(message_index: tuple[int, ...]) -> bytes:
     """The protobuf message-index header; `(0,)` (the first message) is b'\\x00'."""
     if tuple(message_index) == (0,):
         return b"\x00"
-    return _zigzag(len(message_index)) + b"".join(_zigzag(i) for i in message_index)
+    return encode_long(len(message_index)) + b"".join(map(encode_long, message_index))
 
 
 def header(schema_id: int) -> bytes:
@@ -72,18 +63,12 @@ def read_message_index(value: bytes | memoryview, offset: int = 5) -> tuple[tupl
     """The protobuf message-index path at `offset` and the payload's offset after it."""
 
     def varint(pos: int) -> tuple[int, int]:
-        shift = result = 0
-        while True:
-            if pos >= len(value):
-                raise CorruptPayloadError("protobuf message-index header is truncated")
-            b = value[pos]
-            pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return (result >> 1) ^ -(result & 1), pos
-            shift += 7
-            if shift > 63:
-                raise CorruptPayloadError("protobuf message-index varint is too long")
+        try:
+            return read_long(value, pos)
+        except IndexError:
+            raise CorruptPayloadError("protobuf message-index header is truncated") from None
+        except Malformed:
+            raise CorruptPayloadError("protobuf message-index varint is too long") from None
 
     count, pos = varint(offset)
     if count == 0:

@@ -19,7 +19,7 @@ from typing import Any
 from google.protobuf import descriptor
 
 from rlmesh_stream.schemas.connection.config import DEFAULT_TOPIC_PREFIX
-from rlmesh_stream.schemas.contract.avro import load_schema
+from rlmesh_stream.schemas.contract.avro import load_schema, named_types
 from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType, subject_name, topic_name
 from rlmesh_stream.schemas.contract.validate import MAX_META_DEPTH
 from rlmesh_stream.schemas.registry.proto_defs import message_class, proto_path
@@ -117,21 +117,6 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _named_types(node: Any, out: dict[str, Any]) -> None:
-    if isinstance(node, list):
-        for n in node:
-            _named_types(n, out)
-    elif isinstance(node, dict):
-        if node["type"] in ("record", "enum"):
-            out.setdefault(f"{node['namespace']}.{node['name']}", node)
-            for f in node.get("fields", []):
-                _named_types(f["type"], out)
-        elif node["type"] == "array":
-            _named_types(node["items"], out)
-        elif node["type"] == "map":
-            _named_types(node["values"], out)
-
-
 def _proto_message(full_name: str, pool: Any) -> descriptor.Descriptor | None:
     try:
         found: descriptor.Descriptor = pool.FindMessageTypeByName(full_name)
@@ -180,7 +165,7 @@ def render(prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
     for et in EVENT_TYPES:
         lines += _event_section(et, prefix)
         for f in load_schema(et)["fields"]:
-            _named_types(f["type"], named)
+            named_types(f["type"], named)
     pool = message_class(EVENT_TYPES[0]).DESCRIPTOR.file.pool
     lines += ["## Nested types", ""]
     for full in sorted(named, key=lambda n: n.split(".")[-1]):

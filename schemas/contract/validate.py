@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from rlmesh_stream.schemas.contract import bindings as bd
-from rlmesh_stream.schemas.contract.avro import load_schema
+from rlmesh_stream.schemas.contract.avro import load_schema, named_types
 from rlmesh_stream.schemas.contract.errors import ContractError
 from rlmesh_stream.schemas.contract.events import SpaceSpec
 from rlmesh_stream.schemas.contract.topics import EventType
@@ -34,6 +34,9 @@ class _Bad(Exception):
 def _check_str(path: str, v: object) -> None:
     if not isinstance(v, str):
         raise _Bad(path, v, f"expected str, got {type(v).__name__}")
+    if "\x00" in v:
+        raise _Bad(path, v, "contains U+0000 (NUL), which no event string may hold "
+                            "(PostgreSQL text cannot store it)")
     try:
         v.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -86,13 +89,13 @@ class _Walker:
             if not isinstance(obj, dict):
                 raise _Bad(path, obj, f"MetaMap must be a dict, got {type(obj).__name__}")
             _check_meta(path, obj)
-            self._define_nested(node)
+            named_types(node, self.named)
             return
         if full == bd.SPACE_SPEC:
             if not isinstance(obj, SpaceSpec):
                 raise _Bad(path, obj,
                            f"expected rlmesh.spaces.v1.SpaceSpec, got {type(obj).__name__}")
-            self._define_nested(node)
+            named_types(node, self.named)
             return
         cls = bd.RECORD_CLASSES.get(full)
         if cls is not None and not isinstance(obj, cls):
@@ -110,18 +113,6 @@ class _Walker:
                         raise _Bad(sub, getattr(obj, g),
                                    f"length {lens[g]} disagrees with {first} (length "
                                    f"{lens[first]}): lane-aligned vectors must match")
-
-    def _define_nested(self, node: Any) -> None:
-        if isinstance(node, list):
-            for n in node:
-                self._define_nested(n)
-        elif isinstance(node, dict):
-            self.resolve(node)
-            for f in node.get("fields", []):
-                self._define_nested(f["type"])
-            for key in ("items", "values"):
-                if key in node:
-                    self._define_nested(node[key])
 
     def value(self, t: Any, v: object, path: str, rust: str | None) -> None:
         t = self.resolve(t)

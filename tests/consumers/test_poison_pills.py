@@ -7,21 +7,35 @@ second run over the same store starts cleanly (no crash loop).
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
+from contract_samples.examples import example
+from contract_samples.hostile import (
+    deep,
+    out_of_range,
+    v2_schema,
+    with_route_lane_and_env_index,
+    with_session_id,
+)
 
 from rlmesh_stream.consumers.deadletter import (
     MAX_DEAD_LETTER_BYTES,
     DeadLetter,
     DeadLetterQueue,
 )
+from rlmesh_stream.consumers.runtime import ConsumerError
+from rlmesh_stream.schemas.codec.wire import frame
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract import headers as h
-from rlmesh_stream.schemas.contract.topics import MAX_MESSAGE_BYTES, EventType
+from rlmesh_stream.schemas.contract.topics import MAX_MESSAGE_BYTES, EventType, subject_name
 
 pytestmark = pytest.mark.stack
 
@@ -209,3 +223,101 @@ def test_report_delivery_shows_invalid_headers(
         report = delivery_report(store)
     assert report.summary["invalid headers"] == 1
     assert any("rlmesh.seq" in note and "-1" in note for note in report.notes)
+
+
+def test_an_event_topic_the_consumer_reads_is_refused_as_its_dead_letter_topic(
+        stream_config: StreamConfig, duckdb_url: str) -> None:
+    # its dead letters would be read back and dead-lettered again, for ever
+    topic = f"{stream_config.topic_prefix}.{EventType.SESSION_STARTED.value}"
+    with pytest.raises(ConsumerError, match=r"dead-letter topic .*event topic"):
+        run_offline(stream_config, duckdb_url, ["sessions"], dlq_topic=topic)
+
+
+def _consume_all(config: StreamConfig, sink: str) -> subprocess.CompletedProcess[str]:
+    """`consume all --until-end` in a child: a crash is a return code, not a lost session."""
+    return subprocess.run(
+        [sys.executable, "-m", "rlmesh_stream.infra.cli", "consume", "all", "--sink", sink,
+         "--bootstrap", config.bootstrap, "--registry-url", config.registry_url,
+         "--topic-prefix", config.topic_prefix, "--from-beginning", "--until-end", "--quiet"],
+        capture_output=True, text=True, timeout=300)
+
+
+def test_a_record_nesting_thousands_of_lists_under_a_compatible_v2_is_dead_lettered(
+        stream_config: StreamConfig, duckdb_url: str) -> None:
+    # Another producer registers a compatible v2 (one optional field more) and writes one
+    # record whose final_info nests 5 000 MetaLists: fastavro, which reads foreign writer
+    # schemas, overflowed the C stack (SIGSEGV on every restart).
+    create_topics(stream_config, partitions=1)
+    et = EventType.EPISODE_COMPLETED
+    topic = et.topic(stream_config.topic_prefix)
+    hooks = PlainKafkaHooks(stream_config)
+    hooks.publish(et, example(et))
+    hooks.flush()
+    client = SchemaRegistryClient(stream_config.registry_config())
+    v2_id = client.register_schema(subject_name(topic), Schema(json.dumps(v2_schema()), "AVRO"))
+    _produce(stream_config, topic, frame(v2_id, deep(5_000) + b"\x00"))
+
+    result = _consume_all(stream_config, duckdb_url)
+
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    assert query(duckdb_url, "SELECT record_offset FROM dead_letters") == [(1,)]
+    assert query(duckdb_url, "SELECT count(*) FROM episodes") == [(1,)]
+
+
+def test_varints_outside_the_avro_long_range_are_dead_lettered_and_ingestion_goes_on(
+        stream_config: StreamConfig, duckdb_url: str) -> None:
+    # 10-byte varints decoding to 2^64+7, 2^63, -2^63-1 were read as Python ints and
+    # stalled every builder (OverflowError) for good; Avro's long is 64-bit.
+    create_topics(stream_config, partitions=1)
+    et = EventType.EPISODE_COMPLETED
+    topic = et.topic(stream_config.topic_prefix)
+    hooks = PlainKafkaHooks(stream_config)
+    hooks.publish(et, example(et))
+    hooks.flush()
+    sid = hooks.serializer.registrar.schema_id(et)
+    for value in (2**64 + 7, 2**63, -(2**63) - 1):
+        _produce(stream_config, topic, frame(sid, out_of_range(value)))
+
+    result = _consume_all(stream_config, duckdb_url)
+
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    assert query(duckdb_url, "SELECT record_offset FROM dead_letters ORDER BY 1") == [
+        (1,), (2,), (3,)]
+    assert query(duckdb_url, "SELECT count(*) FROM episodes") == [(1,)]
+
+
+def test_a_lane_and_env_index_beyond_32_bits_are_stored_as_written(
+        stream_config: StreamConfig, sink_url: str) -> None:
+    # Avro longs in the schema; the tables' INTEGER columns could not hold them, and the
+    # sink's error (ArrowInvalid in DuckDB) stalled the builder for good. A long is BIGINT.
+    create_topics(stream_config, partitions=1)
+    et = EventType.EPISODE_COMPLETED
+    hooks = PlainKafkaHooks(stream_config)
+    sid = hooks.serializer.registrar.schema_id(et)
+    _produce(stream_config, et.topic(stream_config.topic_prefix),
+             frame(sid, with_route_lane_and_env_index(2**35, 2**40)))
+
+    runtime = run_offline(stream_config, sink_url, ["episodes"])
+
+    assert (runtime.events, runtime.dead_letters) == (1, 0)
+    assert query(sink_url, "SELECT lane, env_index FROM episodes") == [(2**35, 2**40)]
+
+
+def test_a_session_id_holding_nul_is_dead_lettered_and_ingestion_goes_on(
+        stream_config: StreamConfig, sink_url: str) -> None:
+    # PostgreSQL text cannot hold U+0000: its DataError stalled every builder for good.
+    # No event string may hold it (the contract): readers refuse it, it is dead-lettered.
+    create_topics(stream_config, partitions=1)
+    et = EventType.EPISODE_COMPLETED
+    hooks = PlainKafkaHooks(stream_config)
+    sid = hooks.serializer.registrar.schema_id(et)
+    _produce(stream_config, et.topic(stream_config.topic_prefix),
+             frame(sid, with_session_id("s\x00nul")))
+    hooks.publish(et, example(et))
+    hooks.flush()
+
+    runtime = run_offline(stream_config, sink_url, ["episodes"])
+
+    assert runtime.dead_letters == 1
+    assert query(sink_url, "SELECT record_offset FROM dead_letters") == [(0,)]
+    assert query(sink_url, "SELECT count(*) FROM episodes") == [(1,)]

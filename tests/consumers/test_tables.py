@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -337,5 +338,40 @@ def test_a_table_of_one_row_per_sequence_is_migrated_to_ranges(sink_url: str) ->
         assert sink.query("SELECT producer_id, first_seq, last_seq, records "
                           "FROM delivery_sequences WHERE producer_id = 'p' ORDER BY 2") == [
             ("p", 0, 5, 10), ("p", 8, 8, 1)]
+    finally:
+        sink.close()
+
+
+def test_integer_columns_of_an_older_store_are_widened_to_bigint_on_open(
+        sink_url: str) -> None:
+    # `lane`, `lane_key` and `env_index` were INTEGER, too narrow for the Avro longs they
+    # hold; a store made then is widened in place, its rows kept
+    older = {"lane", "lane_key", "env_index"}
+    tables = (EPISODES, TELEMETRY_ROLLUPS)
+    old = [Table(t.name, tuple(replace(c, type="INTEGER") if c.name in older else c
+                               for c in t.columns), t.primary_key) for t in tables]
+    insert = "INSERT INTO episodes (session_id, episode_record_id, lane) VALUES ('s', 'r', 7)"
+    if sink_url.startswith("duckdb://"):
+        con = duckdb.connect(sink_url.removeprefix("duckdb://"))
+        for table in old:
+            con.execute(create_table_sql(table, Dialect.DUCKDB))
+        con.execute(insert)
+        con.close()
+    else:
+        with psycopg.connect(sink_url, autocommit=True) as pg:
+            for table in old:
+                pg.execute(create_table_sql(table, Dialect.POSTGRES))  # type: ignore[arg-type]
+            pg.execute(insert)
+    sink = open_sink(sink_url)
+    try:
+        types = sink.query(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND column_name IN "
+            "('lane', 'lane_key', 'env_index') AND table_name IN ('episodes', "
+            "'telemetry_rollups') ORDER BY 1, 2")
+        assert [(t, c, k.upper()) for t, c, k in types] == [
+            ("episodes", "env_index", "BIGINT"), ("episodes", "lane", "BIGINT"),
+            ("telemetry_rollups", "lane", "BIGINT"), ("telemetry_rollups", "lane_key", "BIGINT")]
+        assert sink.query("SELECT session_id, lane FROM episodes") == [("s", 7)]
     finally:
         sink.close()

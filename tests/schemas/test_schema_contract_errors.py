@@ -144,3 +144,16 @@ def test_contract_error_is_a_value_error():
 def test_non_event_is_refused():
     with pytest.raises(ContractError, match="not a runtime event"):
         EventEncoder().encode(object())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_string_holding_nul_is_refused_naming_the_field(fmt):
+    # no event string holds U+0000: PostgreSQL text cannot store it, so consumers would stall
+    err = _refusal(fmt, _bad(EventType.LOG, session_id="s\x00"))
+    assert (err.event, err.field, "NUL" in err.reason) == ("LogEvent", "session_id", True)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_metamap_key_holding_nul_is_refused_naming_it(fmt):
+    err = _refusal(fmt, _bad(EventType.EPISODE_COMPLETED, final_info={"a\x00": 1}))
+    assert err.field.startswith("final_info") and "NUL" in err.reason

@@ -102,6 +102,25 @@ def test_schemas_check_passes_after_a_compatible_v2(registry, stream_config):
         0, True)
 
 
+def test_schemas_check_fails_naming_a_version_our_consumers_cannot_read_under_none(
+        registry, stream_config):
+    # Compatibility NONE lets the registry take anything, and its test then says compatible;
+    # the consumers' reader cannot read a string step_count, so check must say so.
+    subject = subject_name(EventType.EPISODE_COMPLETED.topic(stream_config.topic_prefix))
+    EventSerializer(registry, topic_prefix=stream_config.topic_prefix).registrar.schema_id(
+        EventType.EPISODE_COMPLETED)
+    registry.set_compatibility(subject_name=subject, level="NONE")
+    retyped = load_schema(EventType.EPISODE_COMPLETED)
+    for f in retyped["fields"]:
+        if f["name"] == "step_count":
+            f["type"] = "string"
+    version = registry.register_schema(subject, Schema(json.dumps(retyped), "AVRO"))
+    assert version
+    result = CliRunner().invoke(schemas_cli, ["check", *_connection(stream_config)])
+    assert result.exit_code == 1
+    assert f"{subject}: version 2: EpisodeCompletedEvent.step_count" in result.output
+
+
 def _connection(stream_config) -> list[str]:
     return ["--registry-url", stream_config.registry_url,
             "--topic-prefix", stream_config.topic_prefix]

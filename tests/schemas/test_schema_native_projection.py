@@ -53,7 +53,7 @@ def _paths(event_type: EventType) -> list[str]:
     for f in load_schema(event_type)["fields"]:
         paths.append(f["name"])
         t = gen.define(f["type"])
-        gen._define_all(t)
+        gen.define_all(t)
         if isinstance(t, dict) and t["type"] == "record" and t["name"] not in WHOLE:
             paths += [f"{f['name']}.{sub['name']}" for sub in t["fields"]]
     return paths
