@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import duckdb
 
+from rlmesh_stream.consumers.analysis.join.run_match import RunMatch, count_early
 from rlmesh_stream.consumers.analysis.join.spec import TRAIN_PREFIX, JoinResult, JoinSpec
 from rlmesh_stream.consumers.analysis.join.store import describe, scalar
 from rlmesh_stream.consumers.analysis.sql import q
@@ -12,16 +13,12 @@ from rlmesh_stream.consumers.tables import EPISODES
 
 
 def asof_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
-               total: int) -> JoinResult:
+              total: int) -> JoinResult:
     et, step = q(spec.episode_time), q(spec.columns.step)
     # With `asof_match`, each episode only looks at the log rows of its own run
     # (an equality condition of the ASOF join): the timeline is per match key.
-    match_e = match_l = ""
-    partition = "_train_at"
-    if spec.asof_match is not None:
-        match_e = f"CAST(e.{q(spec.asof_match[0])} AS VARCHAR)"
-        match_l = f"CAST(l.{q(spec.asof_match[1])} AS VARCHAR)"
-        partition = f"CAST({q(spec.asof_match[1])} AS VARCHAR), _train_at"
+    match = None if spec.asof_match is None else RunMatch(*spec.asof_match)
+    partition = "_train_at" if match is None else match.partition + "_train_at"
     # One row per instant (and key): two log rows at the same time would make the
     # match arbitrary. A log without checkpoints (TensorBoard, MLflow: one row per step,
     # each metric logged at its own steps) offers only the rows that have the metric.
@@ -33,7 +30,7 @@ def asof_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
         SELECT * FROM training_log WHERE _train_at IS NOT NULL{has_metric}
         QUALIFY row_number() OVER (PARTITION BY {partition}
                                    ORDER BY {step} DESC NULLS LAST, _row DESC) = 1""")
-    on = f"{match_e} = {match_l} AND " if match_e else ""
+    on = "" if match is None else match.on
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE joined AS
         SELECT e.*, {train_select}
@@ -53,20 +50,12 @@ def asof_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
                    else "whose start was never seen")
     result.unmatched = {f"have no {spec.episode_time} ({why_no_time})": no_time}
     early = total - matched - no_time
-    if spec.asof_match is not None:
-        e_col, l_col = spec.asof_match
-        unknown = scalar(con, f"""
-            SELECT COUNT(*) FROM store.{EPISODES.name} e WHERE e.{et} IS NOT NULL AND
-                ({match_e} IS NULL OR {match_e} NOT IN (SELECT {match_l} FROM timeline l))""")
-        result.unmatched[f"have a {e_col} that is not in the log's {l_col!r} column"] = unknown
-        early -= unknown
-        result.unmatched[f"{spec.episode_time.removesuffix('_at')} before the first "
-                         f"training-log row of their {l_col}"] = early
-    else:
-        result.unmatched[f"{spec.episode_time.removesuffix('_at')} before the first "
-                         f"training-log row ({first})"] = early
+    count_early(con, result, match, early, episodes=f"store.{EPISODES.name}",
+                joinable=f"e.{et} IS NOT NULL", timeline="timeline",
+                before=f"{spec.episode_time.removesuffix('_at')} before the first training-log row",
+                first_row=str(first))
     without = (scalar(con, f"SELECT COUNT(*) FROM training_log WHERE _train_at IS NOT NULL "
-                            f"AND {q(spec.columns.metric or '')} IS NULL") if has_metric else 0)
+                           f"AND {q(spec.columns.metric or '')} IS NULL") if has_metric else 0)
     if without:
         result.notes.append(f"{without} log rows without {spec.columns.metric!r} were not "
                             "matched (a log without checkpoints is matched on its metric)")
@@ -74,7 +63,7 @@ def asof_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
     if dropped:
         result.notes.append(f"{dropped} log rows without a time were left out")
     same_time = scalar(con, f"SELECT (SELECT COUNT(*) FROM training_log "
-                             f"WHERE _train_at IS NOT NULL{has_metric}) - COUNT(*) FROM timeline")
+                            f"WHERE _train_at IS NOT NULL{has_metric}) - COUNT(*) FROM timeline")
     if same_time:
         result.notes.append(f"{same_time} log rows share a time with another; "
                             "the one with the highest step was kept")

@@ -8,6 +8,7 @@ import re
 
 import duckdb
 
+from rlmesh_stream.consumers.analysis.join.run_match import RunMatch, count_early
 from rlmesh_stream.consumers.analysis.join.spec import TRAIN_PREFIX, JoinError, JoinResult, JoinSpec
 from rlmesh_stream.consumers.analysis.join.store import scalar
 from rlmesh_stream.consumers.analysis.sql import q, sql_str
@@ -15,7 +16,7 @@ from rlmesh_stream.consumers.tables import EPISODES
 
 
 def key_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
-              total: int) -> JoinResult:
+             total: int) -> JoinResult:
     ck, step, key = q(spec.columns.checkpoint), q(spec.columns.step), q(spec.episode_key)
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE checkpoint_rows AS
@@ -45,7 +46,7 @@ def key_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
         result.notes.append(f"unmatched {spec.episode_key} values include {missing}; "
                             f"the log's checkpoints include {known}")
     repeated = scalar(con, f"SELECT COUNT(*) - COUNT(DISTINCT CAST({ck} AS VARCHAR)) "
-                            f"FROM training_log WHERE {ck} IS NOT NULL")
+                           f"FROM training_log WHERE {ck} IS NOT NULL")
     if repeated:
         result.notes.append(f"{repeated} log rows repeat a checkpoint; each checkpoint is "
                             "joined to its first row (lowest step)")
@@ -53,7 +54,7 @@ def key_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
 
 
 def step_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
-               total: int, group: int) -> JoinResult:
+              total: int, group: int) -> JoinResult:
     """Key join for step-indexed logs: the step is read from the episode key by regex,
     and the checkpoint's row is the latest log row at or before it (that has the metric)."""
     assert spec.checkpoint_step is not None
@@ -73,14 +74,10 @@ def step_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
         raise JoinError(f"--checkpoint-step '{spec.checkpoint_step}' cannot be used: "
                         f"{exc}") from exc
     has_metric = f" AND {q(spec.columns.metric)} IS NOT NULL" if spec.columns.metric else ""
-    match_e = match_l = on = ""
-    partition = ""
-    match = ("checkpoint_run", "run") if run_group else spec.asof_match
-    if match is not None:
-        match_e = f"CAST(e.{q(match[0])} AS VARCHAR)"
-        match_l = f"CAST(l.{q(match[1])} AS VARCHAR)"
-        on = f"{match_e} = {match_l} AND "
-        partition = f"CAST({q(match[1])} AS VARCHAR), "
+    match = RunMatch("checkpoint_run", "run") if run_group else (
+        None if spec.asof_match is None else RunMatch(*spec.asof_match))
+    on = "" if match is None else match.on
+    partition = "" if match is None else match.partition
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE step_timeline AS
         SELECT * FROM training_log WHERE {step} IS NOT NULL{has_metric}
@@ -93,7 +90,7 @@ def step_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
     matched = scalar(con, "SELECT COUNT(*) FROM joined")
     no_key = scalar(con, f"SELECT COUNT(*) FROM episode_steps WHERE {key} IS NULL")
     no_step = scalar(con, f"SELECT COUNT(*) FROM episode_steps "
-                           f"WHERE {key} IS NOT NULL AND checkpoint_step IS NULL")
+                          f"WHERE {key} IS NOT NULL AND checkpoint_step IS NULL")
     result = JoinResult("key", total, matched, group_column=spec.episode_key,
                         step_column="checkpoint_step")
     result.unmatched = {f"have no {spec.episode_key}": no_key,
@@ -101,19 +98,11 @@ def step_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec, train_select: str,
                         f"'{spec.checkpoint_step}' does not match": no_step}
     early = total - matched - no_key - no_step
     rows_with = f"log row with {spec.columns.metric!r}" if has_metric else "log row"
-    if match is not None:
-        e_col, l_col = match
-        unknown = scalar(con, f"""
-            SELECT COUNT(*) FROM episode_steps e WHERE e.checkpoint_step IS NOT NULL AND
-                ({match_e} IS NULL OR {match_e} NOT IN (SELECT {match_l} FROM step_timeline l))""")
-        result.unmatched[f"have a {e_col} that is not in the log's {l_col!r} column"] = unknown
-        early -= unknown
-        result.unmatched[f"have a checkpoint step before the first {rows_with} of their "
-                         f"{l_col}"] = early
-    else:
-        first = scalar(con, f"SELECT MIN({step}) FROM step_timeline")
-        result.unmatched[f"have a checkpoint step before the first {rows_with} "
-                         f"(step {first})"] = early
+    first = scalar(con, f"SELECT MIN({step}) FROM step_timeline")
+    count_early(con, result, match, early, episodes="episode_steps",
+                joinable="e.checkpoint_step IS NOT NULL", timeline="step_timeline",
+                before=f"have a checkpoint step before the first {rows_with}",
+                first_row=f"step {first}")
     if no_step:
         examples = [r[0] for r in con.execute(
             f"SELECT DISTINCT CAST({key} AS VARCHAR) AS k FROM episode_steps WHERE "

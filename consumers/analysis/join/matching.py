@@ -94,4 +94,4 @@ def _refuse_mixed_runs(con: duckdb.DuckDBPyConnection, spec: JoinSpec,
 
 def _has_episodes(con: duckdb.DuckDBPyConnection) -> bool:
     return scalar(con, "SELECT COUNT(*) FROM information_schema.tables "
-                        "WHERE table_catalog = 'store' AND table_name = ?", [EPISODES.name]) > 0
+                       "WHERE table_catalog = 'store' AND table_name = ?", [EPISODES.name]) > 0

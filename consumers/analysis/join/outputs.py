@@ -69,7 +69,7 @@ def write_table(con: duckdb.DuckDBPyConnection, name: str,
 def _store_is_a_copy(con: duckdb.DuckDBPyConnection) -> bool:
     """True when `store` is the in-memory copy of a PostgreSQL store, not the store itself."""
     return scalar(con, "SELECT path IS NULL AND type = 'duckdb' FROM duckdb_databases() "
-                        "WHERE database_name = 'store'") is True
+                       "WHERE database_name = 'store'") is True
 
 
 def export(con: duckdb.DuckDBPyConnection, path: Path) -> None:
