@@ -1,4 +1,4 @@
-"""The tables the consumers build: one declarative definition, rendered per SQL dialect.
+"""The tables the consumers build: each one's definition (columns, merge rules, docs).
 
 Why declarative: every table is written by order-independent upserts. Each
 column says how a new partial row merges into the stored one (`Merge`), and
@@ -15,386 +15,85 @@ Nullable keys: a whole-env session has no lane (`lane` NULL), but key columns
 cannot be NULL, so keyed tables carry `lane_key = COALESCE(lane, -1)` in the
 primary key next to the nullable `lane`.
 
-Size (over 500 lines, on purpose): this is the one place a table is defined, so about
-half of it is the definitions themselves (columns, merge rules, docs of ten tables and a
-view, the delivery ranges' merge SQL); the other half is the small renderer that turns
-them into DDL and upserts per dialect. Splitting the definitions from their renderer
-would put the two halves of every merge rule (Python and SQL) in different files.
+The model (columns, merge rules, SQL rendering) is the package `table_model`; this
+module holds the definitions and re-exports the model's names, so code and tests
+import everything table-related from here.
 """
 
 from __future__ import annotations
 
-import enum
-import operator
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
 from typing import Any
 
-
-class Dialect(enum.Enum):
-    DUCKDB = "duckdb"
-    POSTGRES = "postgresql"
-
-
-class Merge(enum.Enum):
-    """How an incoming partial row's value merges into the stored value."""
-
-    FIRST = "first"  # keep the stored value; fill it when still NULL
-    LAST = "last"  # take the incoming value unless it is NULL
-    SUM = "sum"  # add (counters; exact because every record is applied once)
-    MIN = "min"  # smallest non-NULL
-    MAX = "max"  # largest non-NULL
-    RANK = "rank"  # the value with the higher rank in `Column.ranks` (a status)
-    FOLLOWS = "follows"  # the value of the row whose `Column.follows` status ranks higher
-    DERIVED = "derived"  # recomputed from other merged columns (`Column.derive`)
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    # TEXT, BIGINT, INTEGER, DOUBLE, DECIMAL, BOOLEAN, TIMESTAMPTZ, JSON. A column fed by an
-    # event field takes the field's Avro type: a long is BIGINT (another producer may write
-    # any long, whatever the Rust type behind it; an INTEGER column stalled the builder)
-    type: str
-    merge: Merge = Merge.FIRST
-    nullable: bool = True
-    ranks: tuple[str, ...] = ()  # for Merge.RANK: lowest precedence first
-    follows: str = ""  # for Merge.FOLLOWS: the RANK column whose winner this value follows
-    # for Merge.DERIVED: a Python function of the merged row and the SQL
-    # expression of the same, over the merged values of other columns
-    derive: Callable[[Mapping[str, Any]], Any] | None = None
-    derive_sql: str = ""
-    doc: str = ""
-
-
-@dataclass(frozen=True)
-class Table:
-    name: str
-    columns: tuple[Column, ...]
-    primary_key: tuple[str, ...]
-    doc: str = ""
-    # rows only staged for a builder's `after_sql` (as `{stage:<name>}`): the sinks create
-    # no table for it and upsert nothing
-    stage_only: bool = False
-    # a statement names the key in ON CONFLICT (the offsets' fence, the delivery ranges'
-    # merge), so every store keeps it as a PRIMARY KEY; otherwise DuckDB keeps no index
-    # of it (see `create_table_sql`)
-    conflict_target: bool = False
-    column_by_name: dict[str, Column] = field(init=False, repr=False, compare=False)
-
-    has_derived: bool = field(init=False, repr=False, compare=False)
-    column_names: list[str] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "column_by_name", {c.name: c for c in self.columns})
-        object.__setattr__(self, "column_names", [c.name for c in self.columns])
-        object.__setattr__(self, "has_derived",
-                           any(c.merge is Merge.DERIVED for c in self.columns))
-
-
-    def key_of(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(row[k] for k in self.primary_key)
-
-
-@dataclass(frozen=True)
-class View:
-    name: str
-    sql: str
-    doc: str = ""
-
-
-# DECIMAL is for sums that must not depend on the order they were added in (floating
-# point addition is not associative; two processes adding to one rollup row would
-# otherwise leave different last bits): values are rounded to 1e-9 once, then added exactly.
-_TYPES: dict[Dialect, dict[str, str]] = {
-    Dialect.DUCKDB: {"DOUBLE": "DOUBLE", "JSON": "JSON", "DECIMAL": "DECIMAL(38, 9)"},
-    Dialect.POSTGRES: {"DOUBLE": "DOUBLE PRECISION", "JSON": "JSONB",
-                       "DECIMAL": "NUMERIC(38, 9)"},
-}
-
-
-def sql_type(column: Column, dialect: Dialect) -> str:
-    return _TYPES[dialect].get(column.type, column.type)
-
-
-# --------------------------------------------------------------------------- merges
-
-
-@dataclass(frozen=True)
-class MergeRule:
-    """One merge rule, twice: in Python over values, in SQL over expressions.
-
-    Both take (old, new, wins): the stored and the incoming value, and whether the
-    incoming row outranks the stored one (RANK: on the column itself; FOLLOWS: on the
-    status column it follows; unused otherwise).
-    """
-
-    python: Callable[[Any, Any, bool], Any]
-    sql: Callable[[str, str, str], str]
-
-
-def _coalesce(first: Any, second: Any) -> Any:
-    return first if first is not None else second
-
-
-def _new_if(better: Callable[[Any, Any], bool], op: str) -> MergeRule:
-    """The incoming value when the stored one is NULL or it is `better` (MIN, MAX)."""
-    return MergeRule(
-        lambda old, new, _: new if old is None or (new is not None and better(new, old))
-        else old,
-        lambda old, new, _: (f"CASE WHEN {old} IS NULL OR ({new} IS NOT NULL AND "
-                             f"{new} {op} {old}) THEN {new} ELSE {old} END"))
-
-
-MERGE_RULES: dict[Merge, MergeRule] = {
-    Merge.FIRST: MergeRule(lambda old, new, _: _coalesce(old, new),
-                           lambda old, new, _: f"COALESCE({old}, {new})"),
-    Merge.LAST: MergeRule(lambda old, new, _: _coalesce(new, old),
-                          lambda old, new, _: f"COALESCE({new}, {old})"),
-    Merge.SUM: MergeRule(lambda old, new, _: (old or 0) + (new or 0),
-                         lambda old, new, _: f"COALESCE({old}, 0) + COALESCE({new}, 0)"),
-    Merge.MIN: _new_if(operator.lt, "<"),
-    Merge.MAX: _new_if(operator.gt, ">"),
-    Merge.RANK: MergeRule(lambda old, new, wins: new if wins else old,
-                          lambda old, new, wins: f"CASE WHEN {wins} THEN {new} ELSE {old} END"),
-    Merge.FOLLOWS: MergeRule(
-        lambda old, new, wins: _coalesce(new, old) if wins else _coalesce(old, new),
-        lambda old, new, wins: (f"CASE WHEN {wins} THEN COALESCE({new}, {old}) "
-                                f"ELSE COALESCE({old}, {new}) END")),
-    # DERIVED has no rule: it is recomputed from the merged row (`finish_row`, `merge_sql`)
-}
-
-
-def _ranking(table: Table, column: Column) -> Column | None:
-    """The status column whose rank decides `column`'s merge (RANK, FOLLOWS), if any."""
-    if column.merge is Merge.RANK:
-        return column
-    if column.merge is Merge.FOLLOWS:
-        return table.column_by_name[column.follows]
-    return None
-
-
-def merge_value(column: Column, old: Any, new: Any, new_wins: bool = False) -> Any:
-    """The Python twin of `merge_sql`: merge one column of two partial rows.
-
-    `new_wins` is only read by Merge.FOLLOWS: whether the new row's status outranks.
-    """
-    if column.merge is Merge.DERIVED:
-        return old  # recomputed by merge_rows
-    if column.merge is Merge.RANK:
-        new_wins = _rank(column, new) > _rank(column, old)
-    return MERGE_RULES[column.merge].python(old, new, new_wins)
-
-
-def _rank(column: Column, value: Any) -> int:
-    return column.ranks.index(value) if value in column.ranks else -1
-
-
-_MergeStep = tuple[Callable[[Any, Any, bool], Any], str | None, dict[Any, int]]
-
-
-@dataclass(frozen=True)
-class _MergePlan:
-    """A table's merge rules worked out once (the batch hot path): per column its rule's
-    Python twin and the status column (with its ranks) whose winner the rule reads."""
-
-    steps: dict[str, _MergeStep]
-    sums: tuple[str, ...]  # SUM columns: the only rule that changes a value for a NULL
-
-
-def _keep_old(old: Any, new: Any, wins: bool) -> Any:
-    return old  # DERIVED: recomputed by finish_row
-
-
-def _merge_plan(table: Table) -> _MergePlan:
-    plan: _MergePlan | None = table.__dict__.get("_merge_plan")
-    if plan is None:
-        steps: dict[str, _MergeStep] = {}
-        for c in table.columns:
-            status = _ranking(table, c)
-            rule = _keep_old if c.merge is Merge.DERIVED else MERGE_RULES[c.merge].python
-            ranks: dict[Any, int] = {}
-            for i, v in enumerate(status.ranks if status is not None else ()):
-                ranks.setdefault(v, i)  # as tuple.index: the first place
-            steps[c.name] = (rule, None if status is None else status.name, ranks)
-        sums = tuple(c.name for c in table.columns if c.merge is Merge.SUM)
-        plan = _MergePlan(steps, sums)
-        object.__setattr__(table, "_merge_plan", plan)  # a cache on the frozen table
-    return plan
-
-
-def merge_rows(table: Table, old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """Merge two partial rows of the same key, exactly as the SQL upsert does.
-
-    A column absent from either row merges as NULL. Every rule but SUM keeps the
-    stored value for an incoming NULL, so only the new row's non-NULL values (and
-    the SUM columns) are merged: a partial row costs what it holds.
-    """
-    plan = _merge_plan(table)
-    steps = plan.steps
-    old_get, new_get = old.get, new.get
-    merged = {c: old_get(c) for c in table.column_names}
-    for name, value in new.items():
-        if value is None:
-            continue
-        step = steps.get(name)
-        if step is None:
-            continue  # not a column of the table
-        rule, status, ranks = step
-        wins = status is not None and (
-            ranks.get(new_get(status), -1) > ranks.get(old_get(status), -1))
-        merged[name] = rule(old_get(name), value, wins)
-    for name in plan.sums:
-        if new_get(name) is None:
-            merged[name] = steps[name][0](old_get(name), None, False)
-    return finish_row(table, merged)
-
-
-def tuple_merger(table: Table) -> Callable[[tuple[Any, ...], tuple[Any, ...]], tuple[Any, ...]]:
-    """`merge_rows` for packed rows (every column, in the table's order), generated once
-    per table from the same rules: FIRST and LAST inline, the others call their rule."""
-    merge: Any = table.__dict__.get("_tuple_merger")
-    if merge is not None:
-        return merge  # type: ignore[no-any-return]
-    if table.has_derived:
-        raise ValueError(f"{table.name}: packed rows do not support derived columns")
-    index = {name: i for i, name in enumerate(table.column_names)}
-    ns: dict[str, Any] = {}
-    wins: dict[str, str] = {}
-    lines, exprs = [], []
-    for i, c in enumerate(table.columns):
-        if c.merge is Merge.FIRST:
-            exprs.append(f"o[{i}] if o[{i}] is not None else n[{i}]")
-            continue
-        if c.merge is Merge.LAST:
-            exprs.append(f"n[{i}] if n[{i}] is not None else o[{i}]")
-            continue
-        status = _ranking(table, c)
-        flag = "False"
-        if status is not None:
-            if status.name not in wins:
-                s = index[status.name]
-                ranks: dict[Any, int] = {}
-                for r, v in enumerate(status.ranks):
-                    ranks.setdefault(v, r)  # as tuple.index: the first place
-                ns[f"R{s}"] = ranks.get
-                wins[status.name] = f"w{s}"
-                lines.append(f"w{s} = R{s}(n[{s}], -1) > R{s}(o[{s}], -1)")
-            flag = wins[status.name]
-        ns[f"M{i}"] = MERGE_RULES[c.merge].python
-        exprs.append(f"M{i}(o[{i}], n[{i}], {flag})")
-    body = "".join(f"    {line}\n" for line in lines)
-    source = f"def merge(o, n):\n{body}    return ({', '.join(exprs)},)\n"
-    exec(compile(source, f"<merge {table.name}>", "exec"), ns)
-    merge = ns["merge"]
-    object.__setattr__(table, "_tuple_merger", merge)  # a cache on the frozen table
-    return merge  # type: ignore[no-any-return]
-
-
-def finish_row(table: Table, row: dict[str, Any]) -> dict[str, Any]:
-    """Fill the derived columns of a (merged) row."""
-    if not table.has_derived:
-        return row
-    for c in table.columns:
-        if c.merge is Merge.DERIVED and c.derive is not None:
-            row[c.name] = c.derive(row)
-    return row
-
-
-def merge_sql(table: Table, column: Column) -> str:
-    """SQL for `SET column = ...` in `ON CONFLICT DO UPDATE`: stored is `t.c`, new `excluded.c`."""
-    t, n = table.name, "excluded"
-    if column.merge is Merge.DERIVED:
-        # derive_sql names merged columns as {col}; substitute their merge expressions
-        exprs = {other.name: f"({merge_sql(table, other)})" for other in table.columns
-                 if other.merge is not Merge.DERIVED}
-        return column.derive_sql.format(**exprs)
-    status = _ranking(table, column)
-    wins = "" if status is None else (
-        f"{rank_sql(status, f'{n}.{status.name}')} > {rank_sql(status, f'{t}.{status.name}')}")
-    return MERGE_RULES[column.merge].sql(f"{t}.{column.name}", f"{n}.{column.name}", wins)
-
-
-def rank_sql(column: Column, expr: str) -> str:
-    whens = " ".join(f"WHEN '{v}' THEN {i}" for i, v in enumerate(column.ranks))
-    return f"(CASE {expr} {whens} ELSE -1 END)"
-
-
-# --------------------------------------------------------------------------- DDL
-
-
-def column_defs(table: Table, dialect: Dialect) -> str:
-    return ",\n  ".join(
-        f"{c.name} {sql_type(c, dialect)}{'' if c.nullable else ' NOT NULL'}"
-        for c in table.columns
-    )
-
-
-def create_table_sql(table: Table, dialect: Dialect) -> str:
-    """The table, its key a PRIMARY KEY; in DuckDB only where ON CONFLICT names it.
-
-    DuckDB upserts with `merge_into_sql`, which keeps keys unique by itself and, from
-    DuckDB 1.4, joins by a scan rather than the key's index: the index (an ART) would
-    only be maintained, at about a sixth of the sink's time (docs/benchmarks.md, "Round
-    three"). Its key columns are NOT NULL all the same.
-    """
-    if dialect is Dialect.DUCKDB and not table.conflict_target:
-        keyed = Table(table.name, tuple(replace(c, nullable=False) if c.name in table.primary_key
-                                        else c for c in table.columns), table.primary_key)
-        return f"CREATE TABLE IF NOT EXISTS {table.name} (\n  {column_defs(keyed, dialect)}\n)"
-    cols = column_defs(table, dialect)
-    return (f"CREATE TABLE IF NOT EXISTS {table.name} (\n  {cols},\n"
-            f"  PRIMARY KEY ({', '.join(table.primary_key)})\n)")
-
-
-def add_column_sql(table: Table, column: Column, dialect: Dialect) -> str:
-    """Migration: a column added to a table definition is added to an existing table."""
-    return f"ALTER TABLE {table.name} ADD COLUMN {column.name} {sql_type(column, dialect)}"
-
-
-def upsert_sql(table: Table, source: str) -> str:
-    """Merge the staged rows of `source` (same columns) into `table`.
-
-    Derived columns are computed by SQL on insert as on update, so a row's value
-    never depends on whether its last batch inserted or updated it.
-    """
-    return (f"INSERT INTO {table.name} ({', '.join(table.column_names)})\n"
-            f"SELECT {_insert_values(table)} FROM {source}\n"
-            f"ON CONFLICT ({', '.join(table.primary_key)}) DO UPDATE SET\n  {_merge_sets(table)}")
-
-
-def merge_into_sql(table: Table, source: str) -> str:
-    """`upsert_sql` as a `MERGE INTO` (DuckDB >= 1.4): the same merge expressions (the
-    staged row named `excluded`) and inserted values, so the same rows.
-
-    DuckDB plans `ON CONFLICT DO UPDATE` as this MERGE over `SELECT DISTINCT ON (key)` of
-    the source; a batch's keys are distinct already (one merged row per key), so the MERGE
-    skips that aggregation, about a fifth of the statement (docs/benchmarks.md, "Sink
-    staging and upsert").
-    """
-    t = table.name
-    on = " AND ".join(f"{t}.{k} = excluded.{k}" for k in table.primary_key)
-    return (f"MERGE INTO {t} USING {source} AS excluded ON ({on})\n"
-            f"WHEN MATCHED THEN UPDATE SET\n  {_merge_sets(table)}\n"
-            f"WHEN NOT MATCHED THEN INSERT ({', '.join(table.column_names)})\n"
-            f"VALUES ({_insert_values(table, 'excluded.')})")
-
-
-def _insert_values(table: Table, qualifier: str = "") -> str:
-    """The values inserting a staged row: its columns, derived ones computed; a SELECT
-    list (named) unqualified, a VALUES list with the staged relation's `qualifier`."""
-    staged = {c.name: f"{qualifier}{c.name}" for c in table.columns}
-    return ", ".join(
-        staged[c.name] if c.merge is not Merge.DERIVED
-        else c.derive_sql.format(**staged) + ("" if qualifier else f" AS {c.name}")
-        for c in table.columns)
-
-
-def _merge_sets(table: Table) -> str:
-    """The SET list merging a staged row (`excluded`) into the stored one."""
-    return ",\n  ".join(f"{c.name} = {merge_sql(table, c)}"
-                         for c in table.columns if c.name not in table.primary_key)
-
+from rlmesh_stream.consumers.table_model import (
+    MERGE_RULES,
+    Column,
+    Dialect,
+    Merge,
+    MergeRule,
+    Table,
+    View,
+    add_column_sql,
+    column_defs,
+    create_table_sql,
+    create_view_sql,
+    finish_row,
+    merge_into_sql,
+    merge_rows,
+    merge_sql,
+    merge_value,
+    rank_sql,
+    sql_type,
+    tuple_merger,
+    upsert_sql,
+)
+
+__all__ = [
+    "ADVISORIES",
+    "CONSUMER_OFFSETS",
+    "DEAD_LETTERS",
+    "DELIVERY_BATCH",
+    "DELIVERY_MERGE_SQL",
+    "DELIVERY_PRODUCERS",
+    "DELIVERY_SEQUENCES",
+    "EPISODES",
+    "EPISODE_SESSION_ENDS",
+    "EPISODE_STATUSES",
+    "INVALID_HEADERS",
+    "LEGACY_DELIVERY_COLUMN",
+    "LEGACY_DELIVERY_RANGES_SQL",
+    "LEGACY_DELIVERY_SCRATCH",
+    "MERGE_RULES",
+    "OWNED_NAMES",
+    "SESSIONS",
+    "SESSION_STATUSES",
+    "STEPS",
+    "TABLES",
+    "TABLES_BY_NAME",
+    "TELEMETRY_ROLLUPS",
+    "TELEMETRY_SESSIONS",
+    "VIEWS",
+    "Column",
+    "Dialect",
+    "Merge",
+    "MergeRule",
+    "Table",
+    "View",
+    "add_column_sql",
+    "column_defs",
+    "create_table_sql",
+    "create_view_sql",
+    "finish_row",
+    "is_consumers_own",
+    "merge_into_sql",
+    "merge_rows",
+    "merge_sql",
+    "merge_value",
+    "rank_sql",
+    "sql_type",
+    "tuple_merger",
+    "upsert_sql",
+]
 
 # --------------------------------------------------------------------------- tables
 
@@ -751,7 +450,3 @@ def is_consumers_own(name: str) -> bool:
     """Whether `name` is a consumers' relation in any letter case (DuckDB identifiers and
     PostgreSQL's unquoted ones fold case), so no other writer may replace it."""
     return name.lower() in OWNED_NAMES
-
-
-def create_view_sql(view: View) -> str:
-    return f"CREATE OR REPLACE VIEW {view.name} AS\n{view.sql}"
