@@ -1,9 +1,10 @@
 """The `rlmesh-stream` command: every command, and the module it comes from, in one table.
 
 `COMMANDS` is the CLI's table of contents: a command (or group) name and the
-`module:attribute` of its click object. Adding a command is one line here.
-Commands are imported only when used, so `rlmesh-stream --help` stays fast and a
-command pays only for the libraries it needs.
+`module:attribute` of its click object. Adding a command is one line here, and one
+in `SUMMARIES` (its line in `rlmesh-stream --help`; a test checks the two agree).
+Commands are imported only when used, and `--help` imports none of them, so it
+starts at once and a command pays only for the libraries it needs.
 
 Options shared by several commands live in one module each:
 `rlmesh_stream.schemas.connection.cli_options` (how to reach Kafka and the schema registry,
@@ -50,6 +51,22 @@ COMMANDS: dict[str, str] = {
     "export": "rlmesh_stream.consumers.datasets.cli:export",
     # everything at once (infra/)
     "demo": "rlmesh_stream.infra.demo:demo",
+}
+
+# command -> its line in `rlmesh-stream --help`: the first sentence of its own help, kept
+# here so the root help imports no command (tests/cli/test_startup_imports.py checks both
+# agree). A command missing here is imported to ask it.
+SUMMARIES: dict[str, str] = {
+    "infra": "Run the local Kafka + schema registry stack (no Docker needed).",
+    "topics": "Manage the event topics.",
+    "schemas": "Register, check and document the event schemas.",
+    "simulate": "Drive KafkaRuntimeHooks with a deterministic simulated fleet.",
+    "consume": "Build tables from the event topics (DuckDB file or PostgreSQL).",
+    "report": "Reports over the consumed tables (advisories, delivery, episodes, telemetry).",
+    "tail": "Print decoded EVENT records live, one line each (like kcat, registry-aware).",
+    "join": "Join the episode table with a training log and summarise per checkpoint.",
+    "export": "Export the event history as datasets.",
+    "demo": "Run real CartPole rollouts through Kafka into tables, then report, join and plot.",
 }
 
 # optional third-party module (top-level name) -> the extra that installs it
@@ -114,6 +131,21 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands' lines from `SUMMARIES`, without importing any command."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = [(name, self._summary(ctx, name, limit)) for name in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def _summary(self, ctx: click.Context, name: str, limit: int) -> str:
+        summary = SUMMARIES.get(name)
+        if summary is not None:
+            return click.Command(name, help=summary).get_short_help_str(limit)
+        command = self.get_command(ctx, name)
+        return command.get_short_help_str(limit) if command is not None else ""
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = COMMANDS.get(cmd_name)

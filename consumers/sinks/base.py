@@ -46,6 +46,28 @@ _LEGACY_COLUMNS: dict[str, frozenset[str]] = {
 }
 
 
+class _Catalog:
+    """A store's relations (table_type) and their columns (data_type), looked up by our
+    names as the store resolves them (case-folded where identifiers are)."""
+
+    def __init__(self, fold: bool, columns: list[tuple[Any, ...]],
+                 kinds: list[tuple[Any, ...]]) -> None:
+        self._fold = fold
+        self._columns: dict[str, dict[str, str]] = {}
+        for table, column, data_type in columns:
+            self._columns.setdefault(self._key(str(table)), {})[str(column)] = str(data_type)
+        self._kinds = {self._key(str(name)): str(kind) for name, kind in kinds}
+
+    def _key(self, name: str) -> str:
+        return name.lower() if self._fold else name
+
+    def columns(self, table: str) -> dict[str, str]:
+        return self._columns.get(self._key(table), {})
+
+    def kind(self, name: str) -> str | None:
+        return self._kinds.get(self._key(name))
+
+
 class ForeignTableError(SinkError):
     """The store holds a table or view of a consumers' name that the consumers did not make."""
 
@@ -104,38 +126,53 @@ class Sink(abc.ABC):
     # how information_schema's table_name matches one of our names: DuckDB resolves
     # identifiers case-insensitively (a user's "Episodes" IS episodes), PostgreSQL does not
     name_match_sql = "table_name = %s"
+    names_fold_case = False
 
     def migrate(self, tables: tuple[Table, ...] = TABLES,
                 views: tuple[View, ...] = VIEWS) -> None:
-        """Create missing tables and views, and add columns new to a definition."""
+        """Create missing tables and views, and add columns new to a definition.
+
+        The store's catalog is read in two queries, not three per table: on a store that
+        is up to date the migration is a consume run's start-up (docs/benchmarks.md,
+        "Start-up")."""
         with self._transaction():
             self._lock_for_migration()
-            self._refuse_foreign(tables, views)  # before anything is created or altered
-            if DELIVERY_SEQUENCES in tables:
-                self._migrate_delivery_ranges()
+            catalog = self._catalog()
+            self._refuse_foreign(tables, views, catalog)  # before anything is created
+            if DELIVERY_SEQUENCES in tables and self._migrate_delivery_ranges():
+                catalog = self._catalog()
             for table in tables:
-                self._execute(create_table_sql(table, self.dialect))
-                present = self._columns_of(table.name)
+                present = catalog.columns(table.name)
+                if not present:
+                    self._execute(create_table_sql(table, self.dialect))
+                    continue
                 for column in table.columns:
                     if column.name not in present:
                         self._execute(add_column_sql(table, column, self.dialect))
-                self._widen_columns(table)
+                self._widen_columns(table, present)
             for view in views:
                 self._execute(create_view_sql(view))
 
-    def _widen_columns(self, table: Table) -> None:
+    def _catalog(self) -> _Catalog:
+        """The current schema's relations and their columns, as the store names them."""
+        columns = self._execute_returning(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = current_schema()", ())
+        kinds = self._execute_returning(
+            "SELECT table_name, table_type FROM information_schema.tables "
+            "WHERE table_schema = current_schema()", ())
+        return _Catalog(self.names_fold_case, columns, kinds)
+
+    def _widen_columns(self, table: Table, present: dict[str, str]) -> None:
         """INTEGER columns of an older definition that are BIGINT now (Avro longs: `lane`,
         `env_index`) are widened in place; every value they hold fits."""
-        rows = self._execute_returning(
-            "SELECT column_name, data_type FROM information_schema.columns "
-            f"WHERE table_schema = current_schema() AND {self.name_match_sql}", (table.name,))
-        narrow = {str(name) for name, kind in rows if str(kind).upper() == "INTEGER"}
         for column in table.columns:
-            if column.type == "BIGINT" and column.name in narrow:
+            if column.type == "BIGINT" and present.get(column.name, "").upper() == "INTEGER":
                 self._execute(f"ALTER TABLE {table.name} ALTER COLUMN {column.name} "
                               "TYPE BIGINT")
 
-    def _refuse_foreign(self, tables: tuple[Table, ...], views: tuple[View, ...]) -> None:
+    def _refuse_foreign(self, tables: tuple[Table, ...], views: tuple[View, ...],
+                        catalog: _Catalog) -> None:
         """ForeignTableError for a relation of one of our names that is not ours.
 
         A table is ours when every column it has is one of its definition's (or of the
@@ -144,7 +181,7 @@ class Sink(abc.ABC):
         table, which a migration must neither alter nor write into.
         """
         for table in tables:
-            present = self._columns_of(table.name)
+            present = set(catalog.columns(table.name))
             if not present:
                 continue
             known = set(table.column_names) | _LEGACY_COLUMNS.get(table.name, frozenset())
@@ -157,23 +194,17 @@ class Sink(abc.ABC):
                     f"not create ({what}); it is left untouched: rename it, or use "
                     "another --sink")
         for view in views:
-            kind = self._relation_kind(view.name)
+            kind = catalog.kind(view.name)
             if kind is not None and kind.upper() != "VIEW":
                 raise ForeignTableError(
                     f"the store already has a table {view.name!r} where the consumers keep "
                     "a view; it is left untouched: rename it, or use another --sink")
 
-    def _relation_kind(self, name: str) -> str | None:
-        """information_schema's table_type of `name` in the current schema, if it exists."""
-        rows = self._execute_returning(
-            "SELECT table_type FROM information_schema.tables "
-            f"WHERE table_schema = current_schema() AND {self.name_match_sql}", (name,))
-        return str(rows[0][0]) if rows else None
-
-    def _migrate_delivery_ranges(self) -> None:
-        """A `delivery_sequences` of one row per sequence becomes its contiguous ranges."""
+    def _migrate_delivery_ranges(self) -> bool:
+        """A `delivery_sequences` of one row per sequence becomes its contiguous ranges
+        (True when it did)."""
         if LEGACY_DELIVERY_COLUMN not in self._columns_of(DELIVERY_SEQUENCES.name):
-            return
+            return False
         self._execute(LEGACY_DELIVERY_RANGES_SQL)
         self._execute(f"DROP VIEW IF EXISTS {DELIVERY_PRODUCERS.name}")
         self._execute(f"DROP TABLE {DELIVERY_SEQUENCES.name}")
@@ -182,6 +213,7 @@ class Sink(abc.ABC):
         self._execute(f"INSERT INTO {DELIVERY_SEQUENCES.name} ({names}) "
                       f"SELECT {names} FROM {LEGACY_DELIVERY_SCRATCH}")
         self._execute(f"DROP TABLE {LEGACY_DELIVERY_SCRATCH}")
+        return True
 
     def load_offsets(self, builder: str) -> dict[TopicPartition, int]:
         """The next offset to apply per partition for this builder, as stored."""

@@ -84,6 +84,7 @@ class DuckDBSink(Sink):
     dialect = Dialect.DUCKDB
     shared_writers = False  # a DuckDB file has one writing process
     name_match_sql = "lower(table_name) = lower(%s)"
+    names_fold_case = True
 
     def __init__(self, path: Path) -> None:
         self.path = path

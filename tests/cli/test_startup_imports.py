@@ -1,0 +1,61 @@
+"""Specification: `rlmesh-stream --help` imports no command, and its lines are the commands' own.
+
+The root help lists every command from `infra.cli.SUMMARIES` instead of importing each
+command's module (the registry client's HTTP stack, DuckDB, pyarrow, the join...: 0.6 to
+0.9 s of imports for a page of text). Structural checks, never timings.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import click
+import pytest
+
+from rlmesh_stream.infra.cli import COMMANDS, SUMMARIES, main
+
+# what printing the root help must not load
+HEAVY = ("confluent_kafka", "httpx", "httpx2", "authlib", "duckdb", "pyarrow", "numpy",
+         "rich", "psycopg", "rlmesh_stream.consumers", "rlmesh_stream.producer",
+         "rlmesh_stream.schemas.registry", "rlmesh_stream.schemas.codec")
+
+PROBE = """
+import contextlib, io, json, sys
+from rlmesh_stream.infra.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        main(["--help"])
+    except SystemExit:
+        pass
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_root_help_imports_no_command_module_nor_heavy_library() -> None:
+    out = subprocess.run([sys.executable, "-c", PROBE], check=True, capture_output=True,
+                         text=True).stdout
+    loaded = json.loads(out.splitlines()[-1])
+    heavy = [m for m in loaded if any(m == h or m.startswith(f"{h}.") for h in HEAVY)]
+    assert heavy == []
+
+
+def test_every_command_has_a_summary() -> None:
+    assert set(SUMMARIES) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_summary_is_the_commands_own_first_sentence(name: str) -> None:
+    command = main.get_command(click.Context(main), name)
+    assert command is not None
+    assert SUMMARIES[name] == command.get_short_help_str(limit=1000)
+
+
+def test_root_help_lists_every_command_with_its_summary() -> None:
+    text = subprocess.run([sys.executable, "-m", "rlmesh_stream.infra.cli", "--help"],
+                          check=True, capture_output=True, text=True).stdout
+    for name in COMMANDS:
+        line = next(ln for ln in text.splitlines() if ln.split()[:1] == [name])
+        shown = line.split(None, 1)[1].removesuffix("...")
+        assert SUMMARIES[name].startswith(shown)
