@@ -42,7 +42,7 @@ from rlmesh_stream.schemas.leaves import LeafDecoder
 
 
 class Joiner:
-    """Events in, whole episodes out; its state is plain data, so it can be pickled."""
+    """Events in, whole episodes out; its state is plain data, kept as JSON (state.py)."""
 
     def __init__(self, filters: Filters) -> None:
         self.filters = filters

@@ -9,7 +9,7 @@ table rows: `DatasetSink.apply`, called once per checkpoint with the batch's
 offsets, releases the whole episodes, has the writer append them and commits
 the manifest (offsets, joiner state, certificate) atomically. On restart the
 runtime seeks to the manifest's offsets and the joiner resumes from its
-pickled state, so every record is applied exactly once.
+state (JSON, state.py), so every record is applied exactly once.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import ClassVar, cast
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
+from rlmesh_stream.consumers.datasets import state
 from rlmesh_stream.consumers.datasets.episodes import Episode, Filters, Joiner
 from rlmesh_stream.consumers.datasets.manifest import (
+    Certificate,
     DatasetError,
     ManifestStore,
     header_sequence,
@@ -108,10 +110,11 @@ class DatasetSink:
             else ParquetWriter(options.out))
         self.writer.recover(self.store.committed.writer, self.store.committed.generation)
         self.joiner = Joiner(options.filters)
-        self.certificate = self.store.certificate
+        self.certificate = Certificate()
         if self.store.pending_state is not None:
-            self.joiner.restore(self.store.pending_state,
-                                self.store.offsets(CertificateBuilder.name))
+            restored = state.load(self.store.pending_state, str(self.store.state_dir))
+            self.certificate = restored.pop("certificate")
+            self.joiner.restore(restored, self.store.offsets(CertificateBuilder.name))
 
     def load_offsets(self, builder: str) -> dict[tuple[str, int], int]:
         return self.store.offsets(builder)
@@ -151,7 +154,8 @@ class DatasetSink:
         resume = self.joiner.resume_offsets(
             {tp: o for tp, o in read.items() if tp[0] in trajectory_topics})
         self.store.commit(offsets={CertificateBuilder.name: read, TrajectoryBuilder.name: resume},
-                          writer=writer_state, joiner_state=self.joiner.state(),
+                          writer=writer_state,
+                          joiner_state=state.dump(self.joiner.state(), self.certificate),
                           certificate=self.certificate.summary(self.joiner.skipped))
         self.released.extend(keep)
 
