@@ -106,6 +106,15 @@ class RuntimeOptions:
     settle_time: float | None = None
     # --until-end: how long to wait for Kafka's metadata before giving up with an error
     connect_timeout: float = 15.0
+    # Sessions owned whole (the dataset export, docs/datasets.md "Scaling out"): a range
+    # assignment (partition i of every topic to one member), the sink reset to its
+    # committed state whenever reading goes back to its offsets (`rewound`), and
+    # --until-end ending when every partition of the group is read to the end offsets
+    # seen at start (the sink's `group_offsets` says how far other members got).
+    whole_sessions: bool = False
+    # with `whole_sessions`: one member only (a single-writer format); a process whose
+    # first assignment is not every partition stops with a ConsumerError
+    single_member: bool = False
     kafka_overrides: dict[str, Any] = field(default_factory=dict)
 
 
@@ -199,6 +208,8 @@ class ConsumerRuntime:
         # live mode: each partition's end offset when reading started (None: not known)
         self._start_ends: dict[TP, int] | None = None
         self._first_assigned_at: float | None = None  # monotonic time of the first assignment
+        # whole_sessions + --until-end: every partition of the topics, its end at start
+        self._group_ends: dict[TP, int] = {}
         self._idle_checked_at = 0.0  # --until-end without partitions: last look at the group
         self._admin: Any = None  # AdminClient describing the group, made when first needed
         self._buffer: list[Record | DeadLetter] = []
@@ -249,8 +260,17 @@ class ConsumerRuntime:
         self.consumer = Consumer(self._kafka_config())
         if self.options.until_end:
             self._check_topics()
+            if self.options.whole_sessions:
+                self._group_ends = self._ends_at_start() or {}
+                if not self._group_ends:
+                    raise ConsumerError(f"cannot list the end offsets of the topics under "
+                                        f"{self.config.topic_prefix!r} at "
+                                        f"{self.config.bootstrap}; run again")
         elif not self.options.from_beginning:
             self._start_ends = self._ends_at_start()
+        if self.options.single_member and not self.options.until_end:
+            # live: the partitions a lone member's first assignment must hold
+            self._group_ends = self._start_ends or self._ends_at_start() or {}
         self.consumer.subscribe(self.topics, on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         # the group join is a wait: import and compile what the first batch needs meanwhile
@@ -379,7 +399,10 @@ class ConsumerRuntime:
         conf = {
             **self.config.kafka_config(),
             "group.id": self.options.group_id,
-            "partition.assignment.strategy": "cooperative-sticky",
+            # range (eager): partition i of every topic goes to one member, so a member
+            # owns whole sessions (keyed by session id, co-partitioned)
+            "partition.assignment.strategy": ("range" if self.options.whole_sessions
+                                              else "cooperative-sticky"),
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest" if self.options.from_beginning else "latest",
@@ -431,9 +454,15 @@ class ConsumerRuntime:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Seek every newly assigned partition to the offset stored in the sink."""
-        if self._first_assigned_at is None:  # called at each rebalance, even with nothing
+        first = self._first_assigned_at is None
+        if first:  # called at each rebalance, even with nothing
             self._first_assigned_at = time.monotonic()
         self._finish_checkpoint()  # the offsets it stores are the ones to load
+        if first and self.options.single_member:
+            self._check_single_member(partitions)
+        rewound = getattr(self.sink, "rewound", None)
+        if rewound is not None:  # every assigned partition is read again from the sink's
+            rewound()            # offsets (an eager assignment: all of them)
         for b in self.builders:
             self._stored[b.name] = self.sink.load_offsets(b.name)
         assign = []
@@ -446,9 +475,12 @@ class ConsumerRuntime:
             if self.options.until_end:  # one round trip a partition (in the rebalance
                 # callback, asking from other threads at once waits for it to return)
                 marks = _watermarks(consumer, tp)
-                self._ends[key] = marks[1]
+                self._ends[key] = self._group_ends.get(key, marks[1])
             self._set_next(key, start, marks)
-        consumer.incremental_assign(assign)
+        if self.options.whole_sessions:
+            consumer.assign(assign)  # eager: `partitions` is the whole new assignment
+        else:
+            consumer.incremental_assign(assign)
         known = [tp for tp in assign if tp.offset >= 0]
         if known:  # the sink's offsets, mirrored into the group for lag tools
             try:
@@ -456,6 +488,19 @@ class ConsumerRuntime:
             except KafkaException as exc:
                 log.debug("kafka commit on assignment failed (harmless): %s", exc)
         log.info("assigned %s", sorted(k for k in self._assigned))
+
+    def _check_single_member(self, partitions: list[TopicPartition]) -> None:
+        """A single-writer sink's first assignment is every partition known at start, or
+        another process is a member of the group: stop before reading anything. (A member
+        killed without leaving is no member by then: the group waits for it to rejoin
+        until its session times out, then assigns everything to this one.)"""
+        got = {(tp.topic, tp.partition) for tp in partitions}
+        if self._group_ends.keys() <= got and got:
+            return
+        raise ConsumerError(
+            f"consumer group {self.options.group_id} already has a member that holds "
+            f"{len(self._group_ends.keys() - got)} of the topics' partitions: this format "
+            "has one writer; stop the other process, or give this one its own --group")
 
     def _set_next(self, key: TP, start: int, marks: tuple[int, int] | None = None) -> None:
         """Where reading `key` resumes; a logical start is resolved when --until-end needs it
@@ -484,7 +529,13 @@ class ConsumerRuntime:
         """Checkpoint what was read before the partitions go to another member."""
         self._flush(wait=True)
         self._forget(partitions)
-        consumer.incremental_unassign(partitions)
+        self._unassign(consumer, partitions)
+
+    def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self.options.whole_sessions:
+            consumer.unassign()  # eager: every partition is revoked at once
+        else:
+            consumer.incremental_unassign(partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Partitions lost without a revoke: their buffered records must not be written."""
@@ -492,7 +543,7 @@ class ConsumerRuntime:
         self._drop_buffer()
         self._forget(partitions)
         self._rewind = True
-        consumer.incremental_unassign(partitions)
+        self._unassign(consumer, partitions)
 
     def _drop_buffer(self) -> None:
         """Forget what was read and not cut (read again from the stored offsets)."""
@@ -511,6 +562,9 @@ class ConsumerRuntime:
         assert self.consumer is not None
         self._finish_checkpoint()
         self._drop_buffer()
+        rewound = getattr(self.sink, "rewound", None)
+        if rewound is not None:
+            rewound()
         for b in self.builders:
             self._stored[b.name] = self.sink.load_offsets(b.name)
         for key in sorted(self._assigned):
@@ -902,10 +956,33 @@ class ConsumerRuntime:
         return not self._buffer and self._read_to_end()
 
     def _read_to_end(self) -> bool:
-        """Every assigned partition read up to the end offset seen at assignment."""
+        """Every assigned partition read up to the end offset seen at assignment; with
+        `whole_sessions`, every partition of the group up to its end at start."""
+        if self.options.whole_sessions and self._group_ends:
+            return self._group_read_to_end()
         if not self._assigned:
             return False
         return all(self._next.get(k, -1) >= self._ends.get(k, 0) for k in self._assigned)
+
+    def _group_read_to_end(self) -> bool:
+        """Every partition read to its end at start: by this process (assigned), or, as
+        the sink's stored offsets say, by another member (none for a single member)."""
+        if not all(self._next.get(k, -1) >= self._ends.get(k, 0) for k in self._assigned):
+            return False
+        others = [k for k in self._group_ends if k not in self._assigned]
+        if not others:
+            return True
+        if self.options.single_member or self._writer.busy:
+            return False
+        now = time.monotonic()
+        if now - self._idle_checked_at < 1.0:  # ask the sink once a second at most
+            return False
+        self._idle_checked_at = now
+        group_offsets = getattr(self.sink, "group_offsets", None)
+        if group_offsets is None:
+            return False
+        stored = group_offsets()
+        return all(stored.get(k, -1) >= self._group_ends[k] for k in others)
 
     def _left_to_read(self) -> int:
         """Records left up to the end offsets seen at assignment (--until-end)."""
@@ -921,7 +998,8 @@ class ConsumerRuntime:
         """--until-end in a process that holds no partitions: stop once the group has
         settled (`settle_time` after the first assignment) with every partition of the
         topics owned by another member. There is nothing left for this process to read."""
-        if self._assigned or self._buffer or self._first_assigned_at is None:
+        if (self._assigned or self._buffer or self._first_assigned_at is None
+                or self.options.whole_sessions):  # there, `_read_to_end` says it
             return False
         now = time.monotonic()
         if now - self._first_assigned_at < self._settle_time():

@@ -28,7 +28,8 @@ def export() -> None:
 @click.option("--format", "fmt", type=click.Choice(["minari", "parquet"]), required=True)
 @click.option("--dataset-id", default="rlmesh/trajectories-v0", show_default=True,
               help="Minari dataset id NAMESPACE/NAME-vN.")
-@reading_options(default_group="rlmesh-stream.export.<dataset id>", store="dataset",
+@reading_options(default_group="rlmesh-stream.export.<dataset id>.<digest of --out>",
+                 store="dataset",
                  until_end_help="Stop at the end seen at start, and decide on every episode "
                                 "still open.")
 @click.option("--env-id", "env_ids", multiple=True, help="Only these env ids (repeatable).")
@@ -50,10 +51,11 @@ def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
             DatasetError,
             ExportOptions,
             check_dataset_id,
+            default_group,
             run_export,
         )
         from rlmesh_stream.consumers.progress import Progress
-        from rlmesh_stream.consumers.runtime import RuntimeOptions
+        from rlmesh_stream.consumers.runtime import ConsumerError, RuntimeOptions
     except ModuleNotFoundError as exc:
         raise click.ClickException(f"{exc.name} is missing: pip install "
                                    "'rlmesh-stream[datasets]'") from None
@@ -62,11 +64,12 @@ def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
         options = ExportOptions(out=out, fmt=fmt, dataset_id=dataset_id, filters=Filters(
             env_ids=env_ids, models=models, include_abandoned=include_abandoned,
             exclude_caution=exclude_caution))
-        reading["group_id"] = reading["group_id"] or f"rlmesh-stream.export.{dataset_id}"
+        reading["group_id"] = reading["group_id"] or default_group(dataset_id,
+                                                                   str(out.resolve()))
         runtime_options = RuntimeOptions(**reading)
         progress = None if quiet else Progress("export trajectories")
         sink, runtime = run_export(config, options, runtime_options, progress=progress)
-    except (DatasetError, AccessDeniedError) as exc:
+    except (DatasetError, AccessDeniedError, ConsumerError) as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
         return

@@ -14,9 +14,11 @@ state (JSON, state.py), so every record is applied exactly once.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar, cast
 
@@ -105,6 +107,11 @@ class DatasetSink:
     def _load(self) -> None:
         options = self.options
         self.store = ManifestStore(options.out, fmt=options.fmt, dataset_id=options.dataset_id)
+        self._restore()
+
+    def _restore(self) -> None:
+        """Writer, joiner and certificate as the store's committed generation left them."""
+        options = self.options
         self.writer: MinariWriter | ParquetWriter = (
             MinariWriter(options.out, options.dataset_id) if options.fmt == "minari"
             else ParquetWriter(options.out))
@@ -115,6 +122,13 @@ class DatasetSink:
             restored = state.load(self.store.pending_state, str(self.store.state_dir))
             self.certificate = restored.pop("certificate")
             self.joiner.restore(restored, self.store.offsets(CertificateBuilder.name))
+
+    def rewound(self) -> None:
+        """The runtime reads every assigned partition again from the stored offsets (an
+        assignment, a lost partition, a rewind): forget what was read since the last
+        commit, or re-read records would join a second time (a vector session's group
+        steps counted twice, released episodes read again as partial ones)."""
+        self._restore()
 
     def load_offsets(self, builder: str) -> dict[tuple[str, int], int]:
         return self.store.offsets(builder)
@@ -174,7 +188,12 @@ class DatasetSink:
 
 def make_export(config: StreamConfig, options: ExportOptions, runtime_options: RuntimeOptions,
                 *, progress: Progress | None = None) -> tuple[DatasetSink, ConsumerRuntime]:
-    """The dataset sink and the consumer runtime feeding it (not started: `runtime.run()`)."""
+    """The dataset sink and the consumer runtime feeding it (not started: `runtime.run()`).
+
+    A member owns whole sessions (a range assignment over co-partitioned topics); the
+    single-writer formats (a Parquet directory, a Minari dataset) take one member only."""
+    check_co_partitioned(config)
+    runtime_options = replace(runtime_options, whole_sessions=True, single_member=True)
     sink = DatasetSink(options, config.topic_prefix)
     builders: list[Builder] = [TrajectoryBuilder(sink), CertificateBuilder(sink)]
     return sink, ConsumerRuntime(config, builders, cast(Sink, sink), runtime_options,
@@ -192,6 +211,39 @@ def run_export(config: StreamConfig, options: ExportOptions, runtime_options: Ru
     finally:
         sink.close()
     return sink, runtime
+
+
+def check_co_partitioned(config: StreamConfig, timeout: float = 15.0) -> None:
+    """The trajectory topics that exist have one partition count, or a DatasetError:
+    a session's events are in partition i of each (keyed by session id), and a member
+    owns a session only if it owns partition i of every one of them."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({**config.kafka_config(), "log_level": 3})
+    counts: dict[str, int] = {}
+    for et in sorted(TRAJECTORY_EVENTS, key=lambda e: e.value):
+        topic = et.topic(config.topic_prefix)
+        try:
+            meta = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
+        except Exception:  # Kafka away: the runtime's own check says so, in one line
+            return
+        if meta is not None and meta.error is None and meta.partitions:
+            counts[topic] = len(meta.partitions)
+    if len(set(counts.values())) <= 1:
+        return
+    common = Counter(counts.values()).most_common(1)[0][0]
+    odd = ", ".join(f"{t} has {n}" for t, n in sorted(counts.items()) if n != common)
+    others = sum(n == common for n in counts.values())
+    raise DatasetError(f"the trajectory topics must have the same number of partitions (a "
+                       f"session's events are in partition i of each): {odd}, the other "
+                       f"{others} have {common}; recreate them with one count")
+
+
+def default_group(dataset_id: str, out: str) -> str:
+    """The group of an export that names none: one per dataset and destination, so two
+    exports of one dataset into different places never split its partitions."""
+    digest = hashlib.sha256(out.encode()).hexdigest()[:12]
+    return f"rlmesh-stream.export.{dataset_id}.{digest}"
 
 
 _DATASET_ID = re.compile(r"^(?:[A-Za-z0-9_.-]+/)+[A-Za-z0-9_.-]+-v\d+$")
