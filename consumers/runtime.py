@@ -106,11 +106,11 @@ class RuntimeOptions:
     settle_time: float | None = None
     # --until-end: how long to wait for Kafka's metadata before giving up with an error
     connect_timeout: float = 15.0
-    # Sessions owned whole (the dataset export, docs/datasets.md "Scaling out"): a range
-    # assignment (partition i of every topic to one member), the sink reset to its
+    # Sessions owned whole (the dataset export, docs/datasets.md "Consumer groups"): a
+    # range assignment (partition i of every topic to one member), the sink reset to its
     # committed state whenever reading goes back to its offsets (`rewound`), and
-    # --until-end ending when every partition of the group is read to the end offsets
-    # seen at start (the sink's `group_offsets` says how far other members got).
+    # --until-end ending when every partition of the topics is read to the end offsets
+    # seen at start.
     whole_sessions: bool = False
     # with `whole_sessions`: one member only (a single-writer format); a process whose
     # first assignment is not every partition stops with a ConsumerError
@@ -542,6 +542,8 @@ class ConsumerRuntime:
         self._finish_checkpoint()  # cut before the loss: fenced like any other
         self._drop_buffer()
         self._forget(partitions)
+        if self.options.single_member:  # its session timed out (a pause, a zombie): the
+            self._first_assigned_at = None  # next assignment is checked as a newcomer's
         self._rewind = True
         self._unassign(consumer, partitions)
 
@@ -965,24 +967,10 @@ class ConsumerRuntime:
         return all(self._next.get(k, -1) >= self._ends.get(k, 0) for k in self._assigned)
 
     def _group_read_to_end(self) -> bool:
-        """Every partition read to its end at start: by this process (assigned), or, as
-        the sink's stored offsets say, by another member (none for a single member)."""
-        if not all(self._next.get(k, -1) >= self._ends.get(k, 0) for k in self._assigned):
-            return False
-        others = [k for k in self._group_ends if k not in self._assigned]
-        if not others:
-            return True
-        if self.options.single_member or self._writer.busy:
-            return False
-        now = time.monotonic()
-        if now - self._idle_checked_at < 1.0:  # ask the sink once a second at most
-            return False
-        self._idle_checked_at = now
-        group_offsets = getattr(self.sink, "group_offsets", None)
-        if group_offsets is None:
-            return False
-        stored = group_offsets()
-        return all(stored.get(k, -1) >= self._group_ends[k] for k in others)
+        """Every partition of the topics held by this process and read to its end at start
+        (a single member: nothing is read anywhere else)."""
+        return all(k in self._assigned and self._next.get(k, -1) >= end
+                   for k, end in self._group_ends.items())
 
     def _left_to_read(self) -> int:
         """Records left up to the end offsets seen at assignment (--until-end)."""

@@ -23,9 +23,17 @@ def export() -> None:
 
 @export.command("trajectories")
 @stream_options
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out", default=None, type=click.Path(file_okay=False, path_type=Path),
               help="Dataset directory (MINARI_DATASETS_PATH for --format minari).")
-@click.option("--format", "fmt", type=click.Choice(["minari", "parquet"]), required=True)
+@click.option("--format", "fmt", type=click.Choice(["minari", "parquet", "iceberg"]),
+              required=True)
+@click.option("--catalog", default=None,
+              help="--format iceberg: the SQL catalog, sqlite:///PATH or postgresql://...")
+@click.option("--table", default=None,
+              help="--format iceberg: NAMESPACE.NAME (tables NAME_steps and NAME_episodes).")
+@click.option("--warehouse", default=None,
+              help="--format iceberg: where the tables' files go (a directory or s3://...) "
+                   "[default, sqlite: DIR/warehouse beside the catalog file].")
 @click.option("--dataset-id", default="rlmesh/trajectories-v0", show_default=True,
               help="Minari dataset id NAMESPACE/NAME-vN.")
 @reading_options(default_group="rlmesh-stream.export.<dataset id>.<digest of --out>",
@@ -39,7 +47,8 @@ def export() -> None:
               help="Also export the episodes of failed sessions, flagged abandoned.")
 @click.option("--exclude-caution", is_flag=True,
               help="Leave out sessions with a caution relay advisory (else they are tagged).")
-def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
+def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str | None,
+                 table: str | None, warehouse: str | None, dataset_id: str,
                  reading: dict[str, Any], env_ids: tuple[str, ...], models: tuple[str, ...],
                  include_abandoned: bool, exclude_caution: bool, quiet: bool) -> None:
     """Join the step, action, observation and episode events into whole episodes."""
@@ -60,12 +69,18 @@ def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
         raise click.ClickException(f"{exc.name} is missing: pip install "
                                    "'rlmesh-stream[datasets]'") from None
     try:
-        check_dataset_id(dataset_id)
+        target = _target(fmt, out, catalog, table, warehouse)
+        if target is None:
+            assert out is not None
+            check_dataset_id(dataset_id)
+            reading["group_id"] = reading["group_id"] or default_group(dataset_id,
+                                                                       str(out.resolve()))
+        else:
+            reading["group_id"] = reading["group_id"] or default_group(
+                target.table, target.catalog)
         options = ExportOptions(out=out, fmt=fmt, dataset_id=dataset_id, filters=Filters(
             env_ids=env_ids, models=models, include_abandoned=include_abandoned,
-            exclude_caution=exclude_caution))
-        reading["group_id"] = reading["group_id"] or default_group(dataset_id,
-                                                                   str(out.resolve()))
+            exclude_caution=exclude_caution), iceberg=target, group=reading["group_id"])
         runtime_options = RuntimeOptions(**reading)
         progress = None if quiet else Progress("export trajectories")
         sink, runtime = run_export(config, options, runtime_options, progress=progress)
@@ -80,6 +95,31 @@ def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
     click.echo(json.dumps({k: cert.get(k) for k in (
         "episodes_exported", "steps_exported", "episodes_skipped", "gaps", "duplicates",
         "dead_letters")}, sort_keys=True))
+    if target is not None:
+        click.echo(f"read it: python -c \"from pyiceberg.catalog.sql import SqlCatalog; "
+                   f"c = SqlCatalog('rlmesh', uri='{target.catalog}'); "
+                   f"print(c.load_table('{target.table}_episodes').scan().to_arrow())\"")
     if fmt == "minari":
         click.echo(f"load it: MINARI_DATASETS_PATH={out} python -c \"import minari; "
                    f"print(minari.load_dataset('{dataset_id}'))\"")
+
+
+def _target(fmt: str, out: Path | None, catalog: str | None, table: str | None,
+            warehouse: str | None) -> Any:
+    """The Iceberg target of --format iceberg (None for a directory format); a usage error
+    for options that do not go with the format."""
+    if fmt != "iceberg":
+        if out is None:
+            raise click.UsageError(f"--format {fmt} needs --out DIR")
+        if catalog or table or warehouse:
+            raise click.UsageError("--catalog, --table and --warehouse go with --format iceberg")
+        return None
+    if out is not None:
+        raise click.UsageError("--format iceberg writes to --catalog and --table, not --out")
+    if not catalog or not table:
+        raise click.UsageError("--format iceberg needs --catalog URI and --table NAMESPACE.NAME")
+    from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget, check_target
+
+    target = IcebergTarget(catalog, table, warehouse)
+    check_target(target)
+    return target

@@ -25,6 +25,7 @@ from typing import ClassVar, cast
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.datasets import state
 from rlmesh_stream.consumers.datasets.episodes import Episode, Filters, Joiner
+from rlmesh_stream.consumers.datasets.iceberg import IcebergStore, IcebergTarget, IcebergWriter
 from rlmesh_stream.consumers.datasets.manifest import (
     Certificate,
     DatasetError,
@@ -82,10 +83,12 @@ class CertificateBuilder(Builder):
 
 @dataclass
 class ExportOptions:
-    out: Path
-    fmt: str  # minari | parquet
-    dataset_id: str
+    out: Path | None  # the directory (minari, parquet)
+    fmt: str  # minari | parquet | iceberg
+    dataset_id: str  # the Minari id; for iceberg, the table
     filters: Filters
+    iceberg: IcebergTarget | None = None
+    group: str = ""  # the consumer group (iceberg: the one that writes the table)
 
 
 class DatasetSink:
@@ -106,20 +109,33 @@ class DatasetSink:
 
     def _load(self) -> None:
         options = self.options
-        self.store = ManifestStore(options.out, fmt=options.fmt, dataset_id=options.dataset_id)
+        if options.iceberg is not None:
+            self.store: ManifestStore | IcebergStore = IcebergStore(options.iceberg,
+                                                                    options.group)
+        else:
+            assert options.out is not None
+            self.store = ManifestStore(options.out, fmt=options.fmt,
+                                       dataset_id=options.dataset_id)
         self._restore()
 
     def _restore(self) -> None:
         """Writer, joiner and certificate as the store's committed generation left them."""
         options = self.options
-        self.writer: MinariWriter | ParquetWriter = (
-            MinariWriter(options.out, options.dataset_id) if options.fmt == "minari"
-            else ParquetWriter(options.out))
+        store = self.store
+        self.writer: MinariWriter | ParquetWriter | IcebergWriter
+        if isinstance(store, IcebergStore):
+            self.writer = IcebergWriter(store)
+        elif options.fmt == "minari":
+            self.writer = MinariWriter(store.root, options.dataset_id)
+        else:
+            self.writer = ParquetWriter(store.root)
         self.writer.recover(self.store.committed.writer, self.store.committed.generation)
         self.joiner = Joiner(options.filters)
         self.certificate = Certificate()
         if self.store.pending_state is not None:
-            restored = state.load(self.store.pending_state, str(self.store.state_dir))
+            source = (store.source if isinstance(store, IcebergStore)
+                      else str(store.state_dir))
+            restored = state.load(self.store.pending_state, source)
             self.certificate = restored.pop("certificate")
             self.joiner.restore(restored, self.store.offsets(CertificateBuilder.name))
 
@@ -127,7 +143,13 @@ class DatasetSink:
         """The runtime reads every assigned partition again from the stored offsets (an
         assignment, a lost partition, a rewind): forget what was read since the last
         commit, or re-read records would join a second time (a vector session's group
-        steps counted twice, released episodes read again as partial ones)."""
+        steps counted twice, released episodes read again as partial ones). An Iceberg
+        table is read again and claimed: a process that held them before is fenced."""
+        if isinstance(self.store, IcebergStore):
+            self.store.reload()
+            self._restore()
+            self.store.claim()
+            return
         self._restore()
 
     def load_offsets(self, builder: str) -> dict[tuple[str, int], int]:
@@ -146,7 +168,8 @@ class DatasetSink:
         episodes = self.joiner.release(final=self.final)
         keep = []
         for e in episodes:
-            why = self.writer.accepts(e) if isinstance(self.writer, MinariWriter) else None
+            why = (None if isinstance(self.writer, ParquetWriter)
+                   else self.writer.accepts(e))
             if why is not None:
                 self.joiner.skipped[why] += 1
                 self.joiner.skip_examples.setdefault(why, f"{e.session_id}/{e.record_id}")

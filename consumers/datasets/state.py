@@ -56,8 +56,9 @@ def load(data: Any, source: str) -> dict[str, Any]:
                                 "duplicates": int(v["duplicates"]),
                                 "dead_letters": int(v["dead_letters"])}
                        for k, v in cert["producers"].items()},
-            offsets={str(k): [int(a), int(b)] for k, (a, b) in cert["offsets"].items()},
-            **{k: int(cert[k]) for k in _COUNTS})
+            offsets={str(k): [int(a), int(b)] for k, (a, b) in cert["offsets"].items()})
+        for k in _COUNTS:
+            setattr(certificate, k, int(cert[k]))
         return {"sessions": sessions, "first": first,
                 "skipped": Counter({str(k): int(v) for k, v in data["skipped"].items()}),
                 "skip_examples": {str(k): str(v) for k, v in data["skip_examples"].items()},

@@ -52,3 +52,25 @@ def test_an_unknown_format_is_refused_by_name(tmp_path: Path) -> None:
 
     assert code != 0
     assert "Invalid value for '--format'" in output
+
+
+def test_a_directory_format_without_out_is_refused_by_name(tmp_path: Path) -> None:
+    code, output = _export("--format", "parquet")
+
+    assert code != 0
+    assert "--format parquet needs --out DIR" in output
+
+
+def test_iceberg_without_catalog_and_table_is_refused_by_name() -> None:
+    code, output = _export("--format", "iceberg", "--table", "rl.x")
+
+    assert code != 0
+    assert "--format iceberg needs --catalog URI and --table NAMESPACE.NAME" in output
+
+
+def test_an_iceberg_table_without_namespace_is_refused_in_one_line(tmp_path: Path) -> None:
+    code, output = _export("--format", "iceberg", "--catalog",
+                           f"sqlite:///{tmp_path}/c.db", "--table", "trajectories")
+
+    assert code != 0
+    assert output.strip() == "Error: --table 'trajectories' is not NAMESPACE.NAME"

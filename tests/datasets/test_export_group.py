@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -112,19 +113,26 @@ def test_two_exports_of_one_dataset_into_different_directories_each_get_all_of_i
 
 def test_a_second_member_of_a_parquet_exports_group_is_refused_and_nothing_is_lost(
         fleet: tuple[StreamConfig, Path], tmp_path: Path) -> None:
+    """The first export runs live (so it is surely a member when the second joins), is
+    stopped, then finished with --until-end."""
     config, clean = fleet
     group = f"g-{uuid.uuid4().hex[:8]}"
-    first = subprocess.Popen(_cli(config, tmp_path / "a", "--group", group, "--max-batch",
-                                  "2000"), stderr=subprocess.PIPE, text=True)
+    live = [a for a in _cli(config, tmp_path / "a", "--group", group) if a != "--until-end"]
+    first = subprocess.Popen(live, stderr=subprocess.PIPE, text=True)
     _wait_for_commit(tmp_path / "a", first)
     second = subprocess.run(_cli(config, tmp_path / "b", "--group", group),
                             capture_output=True, text=True, timeout=600)
+    first.send_signal(signal.SIGTERM)
     _, err = first.communicate(timeout=600)
+    finish = subprocess.run(_cli(config, tmp_path / "a", "--group", group),
+                            capture_output=True, text=True, timeout=600)
 
-    assert first.returncode == 0, err[-2000:]
     assert second.returncode != 0
     assert second.stderr.strip().splitlines()[-1].startswith(
         f"Error: consumer group {group} already has a member"), second.stderr[-2000:]
+    assert not (tmp_path / "b" / "steps").exists()
+    assert first.returncode == 0, err[-2000:]
+    assert finish.returncode == 0, finish.stderr[-2000:]
     _same_as_clean(tmp_path / "a", clean)
 
 
