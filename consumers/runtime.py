@@ -329,6 +329,9 @@ class ConsumerRuntime:
             if self.options.until_end and (self._at_end() or self._idle_and_settled()):
                 break
         self._flush(final=True)
+        at_end = getattr(self.sink, "at_end", None)
+        if self.options.until_end and at_end is not None:
+            at_end()  # while this process still holds its partitions
         if self.metrics:
             self.metrics.tick(self.lag_by_partition, force=True)
 
@@ -462,7 +465,8 @@ class ConsumerRuntime:
             self._check_single_member(partitions)
         rewound = getattr(self.sink, "rewound", None)
         if rewound is not None:  # every assigned partition is read again from the sink's
-            rewound()            # offsets (an eager assignment: all of them)
+            # offsets (an eager assignment: all of them)
+            rewound(sorted((tp.topic, tp.partition) for tp in partitions))
         for b in self.builders:
             self._stored[b.name] = self.sink.load_offsets(b.name)
         assign = []
@@ -475,7 +479,9 @@ class ConsumerRuntime:
             if self.options.until_end:  # one round trip a partition (in the rebalance
                 # callback, asking from other threads at once waits for it to return)
                 marks = _watermarks(consumer, tp)
-                self._ends[key] = self._group_ends.get(key, marks[1])
+                # the end seen at start, or later at assignment (never less than the
+                # old rule's, the watermark at assignment)
+                self._ends[key] = max(self._group_ends.get(key, 0), marks[1])
             self._set_next(key, start, marks)
         if self.options.whole_sessions:
             consumer.assign(assign)  # eager: `partitions` is the whole new assignment
@@ -566,7 +572,7 @@ class ConsumerRuntime:
         self._drop_buffer()
         rewound = getattr(self.sink, "rewound", None)
         if rewound is not None:
-            rewound()
+            rewound(sorted(self._assigned))
         for b in self.builders:
             self._stored[b.name] = self.sink.load_offsets(b.name)
         for key in sorted(self._assigned):
@@ -967,10 +973,23 @@ class ConsumerRuntime:
         return all(self._next.get(k, -1) >= self._ends.get(k, 0) for k in self._assigned)
 
     def _group_read_to_end(self) -> bool:
-        """Every partition of the topics held by this process and read to its end at start
-        (a single member: nothing is read anywhere else)."""
-        return all(k in self._assigned and self._next.get(k, -1) >= end
-                   for k, end in self._group_ends.items())
+        """Every partition of the topics read to its end at start: by this process (the
+        ones it holds), or, as the sink's stored offsets say, by other members (none for
+        a single member). A member holding no partition ends once the others are done."""
+        if not all(self._next.get(k, -1) >= self._ends.get(k, 0) for k in self._assigned):
+            return False
+        others = [k for k in self._group_ends if k not in self._assigned]
+        if not others:
+            return bool(self._assigned) or not self._group_ends
+        group_offsets = getattr(self.sink, "group_offsets", None)
+        if self.options.single_member or group_offsets is None or self._writer.busy:
+            return False
+        now = time.monotonic()
+        if now - self._idle_checked_at < 1.0:  # ask the sink once a second at most
+            return False
+        self._idle_checked_at = now
+        stored = group_offsets()
+        return all(stored.get(k, -1) >= self._group_ends[k] for k in others)
 
     def _left_to_read(self) -> int:
         """Records left up to the end offsets seen at assignment (--until-end)."""

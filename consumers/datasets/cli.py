@@ -91,7 +91,7 @@ def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str 
     if runtime.dead_letters:
         click.echo(f"{runtime.dead_letters} undecodable records sent to the dead-letter topic",
                    err=True)
-    cert = sink.store.committed.certificate
+    cert = sink.certificate_summary()
     click.echo(json.dumps({k: cert.get(k) for k in (
         "episodes_exported", "steps_exported", "episodes_skipped", "gaps", "duplicates",
         "dead_letters")}, sort_keys=True))

@@ -20,12 +20,12 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import ClassVar, cast
+from typing import Any, ClassVar, cast
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.datasets import state
 from rlmesh_stream.consumers.datasets.episodes import Episode, Filters, Joiner
-from rlmesh_stream.consumers.datasets.iceberg import IcebergStore, IcebergTarget, IcebergWriter
+from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget, IcebergWriter
 from rlmesh_stream.consumers.datasets.manifest import (
     Certificate,
     DatasetError,
@@ -58,7 +58,8 @@ class TrajectoryBuilder(Builder):
 
     def rows(self, record: Record) -> Iterator[PartialRow]:
         if record.event is not None:
-            self.sink.joiner.add(record.event, (record.topic, record.partition, record.offset))
+            self.sink.joiner_for(record.partition).add(
+                record.event, (record.topic, record.partition, record.offset))
         return iter(())
 
 
@@ -72,7 +73,7 @@ class CertificateBuilder(Builder):
         self.sink = sink
 
     def rows(self, record: Record) -> Iterator[PartialRow]:
-        certificate = self.sink.certificate
+        certificate = self.sink.certificate_for(record.partition)
         certificate.covered(record.topic, record.partition, record.offset)
         seen = header_sequence(record.headers)
         if seen is not None:
@@ -109,13 +110,8 @@ class DatasetSink:
 
     def _load(self) -> None:
         options = self.options
-        if options.iceberg is not None:
-            self.store: ManifestStore | IcebergStore = IcebergStore(options.iceberg,
-                                                                    options.group)
-        else:
-            assert options.out is not None
-            self.store = ManifestStore(options.out, fmt=options.fmt,
-                                       dataset_id=options.dataset_id)
+        assert options.out is not None
+        self.store = ManifestStore(options.out, fmt=options.fmt, dataset_id=options.dataset_id)
         self._restore()
 
     def _restore(self) -> None:
@@ -123,9 +119,7 @@ class DatasetSink:
         options = self.options
         store = self.store
         self.writer: MinariWriter | ParquetWriter | IcebergWriter
-        if isinstance(store, IcebergStore):
-            self.writer = IcebergWriter(store)
-        elif options.fmt == "minari":
+        if options.fmt == "minari":
             self.writer = MinariWriter(store.root, options.dataset_id)
         else:
             self.writer = ParquetWriter(store.root)
@@ -133,24 +127,25 @@ class DatasetSink:
         self.joiner = Joiner(options.filters)
         self.certificate = Certificate()
         if self.store.pending_state is not None:
-            source = (store.source if isinstance(store, IcebergStore)
-                      else str(store.state_dir))
-            restored = state.load(self.store.pending_state, source)
+            restored = state.load(self.store.pending_state, str(store.state_dir))
             self.certificate = restored.pop("certificate")
             self.joiner.restore(restored, self.store.offsets(CertificateBuilder.name))
 
-    def rewound(self) -> None:
+    def rewound(self, partitions: list[tuple[str, int]] | None = None) -> None:
         """The runtime reads every assigned partition again from the stored offsets (an
         assignment, a lost partition, a rewind): forget what was read since the last
         commit, or re-read records would join a second time (a vector session's group
-        steps counted twice, released episodes read again as partial ones). An Iceberg
-        table is read again and claimed: a process that held them before is fenced."""
-        if isinstance(self.store, IcebergStore):
-            self.store.reload()
-            self._restore()
-            self.store.claim()
-            return
+        steps counted twice, released episodes read again as partial ones)."""
         self._restore()
+
+    def joiner_for(self, partition: int) -> Joiner:
+        return self.joiner
+
+    def certificate_for(self, partition: int) -> Certificate:
+        return self.certificate
+
+    def certificate_summary(self) -> dict[str, Any]:
+        return dict(self.store.committed.certificate)
 
     def load_offsets(self, builder: str) -> dict[tuple[str, int], int]:
         return self.store.offsets(builder)
@@ -215,9 +210,17 @@ def make_export(config: StreamConfig, options: ExportOptions, runtime_options: R
 
     A member owns whole sessions (a range assignment over co-partitioned topics); the
     single-writer formats (a Parquet directory, a Minari dataset) take one member only."""
-    check_co_partitioned(config)
-    runtime_options = replace(runtime_options, whole_sessions=True, single_member=True)
-    sink = DatasetSink(options, config.topic_prefix)
+    sink: DatasetSink
+    if options.iceberg is not None:  # several members: shards of a table
+        from rlmesh_stream.consumers.datasets.iceberg_sink import ShardedSink
+
+        check_co_partitioned(config, list(EventType))
+        runtime_options = replace(runtime_options, whole_sessions=True, single_member=False)
+        sink = ShardedSink(options, config.topic_prefix)
+    else:
+        check_co_partitioned(config, sorted(TRAJECTORY_EVENTS, key=lambda e: e.value))
+        runtime_options = replace(runtime_options, whole_sessions=True, single_member=True)
+        sink = DatasetSink(options, config.topic_prefix)
     builders: list[Builder] = [TrajectoryBuilder(sink), CertificateBuilder(sink)]
     return sink, ConsumerRuntime(config, builders, cast(Sink, sink), runtime_options,
                                  progress=progress)
@@ -231,20 +234,24 @@ def run_export(config: StreamConfig, options: ExportOptions, runtime_options: Ru
         runtime.run()
         if runtime_options.until_end:
             sink.finish()
+        elif options.iceberg is not None:
+            sink.finish()  # the summary only: a live run decides nothing at its end
     finally:
         sink.close()
     return sink, runtime
 
 
-def check_co_partitioned(config: StreamConfig, timeout: float = 15.0) -> None:
-    """The trajectory topics that exist have one partition count, or a DatasetError:
+def check_co_partitioned(config: StreamConfig, events: list[EventType],
+                         timeout: float = 15.0) -> None:
+    """The topics of `events` that exist have one partition count, or a DatasetError:
     a session's events are in partition i of each (keyed by session id), and a member
     owns a session only if it owns partition i of every one of them."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({**config.kafka_config(), "log_level": 3})
     counts: dict[str, int] = {}
-    for et in sorted(TRAJECTORY_EVENTS, key=lambda e: e.value):
+    kind = "trajectory" if len(events) == len(TRAJECTORY_EVENTS) else "event"
+    for et in events:
         topic = et.topic(config.topic_prefix)
         try:
             meta = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
@@ -257,7 +264,7 @@ def check_co_partitioned(config: StreamConfig, timeout: float = 15.0) -> None:
     common = Counter(counts.values()).most_common(1)[0][0]
     odd = ", ".join(f"{t} has {n}" for t, n in sorted(counts.items()) if n != common)
     others = sum(n == common for n in counts.values())
-    raise DatasetError(f"the trajectory topics must have the same number of partitions (a "
+    raise DatasetError(f"the {kind} topics must have the same number of partitions (a "
                        f"session's events are in partition i of each): {odd}, the other "
                        f"{others} have {common}; recreate them with one count")
 

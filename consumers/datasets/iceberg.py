@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rlmesh_stream.consumers.datasets.manifest import Committed, DatasetError
+from rlmesh_stream.consumers.datasets.manifest import DatasetError
 from rlmesh_stream.consumers.datasets.model import Episode
 from rlmesh_stream.consumers.datasets.writers import _episode_row, _safe, _steps_table
 from rlmesh_stream.consumers.sinks.base import OffsetConflict
@@ -110,7 +110,7 @@ def _catalog(target: IcebergTarget) -> Any:
 
 
 class IcebergStore:
-    """The committed state, read from and written to the steps table's snapshots."""
+    """The committed state, read from and written to the episodes table's snapshots."""
 
     def __init__(self, target: IcebergTarget, group: str) -> None:
         check_target(target)
@@ -119,38 +119,40 @@ class IcebergStore:
         self.catalog = _catalog(target)
         namespace, name = target.table.rsplit(".", 1)
         try:
-            self.catalog.create_namespace_if_not_exists(namespace)
+            try:
+                self.catalog.create_namespace_if_not_exists(namespace)
+            except Exception:  # made by another member meanwhile: it exists now
+                self.catalog.create_namespace_if_not_exists(namespace)
         except Exception as exc:
             raise DatasetError(f"cannot use namespace {namespace} in {target.catalog} "
                                f"({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
         self.names = (f"{namespace}.{name}_steps", f"{namespace}.{name}_episodes")
         self.source = f"table {target.table} in {target.catalog}"
         self._staged: tuple[pa.Table | None, pa.Table | None] = (None, None)
+        self.episodes = self._table(1) or self._create(1, EPISODE_SCHEMA)
         self.reload()
 
     # -- reading the committed state -------------------------------------------------------
 
     def reload(self) -> None:
-        """The head of the steps table as the committed state (and roll the episodes
-        forward to it)."""
+        """The head of the episodes table as the committed state (and the steps rolled
+        forward to it); the shards read from here on are the base of the next commit."""
+        self.episodes.refresh()
         self.steps = self._table(0)
-        self.episodes = self._table(1)
-        self.committed = Committed(format="iceberg", dataset_id=self.target.table)
-        self.pending_state: Any = None
+        self._read_head()
+        self.base = dict(self.shards)
+        self._roll_forward()
+
+    def _read_head(self) -> None:
         props = self._head_props()
-        if props.get("rlmesh.generation") is None:
-            return
         other = props.get("rlmesh.group")
         if other and other != self.group:
             raise DatasetError(f"{self.source} is exported by consumer group {other}: one "
                                f"group writes a table (run with --group {other})")
-        saved = self._read_state(props["rlmesh.state"]) if props.get("rlmesh.state") else {}
-        self.committed = Committed(generation=int(props["rlmesh.generation"]),
-                                   format="iceberg", dataset_id=self.target.table,
-                                   offsets=json.loads(props["rlmesh.offsets"]),
-                                   writer={}, certificate=saved.get("certificate", {}))
-        self.pending_state = saved.get("joiner_state")
-        self._roll_forward()
+        self.generation = int(props.get("rlmesh.generation", "0"))
+        self.committed_offsets: dict[str, dict[str, int]] = json.loads(
+            props.get("rlmesh.offsets", "{}"))
+        self.shards: dict[str, str] = json.loads(props.get("rlmesh.shards", "{}"))
 
     def _table(self, which: int) -> Any:
         from pyiceberg.exceptions import NoSuchTableError
@@ -161,26 +163,33 @@ class IcebergStore:
             return None
 
     def _head_props(self) -> dict[str, str]:
-        head = self.steps.current_snapshot() if self.steps is not None else None
+        head = self.episodes.current_snapshot()
         return dict(head.summary.additional_properties) if head is not None else {}
 
-    def _read_state(self, path: str) -> dict[str, Any]:
+    def shard_state(self, shard: int) -> Any:
+        """The committed JSON state of partition number `shard` (None: none yet)."""
+        path = self.shards.get(str(shard))
+        if path is None:
+            return None
         try:
-            with self.steps.io.new_input(path).open() as f:
-                data = json.loads(f.read())
+            with self.episodes.io.new_input(path).open() as f:
+                return json.loads(f.read())
         except (OSError, ValueError) as exc:
             raise DatasetError(f"cannot read the export state {path} of {self.source} "
                                f"({exc})") from None
-        if not isinstance(data, dict):
-            raise DatasetError(f"{path} of {self.source} is not an export state")
-        return data
 
     def offsets(self, builder: str) -> dict[tuple[str, int], int]:
         out = {}
-        for key, nxt in self.committed.offsets.get(builder, {}).items():
+        for key, nxt in self.committed_offsets.get(builder, {}).items():
             topic, part = key.rsplit("|", 1)
             out[(topic, int(part))] = int(nxt)
         return out
+
+    def head_offsets(self, builder: str) -> dict[tuple[str, int], int]:
+        """The offsets of the table's head now (other members' commits included)."""
+        self.episodes.refresh()
+        self._read_head()
+        return self.offsets(builder)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -188,121 +197,108 @@ class IcebergStore:
         """The next commit's rows."""
         self._staged = (steps, episodes)
 
-    def claim(self) -> None:
-        """An empty commit: a process that read the head before this one can no longer
-        commit (it is fenced); nothing in the committed state changes."""
-        if self.steps is None:
-            return  # nothing to fence yet: the first commit creates the tables
-        self.stage(None, None)
-        self.commit(offsets={b: self.offsets(b) for b in self.committed.offsets},
-                    writer={}, joiner_state=self.pending_state,
-                    certificate=self.committed.certificate, claim=True)
-
-    def commit(self, *, offsets: dict[str, dict[tuple[str, int], int]], writer: dict[str, Any],
-               joiner_state: Any, certificate: dict[str, Any], claim: bool = False) -> None:
-        """One steps snapshot holding the staged rows, the offsets and the state; raises
-        OffsetConflict when the head moved since it was read (fenced: nothing written)."""
-        steps_rows, episode_rows = self._staged
-        self._staged = (None, None)
-        gen = self.committed.generation + (0 if claim else 1)
-        merged = {builder: {f"{t}|{p}": n for (t, p), n in sorted(o.items())}
-                  for builder, o in offsets.items()}
-        if self.steps is None and steps_rows is None:
-            # nothing exported yet, so no table to hold the offsets: kept in memory (a
-            # restart reads from the start again, as it would with them)
-            self._committed(gen, merged, certificate, joiner_state)
-            return
-        self._ensure_tables(steps_rows)
-        self._roll_forward()
-        commit_id = uuid.uuid4().hex
-        state_path = f"{self.steps.location()}/rlmesh-state/{commit_id}.json"
-        self._write(state_path, json.dumps({"joiner_state": joiner_state,
-                                            "certificate": certificate}).encode())
-        files = self._write_episodes(episode_rows, commit_id) if not claim else []
-        props = {"rlmesh.generation": str(gen), "rlmesh.offsets": json.dumps(merged),
-                 "rlmesh.state": state_path, "rlmesh.group": self.group,
-                 "rlmesh.commit": commit_id, "rlmesh.episodes-files": json.dumps(files)}
-        self._append(steps_rows, props)
-        self._committed(gen, merged, certificate, joiner_state)
-        self._roll_forward()
-
-    def _committed(self, gen: int, offsets: dict[str, dict[str, int]],
-                   certificate: dict[str, Any], joiner_state: Any) -> None:
-        self.committed = Committed(generation=gen, format="iceberg",
-                                   dataset_id=self.target.table, offsets=offsets, writer={},
-                                   certificate=certificate)
-        self.pending_state = joiner_state
-
-    def _append(self, rows: pa.Table | None, props: dict[str, str]) -> None:
+    def commit(self, *, offsets: dict[str, dict[tuple[str, int], int]],
+               shards: dict[int, Any]) -> None:
+        """One episodes snapshot: the staged rows, this member's `shards`' states and their
+        partitions' `offsets`, other members' entries as the head holds them. When the head
+        moved since this member read it, the commit is made again on the new head, unless
+        one of its shards was committed by someone else meanwhile: OffsetConflict (fenced,
+        nothing written)."""
         from pyiceberg.exceptions import CommitFailedException
 
-        if rows is None:
-            rows = self.steps.schema().as_arrow().empty_table()
-        try:
-            self.steps.append(rows, snapshot_properties=props)
-        except CommitFailedException as exc:
-            self.steps.refresh()
-            if self._head_props().get("rlmesh.commit") == props["rlmesh.commit"]:
-                return  # it landed; only the answer was lost
-            raise OffsetConflict(f"{self.names[0]} was committed to by another process "
-                                 f"since this one read it ({exc}): reading again from "
-                                 "its offsets") from None
+        steps_rows, episode_rows = self._staged
+        self._staged = (None, None)
+        commit_id = uuid.uuid4().hex
+        paths = {str(n): f"{self.episodes.location()}/rlmesh-state/{commit_id}-{n}.json"
+                 for n in shards}
+        for n, value in shards.items():
+            self._write(paths[str(n)], json.dumps(value, separators=(",", ":")).encode())
+        steps_files = self._write_steps(steps_rows, commit_id)
+        rows = episode_rows if episode_rows is not None else EPISODE_SCHEMA.empty_table()
+        mine = {str(n) for n in shards}
+        for _ in range(100):
+            self._fence(mine)
+            self._roll_forward()
+            merged = {b: dict(o) for b, o in self.committed_offsets.items()}
+            for builder, offs in offsets.items():
+                merged.setdefault(builder, {}).update(
+                    {f"{t}|{p}": n for (t, p), n in offs.items()})
+            props = {"rlmesh.generation": str(self.generation + 1),
+                     "rlmesh.offsets": json.dumps(merged, sort_keys=True),
+                     "rlmesh.shards": json.dumps({**self.shards, **paths}, sort_keys=True),
+                     "rlmesh.group": self.group, "rlmesh.commit": commit_id,
+                     "rlmesh.steps-files": json.dumps(steps_files)}
+            try:
+                self.episodes.append(rows, snapshot_properties=props)
+            except CommitFailedException:
+                self.episodes.refresh()
+                self._read_head()
+                if self._head_props().get("rlmesh.commit") != commit_id:
+                    continue  # the head moved: again on the new one, if still ours
+            break
+        else:
+            raise DatasetError(f"{self.names[1]}: no commit landed in 100 attempts")
+        self._read_head()
+        self.base.update(paths)
+        self._roll_forward()
+
+    def _fence(self, mine: set[str]) -> None:
+        moved = sorted(n for n in mine if self.shards.get(n) != self.base.get(n))
+        if moved:
+            raise OffsetConflict(f"partition(s) {', '.join(moved)} of {self.names[1]} were "
+                                 "committed by another process since this one read them: "
+                                 "reading again from the offsets in the table")
 
     def _write(self, path: str, data: bytes) -> None:
-        with self.steps.io.new_output(path).create(overwrite=True) as f:
+        with self.episodes.io.new_output(path).create(overwrite=True) as f:
             f.write(data)
 
-    def _write_episodes(self, rows: pa.Table | None, commit_id: str) -> list[str]:
-        """The episode rows as Parquet files (one per env: the partition), not yet in the
-        table: the steps commit lists them, the roll-forward adds them."""
+    def _write_steps(self, rows: pa.Table | None, commit_id: str) -> list[str]:
+        """The step rows as Parquet files (one per env: the partition), not yet in the
+        table: the episodes commit lists them, the roll-forward adds them."""
         if rows is None or not rows.num_rows:
             return []
+        location = (self.steps.location() if self.steps is not None
+                    else self.episodes.location().rsplit("/", 1)[0] + "/" +
+                    self.names[0].rsplit(".", 1)[1])
         paths: list[str] = []
         for env_id in sorted(set(rows.column("env_id").to_pylist())):
             part = rows.filter(pa.compute.equal(rows.column("env_id"), env_id))
-            path = (f"{self.episodes.location()}/data/env_id={_safe(env_id)}/"
-                    f"{commit_id}-{len(paths)}.parquet")
+            path = f"{location}/data/env_id={_safe(env_id)}/{commit_id}-{len(paths)}.parquet"
             with self.episodes.io.new_output(path).create(overwrite=True) as f:
                 pq.write_table(part, f)
             paths.append(path)
         return paths
 
     def _roll_forward(self) -> None:
-        """Add the episode files of the steps head's generation if the episodes table does
-        not have them yet (a crash, or a fenced process, between the two commits)."""
+        """Add the step files of the head's generation if the steps table does not have
+        them yet (a crash, or a fenced process, between the two commits)."""
         from pyiceberg.exceptions import CommitFailedException
 
         props = self._head_props()
-        files = json.loads(props.get("rlmesh.episodes-files", "[]"))
-        if not files or self.episodes is None:
+        files = json.loads(props.get("rlmesh.steps-files", "[]"))
+        if not files:
             return
         gen = int(props["rlmesh.generation"])
-        for _ in range(5):
-            head = self.episodes.current_snapshot()
+        if self.steps is None:
+            with self.episodes.io.new_input(files[0]).open() as f:
+                self.steps = self._create(0, pq.read_schema(f))
+        for _ in range(20):
+            head = self.steps.current_snapshot()
             done = int(head.summary.additional_properties.get("rlmesh.generation", "-1")
                        ) if head is not None else -1
             if done >= gen:
                 return
             try:
-                self.episodes.add_files(files, snapshot_properties={
+                self.steps.add_files(files, snapshot_properties={
                     "rlmesh.generation": str(gen), "rlmesh.commit": props["rlmesh.commit"]})
                 return
             except CommitFailedException:
-                self.episodes.refresh()  # another process rolled it forward: look again
-        raise DatasetError(f"cannot add the episodes of generation {gen} to {self.names[1]}")
-
-    def _ensure_tables(self, steps_rows: pa.Table | None) -> None:
-        """Create both tables (partitioned by env_id, an empty first snapshot) with the
-        first batch's step schema."""
-        if self.episodes is None:
-            self.episodes = self._create(1, EPISODE_SCHEMA)
-        if self.steps is None and steps_rows is not None:
-            self.steps = self._create(0, steps_rows.schema)
-        if self.steps is None:
-            raise DatasetError("internal: the steps table is made by the first batch")
+                self.steps.refresh()  # another process rolled it forward: look again
+        raise DatasetError(f"cannot add the steps of generation {gen} to {self.names[0]}")
 
     def _create(self, which: int, schema: pa.Schema) -> Any:
-        from pyiceberg.exceptions import TableAlreadyExistsError
+        from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
 
         try:
             txn = self.catalog.create_table_transaction(self.names[which], schema=schema,
@@ -310,8 +306,11 @@ class IcebergStore:
             txn.update_spec().add_identity("env_id").commit()
             txn.append(schema.empty_table(), snapshot_properties={"rlmesh.created": "1"})
             txn.commit_transaction()
-        except TableAlreadyExistsError:
-            pass  # made by another process meanwhile
+        except (TableAlreadyExistsError, CommitFailedException):
+            existing = self._table(which)  # made by another process meanwhile?
+            if existing is None:
+                raise
+            return existing
         return self.catalog.load_table(self.names[which])
 
     def close(self) -> None:

@@ -82,7 +82,10 @@ def _same_rows(catalog: Path, clean: Path) -> None:
         got, want = _scan(catalog, kind), _parquet(clean, kind)
         keys = [(r["session_id"], r["episode_record_id"], r.get("step")) for r in got]
         assert len(keys) == len(set(keys)), f"duplicate {kind} rows"
-        assert got == want, f"{kind}: {len(got)} rows, the clean run has {len(want)}"
+        missing = {(r["session_id"], r["episode_record_id"]) for r in want} - {
+            (r["session_id"], r["episode_record_id"]) for r in got}
+        assert got == want, (f"{kind}: {len(got)} rows, the clean run has {len(want)}; "
+                             f"missing {sorted(missing)[:5]}")
 
 
 def _generation(catalog: Path) -> int:
@@ -94,7 +97,7 @@ def _generation(catalog: Path) -> int:
     cat = SqlCatalog("rlmesh", uri=f"sqlite:///{catalog}", init_catalog_tables="false",
                      warehouse=(catalog.parent / "warehouse").as_uri())
     try:
-        head = cat.load_table(f"{TABLE}_steps").current_snapshot()
+        head = cat.load_table(f"{TABLE}_episodes").current_snapshot()
     except NoSuchTableError:
         return 0
     return int(head.summary.additional_properties.get("rlmesh.generation", 0)) if head else 0
@@ -182,69 +185,68 @@ def _store(catalog: Path, group: str = "g") -> Any:
     return IcebergStore(IcebergTarget(f"sqlite:///{catalog}", TABLE), group)
 
 
-def _batch(store: Any, offsets: dict[tuple[str, int], int]) -> None:
+def _batch(store: Any, shard: int, offset: int) -> None:
     import pyarrow as pa
 
-    from rlmesh_stream.consumers.datasets.iceberg import EPISODE_SCHEMA
-
-    steps = pa.table({"session_id": ["s"], "step": pa.array([len(offsets)], pa.int64()),
+    steps = pa.table({"session_id": ["s"], "step": pa.array([offset], pa.int64()),
                       "env_id": ["e"]})
-    store.stage(steps, EPISODE_SCHEMA.empty_table())
-    store.commit(offsets={"certificate": offsets}, writer={}, joiner_state={"n": 1},
-                 certificate={})
+    store.stage(steps, None)
+    store.commit(offsets={"certificate": {("t", shard): offset}}, shards={shard: {"n": 1}})
 
 
-def test_a_process_whose_table_was_claimed_since_it_read_it_commits_nothing(
+def test_a_process_whose_partitions_were_claimed_since_it_read_them_commits_nothing(
         tmp_path: Path) -> None:
     from rlmesh_stream.consumers.sinks.base import OffsetConflict
 
     catalog = tmp_path / "catalog.db"
-    first = _store(catalog)
-    _batch(first, {("t", 0): 10})
+    _batch(_store(catalog), 0, 10)
     zombie = _store(catalog)  # reads generation 1
     successor = _store(catalog)
-    successor.claim()  # the partitions moved to it
+    successor.commit(offsets={}, shards={0: {"n": 1}})  # the claim: partition 0 moved
 
     with pytest.raises(OffsetConflict):
-        _batch(zombie, {("t", 0): 20})
+        _batch(zombie, 0, 20)
 
     fresh = _store(catalog)
-    assert fresh.committed.generation == 1
+    assert fresh.generation == 2
     assert fresh.offsets("certificate") == {("t", 0): 10}
     assert fresh.steps.scan().to_arrow().num_rows == 1
+
+
+def test_members_committing_other_partitions_never_fence_each_other(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog.db"
+    first, second = _store(catalog), _store(catalog)  # both read the empty table
+
+    _batch(first, 0, 10)
+    _batch(second, 1, 7)  # on a head that moved: made again on the new one
+    _batch(first, 0, 12)
+
+    fresh = _store(catalog)
+    assert fresh.offsets("certificate") == {("t", 0): 12, ("t", 1): 7}
+    assert sorted(fresh.steps.scan().to_arrow().column("step").to_pylist()) == [7, 10, 12]
 
 
 def test_another_group_is_refused_a_table_in_one_line(tmp_path: Path) -> None:
     from rlmesh_stream.consumers.datasets.manifest import DatasetError
 
     catalog = tmp_path / "catalog.db"
-    _batch(_store(catalog, "g1"), {("t", 0): 10})
+    _batch(_store(catalog, "g1"), 0, 10)
 
     with pytest.raises(DatasetError, match="is exported by consumer group g1"):
         _store(catalog, "g2")
 
 
-def test_episode_files_a_crash_left_unadded_are_rolled_forward_once(tmp_path: Path) -> None:
-    """A crash between the steps commit and the episodes commit: the next open adds the
-    generation's episode rows, and opening again adds nothing."""
-    import pyarrow as pa
-
-    from rlmesh_stream.consumers.datasets.iceberg import EPISODE_SCHEMA
-
+def test_step_files_a_crash_left_unadded_are_rolled_forward_once(tmp_path: Path) -> None:
+    """A crash between the episodes commit and the steps commit: the next open adds the
+    generation's step rows, and opening again adds nothing."""
     catalog = tmp_path / "catalog.db"
+    _batch(_store(catalog), 0, 10)
     store = _store(catalog)
-    _batch(store, {("t", 0): 10})
-    row = {name: None for name in EPISODE_SCHEMA.names} | {
-        "session_id": "s", "episode_record_id": "r", "env_id": "e"}
-    store.stage(pa.table({"session_id": ["s"], "step": pa.array([1], pa.int64()),
-                          "env_id": ["e"]}),
-                pa.Table.from_pylist([row], schema=EPISODE_SCHEMA))
-    store._roll_forward = lambda: None  # the process dies right after the steps commit
-    store.commit(offsets={"certificate": {("t", 0): 20}}, writer={}, joiner_state={},
-                 certificate={})
-    assert _store(catalog).episodes.scan().to_arrow().num_rows == 1
+    store._roll_forward = lambda: None  # the process dies right after the episodes commit
+    _batch(store, 0, 11)
+    assert _store(catalog).steps.scan().to_arrow().num_rows == 2
 
-    assert _store(catalog).episodes.scan().to_arrow().num_rows == 1
+    assert _store(catalog).steps.scan().to_arrow().num_rows == 2
 
 
 @pytest.mark.postgres
@@ -282,3 +284,25 @@ def test_duckdb_reads_the_steps_through_pyiceberg(fleet: tuple[StreamConfig, Pat
     per_env = con.execute("SELECT env_id, count(*) FROM steps GROUP BY env_id").fetchall()
 
     assert sum(n for _, n in per_env) == len(_parquet(clean, "steps"))
+
+
+def _summary(stdout: str) -> dict[str, Any]:
+    import json
+
+    return dict(json.loads(stdout.strip().splitlines()[0]))
+
+
+def test_two_members_of_one_group_together_write_a_clean_runs_rows(
+        fleet: tuple[StreamConfig, Path], tmp_path: Path) -> None:
+    config, clean = fleet
+    catalog = tmp_path / "catalog.db"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    members = [subprocess.Popen(_cli(config, catalog, group, "--max-batch", "2000"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(2)]
+    outputs = [m.communicate(timeout=600) for m in members]
+
+    assert [m.returncode for m in members] == [0, 0], [err[-1500:] for _, err in outputs]
+    _same_rows(catalog, clean)
+    summary = _summary(outputs[0][0])
+    assert (summary["gaps"], summary["duplicates"]) == (0, 0)
