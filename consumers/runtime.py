@@ -261,7 +261,7 @@ class ConsumerRuntime:
         if self.options.until_end:
             self._check_topics()
             if self.options.whole_sessions:
-                self._group_ends = self._ends_at_start() or {}
+                self._group_ends = self._high_watermarks()
                 if not self._group_ends:
                     raise ConsumerError(f"cannot list the end offsets of the topics under "
                                         f"{self.config.topic_prefix!r} at "
@@ -397,6 +397,19 @@ class ConsumerRuntime:
         except Exception as exc:  # any failure: the old rule, never a crash
             log.debug("no end offsets at start (%s): partitions start at their end", exc)
             return None
+
+    def _high_watermarks(self) -> dict[TP, int]:
+        """Every partition of the topics and its high watermark now (what the consumer can
+        read up to). The admin client's list_offsets answered lower ends than this for
+        records already acknowledged, right after they were published: an --until-end run
+        then decided on episodes it had not read whole."""
+        assert self.consumer is not None
+        ends: dict[TP, int] = {}
+        for topic, meta in _existing_topics(self.consumer, self.topics,
+                                            self.options.connect_timeout).items():
+            for p in meta.partitions:
+                ends[(topic, p)] = _watermarks(self.consumer, TopicPartition(topic, p))[1]
+        return ends
 
     def _kafka_config(self) -> dict[str, Any]:
         conf = {
