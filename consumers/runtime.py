@@ -210,6 +210,9 @@ class ConsumerRuntime:
         self._first_assigned_at: float | None = None  # monotonic time of the first assignment
         # whole_sessions + --until-end: every partition of the topics, its end at start
         self._group_ends: dict[TP, int] = {}
+        # between a revocation (or a loss) and the next assignment, and before the first:
+        # what this member holds is not known, so it neither ends nor decides
+        self._between_assignments = True
         self._idle_checked_at = 0.0  # --until-end without partitions: last look at the group
         self._admin: Any = None  # AdminClient describing the group, made when first needed
         self._buffer: list[Record | DeadLetter] = []
@@ -470,6 +473,7 @@ class ConsumerRuntime:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Seek every newly assigned partition to the offset stored in the sink."""
+        self._between_assignments = False
         first = self._first_assigned_at is None
         if first:  # called at each rebalance, even with nothing
             self._first_assigned_at = time.monotonic()
@@ -548,7 +552,17 @@ class ConsumerRuntime:
         """Checkpoint what was read before the partitions go to another member."""
         self._flush(wait=True)
         self._forget(partitions)
+        self._revoked()
         self._unassign(consumer, partitions)
+
+    def _revoked(self) -> None:
+        """Tell a sink that keeps state per partition that it holds none now (an eager
+        revocation or a loss takes them all)."""
+        if self.options.whole_sessions:
+            self._between_assignments = True
+            revoked = getattr(self.sink, "revoked", None)
+            if revoked is not None:
+                revoked()
 
     def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self.options.whole_sessions:
@@ -563,6 +577,7 @@ class ConsumerRuntime:
         self._forget(partitions)
         if self.options.single_member:  # its session timed out (a pause, a zombie): the
             self._first_assigned_at = None  # next assignment is checked as a newcomer's
+        self._revoked()
         self._rewind = True
         self._unassign(consumer, partitions)
 
@@ -989,7 +1004,8 @@ class ConsumerRuntime:
         """Every partition of the topics read to its end at start: by this process (the
         ones it holds), or, as the sink's stored offsets say, by other members (none for
         a single member). A member holding no partition ends once the others are done."""
-        if not all(self._next.get(k, -1) >= self._ends.get(k, 0) for k in self._assigned):
+        if self._between_assignments or not all(
+                self._next.get(k, -1) >= self._ends.get(k, 0) for k in self._assigned):
             return False
         others = [k for k in self._group_ends if k not in self._assigned]
         if not others:

@@ -76,6 +76,12 @@ class ShardedSink(DatasetSink):
         if self.held:
             self._commit_shards({}, claim=True)
 
+    def revoked(self) -> None:
+        """Every partition was taken away (what was complete is committed): this member
+        holds no shard, so it decides on none, and forgets what it read of them."""
+        self.held = set()
+        self._restore()
+
     def load_offsets(self, builder: str) -> dict[TP, int]:
         return self.table.offsets(builder)
 
