@@ -1,26 +1,27 @@
 """`--format iceberg`: episodes and steps as two Iceberg tables, exactly once, through pyiceberg.
 
-`--table NS.NAME` is two tables in the catalog (pyiceberg's SQL catalog: `sqlite:///PATH`
-or `postgresql://...`; Java's JDBC catalog reads the same): `NS.NAME_steps` and
-`NS.NAME_episodes`, the Parquet layout's columns (writers.py) plus `env_id` in the steps,
-both partitioned by `env_id`.
+`--table NS.NAME` is two tables in the catalog (pyiceberg's SQL catalog, named `rlmesh`:
+`sqlite:///PATH` or `postgresql://...`; Java's JDBC catalog reads the same):
+`NS.NAME_episodes` and `NS.NAME_steps`, the Parquet layout's columns (writers.py) plus
+`env_id` in the steps, both partitioned by `env_id`.
 
-One chain of commits, on the steps table, is the source of truth. Each export commit is
-one steps snapshot whose summary holds what the dataset manifest holds elsewhere:
-`rlmesh.generation`, `rlmesh.offsets` (per builder and partition, the next offset),
-`rlmesh.state` (a JSON file beside the data: the joiner's state and the certificate),
-`rlmesh.group`, and `rlmesh.episodes-files` (the batch's episode rows, written as Parquet
-files before the commit). The episodes table follows: its snapshot adding a generation's
-files carries `rlmesh.generation`, and before any commit, and when opened, the files of a
-steps generation the episodes table lacks are added (rolled forward). So a crash between
-any two steps leaves either no trace of a batch (files nobody lists) or a committed one
-whose episode rows are added by the next run; never a row twice.
+One chain of commits, on the episodes table, is the source of truth. Each export commit
+is one episodes snapshot holding the batch's episode rows and, in its summary,
+`rlmesh.generation`, `rlmesh.offsets` (per builder and partition, the next offset: the
+whole group's), `rlmesh.shards` (per partition number, a JSON state file beside the
+data: that shard's joiner state and certificate), `rlmesh.group` and
+`rlmesh.steps-files` (the batch's step rows, written as Parquet files before the
+commit). The steps table follows: the files of the head's generation are added (rolled
+forward) after the commit, before any later commit and whenever the table is opened, so
+a crash between any two steps leaves either files no snapshot lists or a committed
+generation whose step rows are added once.
 
 Fencing: every commit is pyiceberg's optimistic commit (`AssertRefSnapshotId`, retries
-off): it lands only if the steps table's head is still the snapshot this process last
-read. A process claims the table when partitions are assigned to it (an empty snapshot),
-so a process paused past its session timeout (a zombie) whose partitions moved finds the
-head changed, commits nothing, and reads again from the offsets in the table.
+off). On a head that moved, the commit is made again on the new head unless one of the
+committing member's shards was committed by another process since it read them: then it
+raises OffsetConflict (the runtime drops the checkpoint and reads again). Members claim
+their shards when they are assigned (iceberg_sink.py), so one paused past its session
+timeout (a zombie) whose shards moved cannot commit them.
 """
 
 from __future__ import annotations
