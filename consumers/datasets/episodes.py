@@ -46,7 +46,7 @@ from rlmesh_stream.schemas.contract.errors import ContractError
 
 
 class Joiner:
-    """Events in, whole episodes out; its state is plain data, so it can be pickled."""
+    """Events in, whole episodes out; its state is plain data, kept as JSON (state.py)."""
 
     def __init__(self, filters: Filters) -> None:
         self.filters = filters

@@ -3,8 +3,9 @@
 Layout under the dataset directory:
 
     .rlmesh-export/manifest.json     the committed state (replaced atomically)
-    .rlmesh-export/pending-<gen>.pkl the joiner's small state at generation <gen> (sessions'
-                                     flags, which episodes are still pending, counts)
+    .rlmesh-export/pending-<gen>.json the joiner's small state at generation <gen> (sessions'
+                                     flags, which episodes are still pending, counts; JSON,
+                                     never pickle: see state.py)
     .rlmesh-export/lock              held (flock) by the one process exporting here
 
 A commit writes the batch's data files (named by generation), the pending
@@ -20,7 +21,6 @@ import bisect
 import fcntl
 import json
 import os
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,27 +161,34 @@ class ManifestStore:
         except BlockingIOError:
             raise DatasetError(f"{root} is being exported into by another process") from None
         self.committed = Committed(format=fmt, dataset_id=dataset_id)
-        self.pending_state: dict[str, Any] | None = None
-        self.certificate = Certificate()
+        self.pending_state: Any = None  # the JSON values of state.py's `dump`
         path = self.state_dir / "manifest.json"
         if path.exists():
-            data = json.loads(path.read_text())
-            self.committed = Committed(**{k: data[k] for k in Committed.__dataclass_fields__})
+            data = _read_json(path)
+            try:
+                self.committed = Committed(**{k: data[k] for k in Committed.__dataclass_fields__})
+            except (KeyError, TypeError) as exc:
+                raise DatasetError(f"{path} is not an export manifest ({exc})") from None
             if self.committed.format != fmt:
                 raise DatasetError(f"{root} holds a {self.committed.format} dataset, "
                                    f"not {fmt}")
             if self.committed.dataset_id != dataset_id:
                 raise DatasetError(f"{root} holds dataset {self.committed.dataset_id}, "
                                    f"not {dataset_id}")
-            pending = self.state_dir / f"pending-{self.committed.generation}.pkl"
+            if (self.state_dir / f"pending-{self.committed.generation}.pkl").exists():
+                raise DatasetError(
+                    f"{root} holds a pickled export state (an older rlmesh-stream), which is "
+                    "never loaded (a pickle can run code): export into a new directory")
+            pending = self.state_dir / self._pending_name(self.committed.generation)
             if pending.exists():
-                with open(pending, "rb") as f:
-                    self.pending_state = pickle.load(f)
-        for stale in self.state_dir.glob("pending-*.pkl"):
-            if stale.name != f"pending-{self.committed.generation}.pkl":
+                self.pending_state = _read_json(pending)
+        for stale in self.state_dir.glob("pending-*.json"):
+            if stale.name != self._pending_name(self.committed.generation):
                 stale.unlink()
-        if self.pending_state is not None:
-            self.certificate = self.pending_state["certificate"]
+
+    @staticmethod
+    def _pending_name(generation: int) -> str:
+        return f"pending-{generation}.json"
 
     def offsets(self, builder: str) -> dict[tuple[str, int], int]:
         out = {}
@@ -192,14 +199,11 @@ class ManifestStore:
 
     def commit(self, *, offsets: dict[str, dict[tuple[str, int], int]], writer: dict[str, Any],
                joiner_state: dict[str, Any], certificate: dict[str, Any]) -> None:
-        """Make generation+1 the committed one (data files of it must already be written)."""
+        """Make generation+1 the committed one (data files of it must already be written);
+        `joiner_state`: JSON values (state.py's `dump`)."""
         gen = self.committed.generation + 1
-        pending = self.state_dir / f"pending-{gen}.pkl"
-        with open(pending, "wb") as f:
-            pickle.dump({**joiner_state, "certificate": self.certificate}, f,
-                        protocol=pickle.HIGHEST_PROTOCOL)
-            f.flush()
-            os.fsync(f.fileno())
+        write_atomically(self.state_dir / self._pending_name(gen),
+                         json.dumps(joiner_state, separators=(",", ":")), replace_dir=False)
         merged = {builder: {f"{topic}|{part}": nxt for (topic, part), nxt in sorted(o.items())}
                   for builder, o in offsets.items()}
         new = Committed(generation=gen, format=self.committed.format,
@@ -207,8 +211,9 @@ class ManifestStore:
                         certificate=certificate)
         write_atomically(self.state_dir / "manifest.json",
                          json.dumps(new.__dict__, indent=1, sort_keys=True))
-        old = self.state_dir / f"pending-{self.committed.generation}.pkl"
+        old = self.state_dir / self._pending_name(self.committed.generation)
         self.committed = new
+        self.pending_state = joiner_state
         if old.exists():
             old.unlink()
 
@@ -216,13 +221,25 @@ class ManifestStore:
         self._lock.close()
 
 
-def write_atomically(path: Path, text: str) -> None:
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DatasetError(f"cannot read {path} ({exc})") from None
+
+
+def write_atomically(path: Path, text: str, replace_dir: bool = True) -> None:
+    """`path` holds `text` whole or is as before (write-to-temp, fsync, rename); the
+    directory is synced too unless `replace_dir` is False (a file the next atomic write
+    of the same directory makes durable)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    if not replace_dir:
+        return
     fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(fd)

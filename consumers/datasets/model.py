@@ -1,6 +1,6 @@
 """The joiner's data: what has been read of an episode, a session's flags, a whole episode.
 
-Plain dataclasses, so the joiner's small state pickles into the dataset's manifest.
+Plain dataclasses; the joiner's small state is kept as JSON with the manifest (state.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class StepRow:
 
 @dataclass
 class PendingEpisode:
-    """What has been read of one episode so far (pickled with the dataset's manifest)."""
+    """What has been read of one episode so far (in memory; re-read after a restart)."""
 
     session_id: str
     record_id: str

@@ -82,7 +82,9 @@ class ConsumerRuntime:
         self.decoders = Decoders(config, builders, self.topics, decoder)
         self.errors = kafka_io.ClientErrors(config, options.group_id)
         self.reader = Reader(self.decoders, self.offsets, self.policy, self.errors)
-        self.until_end = UntilEnd(config, options, self.topics, self.policy)
+        self.until_end = UntilEnd(config, options, self.topics, self.policy, sink)
+        if options.whole_sessions:  # the end of the partitions other members hold
+            self.offsets.others_read = self.until_end.others_read_to_end
         self._admin: Any = None  # AdminClient for the end offsets at start, made when needed
         self._stopping = False
         self._failed: ConsumerError | None = None  # raised by the loop before reading on
@@ -127,8 +129,13 @@ class ConsumerRuntime:
         self.consumer = Consumer(self._kafka_config())
         if self.options.until_end:
             self.until_end.check_topics(self.consumer, self.errors)
+            if self.options.whole_sessions:
+                self.offsets.group_ends = self.until_end.group_ends(self.consumer)
         elif not self.options.from_beginning:
             self.offsets.start_ends = self._ends_at_start()
+        if self.options.single_member and not self.options.until_end:
+            # live: the partitions a lone member's first assignment must hold
+            self.offsets.group_ends = self.offsets.start_ends or self._ends_at_start() or {}
         self.consumer.subscribe(self.topics, on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         # the group join is a wait: import and compile what the first batch needs meanwhile
@@ -208,6 +215,9 @@ class ConsumerRuntime:
             if self.options.until_end and self.until_end.done(self.consumer):
                 break
         checkpoints.flush(final=True)
+        at_end = getattr(self.sink, "at_end", None)
+        if self.options.until_end and at_end is not None:
+            at_end()  # while this process still holds its partitions
         if self.metrics:
             self.metrics.tick(self.lag_by_partition, force=True)
 
@@ -267,11 +277,18 @@ class ConsumerRuntime:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Seek every newly assigned partition to the offset stored in the sink."""
-        self.until_end.assigned()  # called at each rebalance, even with nothing
+        self.offsets.between_assignments = False
+        first = self.until_end.assigned()  # called at each rebalance, even with nothing
         self.checkpoints.finish()  # the offsets it stores are the ones to load
+        if first and self.options.single_member:
+            self.offsets.check_single_member((tp.topic, tp.partition) for tp in partitions)
+        self._rewound(sorted((tp.topic, tp.partition) for tp in partitions))
         self.offsets.load(self.sink)
         assign = self.offsets.assign(consumer, partitions, self._beyond_end)
-        consumer.incremental_assign(assign)
+        if self.options.whole_sessions:
+            consumer.assign(assign)  # eager: `partitions` is the whole new assignment
+        else:
+            consumer.incremental_assign(assign)
         # the sink's offsets, mirrored into the group for lag tools
         kafka_io.commit(consumer, [tp for tp in assign if tp.offset >= 0])
         log.info("assigned %s", sorted(self.offsets.assigned))
@@ -302,21 +319,49 @@ class ConsumerRuntime:
         """Checkpoint what was read before the partitions go to another member."""
         self.checkpoints.flush(wait=True)
         self.offsets.forget(partitions)
-        consumer.incremental_unassign(partitions)
+        self._revoked()
+        self._unassign(consumer, partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Partitions lost without a revoke: their buffered records must not be written."""
         self.checkpoints.finish()  # cut before the loss: fenced like any other
         self.policy.drop()
         self.offsets.forget(partitions)
+        if self.options.single_member:  # its session timed out (a pause, a zombie): the
+            self.until_end.first_assigned_at = None  # next assignment is checked as a newcomer's
+        self._revoked()
         self.checkpoints.rewind = True
-        consumer.incremental_unassign(partitions)
+        self._unassign(consumer, partitions)
+
+    def _rewound(self, partitions: list[TP]) -> None:
+        """Tell a sink that keeps state between checkpoints that `partitions` are read
+        again from its stored offsets (an assignment, a loss, a rewind): it goes back to
+        its committed state."""
+        rewound = getattr(self.sink, "rewound", None)
+        if rewound is not None:
+            rewound(partitions)
+
+    def _revoked(self) -> None:
+        """Tell a sink that keeps state per partition that it holds none now (an eager
+        revocation or a loss takes them all)."""
+        if self.options.whole_sessions:
+            self.offsets.between_assignments = True
+            revoked = getattr(self.sink, "revoked", None)
+            if revoked is not None:
+                revoked()
+
+    def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self.options.whole_sessions:
+            consumer.unassign()  # eager: every partition is revoked at once
+        else:
+            consumer.incremental_unassign(partitions)
 
     def _do_rewind(self) -> None:
         """Drop the buffer and go back to the sink's offsets for every assigned partition."""
         assert self.consumer is not None
         self.checkpoints.finish()
         self.policy.drop()
+        self._rewound(sorted(self.offsets.assigned))
         self.offsets.load(self.sink)
         for key in sorted(self.offsets.assigned):
             start = self.offsets.start_offset(key)

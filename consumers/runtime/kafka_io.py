@@ -34,7 +34,10 @@ def kafka_config(config: StreamConfig, options: RuntimeOptions,
     conf = {
         **config.kafka_config(),
         "group.id": options.group_id,
-        "partition.assignment.strategy": "cooperative-sticky",
+        # range (eager) for whole sessions: partition i of every topic goes to one
+        # member, so a member owns whole sessions (keyed by session id, co-partitioned)
+        "partition.assignment.strategy": ("range" if options.whole_sessions
+                                          else "cooperative-sticky"),
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest" if options.from_beginning else "latest",
@@ -158,6 +161,18 @@ def watermarks(
             if code == KafkaError._UNKNOWN_PARTITION:  # the client's metadata is behind
                 with contextlib.suppress(KafkaException):
                     consumer.list_topics(tp.topic, timeout=5)  # refreshes it
+
+
+def high_watermarks(consumer: Consumer, topics: list[str], timeout: float) -> dict[TP, int]:
+    """Every partition of `topics` and its high watermark now (what the consumer can read
+    up to). The admin client's list_offsets answered lower ends than this for records
+    already acknowledged, right after they were published: an --until-end run then
+    decided on episodes it had not read whole."""
+    ends: dict[TP, int] = {}
+    for topic, meta in existing_topics(consumer, topics, timeout).items():
+        for p in meta.partitions:
+            ends[(topic, p)] = watermarks(consumer, TopicPartition(topic, p))[1]
+    return ends
 
 
 def end_offsets(consumer: Consumer, admin: Callable[[], Any], topics: list[str]
