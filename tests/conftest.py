@@ -110,12 +110,28 @@ def topic_prefix() -> str:
 
 
 @pytest.fixture
-def stream_config(stack: StackEndpoints, topic_prefix: str) -> StreamConfig:
-    """Connection settings for the test stack with this test's own topic prefix."""
-    return StreamConfig.from_env(
+def stream_config(stack: StackEndpoints, topic_prefix: str) -> Iterator[StreamConfig]:
+    """Connection settings for the test stack with this test's own topic prefix; the
+    prefix's topics are deleted afterwards, so one broker serves a whole run (every
+    partition keeps open files: a long run's thousands of them ran out of descriptors)."""
+    yield StreamConfig.from_env(
         env={}, bootstrap=stack.bootstrap, registry_url=stack.registry_url,
         topic_prefix=topic_prefix,
     )
+    _delete_topics(stack.bootstrap, topic_prefix)
+
+
+def _delete_topics(bootstrap: str, prefix: str) -> None:
+    """Best effort: a topic left behind costs the broker, never the next test."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    with contextlib.suppress(Exception):
+        names = [t for t in admin.list_topics(timeout=5).topics if t.startswith(prefix)]
+        for future in (admin.delete_topics(names, operation_timeout=10).values()
+                       if names else ()):
+            with contextlib.suppress(Exception):
+                future.result(timeout=15)
 
 
 # -- diagnostics of failures on the local stack -----------------------------------------------

@@ -14,6 +14,7 @@ The sink is the source of truth: each builder's next offsets are loaded from it 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
@@ -24,6 +25,29 @@ from rlmesh_stream.consumers.runtime.options import TP, ConsumerError, RuntimeOp
 from rlmesh_stream.consumers.sinks import OffsetUpdate, Sink
 
 log = logging.getLogger(__name__)
+
+# live mode: the seconds one assignment may spend asking partitions' watermarks
+LIVE_MARKS_BUDGET_S = 5.0
+
+
+def _marks_within(consumer: Consumer, tp: TopicPartition,
+                  budget: float | None) -> tuple[int, int] | None:
+    """The partition's (low, high) offsets: retried for as long as it takes without a
+    `budget` (an offline run needs its end), else by the budget's monotonic deadline, or
+    None once it has passed (the partition then starts as before: stored offset, or the
+    reset rule, unchecked)."""
+    if budget is None:
+        return watermarks(consumer, tp)
+    left = budget - time.monotonic()
+    if left <= 0:
+        return None
+    try:
+        low, high = consumer.get_watermark_offsets(tp, timeout=min(left, 2.0))
+    except KafkaException as exc:
+        log.info("no watermarks of %s[%d] at assignment (%s): not checked", tp.topic,
+                 tp.partition, exc)
+        return None
+    return int(low), int(high)
 
 
 class Offsets:
@@ -87,21 +111,26 @@ class Offsets:
         was deleted and recreated (or truncated) since it was stored: `beyond_end(key,
         stored, (low, high))` says where to start instead, or raises."""
         assign = []
+        # live: the watermarks are a check (a recreated topic) and a convenience (where a
+        # partition with no stored offset starts), so they get a few seconds in all: during
+        # a broker outage each partition it led would hold the rebalance callback (and
+        # the whole group) for up to a minute
+        budget = None if self.options.until_end else time.monotonic() + LIVE_MARKS_BUDGET_S
         for tp in partitions:
             key = (tp.topic, tp.partition)
             # one round trip a partition (in the rebalance callback, asking from other
             # threads at once waits for it to return)
-            marks = watermarks(consumer, tp)
+            marks = _marks_within(consumer, tp, budget)
             start = self.start_offset(key)
-            if start > marks[1]:
+            if marks is not None and start > marks[1]:
                 start = beyond_end(key, start, marks)
             assign.append(TopicPartition(tp.topic, tp.partition, start))
             self.assigned.add(key)
-            if self.options.until_end:
+            if self.options.until_end and marks is not None:
                 # the end seen at start, or later at assignment (never less than the
                 # watermark at assignment)
                 self.ends[key] = max(self.group_ends.get(key, 0), marks[1])
-            self.set_next(key, start, consumer, marks)
+            self.set_next(key, start, consumer if marks is not None else None, marks)
         return assign
 
     def check_single_member(self, partitions: Iterable[TP]) -> None:
