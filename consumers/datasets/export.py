@@ -57,10 +57,11 @@ def run_export(config: StreamConfig, options: ExportOptions, runtime_options: Ru
     sink, runtime = make_export(config, options, runtime_options, progress=progress)
     try:
         runtime.run()
-        if runtime_options.until_end:
+        if runtime.reached_end or options.iceberg is not None:
+            # the decisions on what is still open, at the end only: a run stopped before
+            # it (SIGTERM, Ctrl-C) has not read the rest of those episodes (iceberg: the
+            # summary only, its decisions are `at_end`'s)
             sink.finish()
-        elif options.iceberg is not None:
-            sink.finish()  # the summary only: a live run decides nothing at its end
     finally:
         sink.close()
     return sink, runtime

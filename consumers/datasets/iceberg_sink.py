@@ -135,8 +135,13 @@ class ShardedSink(DatasetSink):
         """--until-end, every partition read: decide on the open episodes of the shards
         held, while they are still held."""
         self.final = True
-        if self.held:
-            self._commit(SinkBatch())
+        try:
+            if self.held:
+                self._commit(SinkBatch())
+        except Exception:  # fenced (OffsetConflict: the runtime reads again) or failed
+            self.final = False
+            self._reload()  # the decisions made in memory are not the table's
+            raise
         self.finished = True
 
     def finish(self) -> None:

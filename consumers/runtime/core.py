@@ -32,7 +32,7 @@ from rlmesh_stream.consumers.runtime.options import (
 from rlmesh_stream.consumers.runtime.policy import CheckpointPolicy
 from rlmesh_stream.consumers.runtime.reader import Reader
 from rlmesh_stream.consumers.runtime.until_end import UntilEnd
-from rlmesh_stream.consumers.sinks import Sink, SinkBatch
+from rlmesh_stream.consumers.sinks import OffsetConflict, Sink, SinkBatch
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.connection.redact import redact_url
 
@@ -87,6 +87,9 @@ class ConsumerRuntime:
             self.offsets.others_read = self.until_end.others_read_to_end
         self._admin: Any = None  # AdminClient for the end offsets at start, made when needed
         self._stopping = False
+        # --until-end: the run read everything to the end and its last checkpoint (and the
+        # sink's last decisions) were written; a run stopped before then decides nothing
+        self.reached_end = False
         self._failed: ConsumerError | None = None  # raised by the loop before reading on
         self.consumer: Consumer | None = None
 
@@ -212,14 +215,32 @@ class ConsumerRuntime:
                 self.progress.update(self.events, self._lag())
             if self.metrics:
                 self.metrics.tick(self.lag_by_partition)
-            if self.options.until_end and self.until_end.done(self.consumer):
+            if (self.options.until_end and not checkpoints.rewind
+                    and self.until_end.done(self.consumer) and self._end()):
                 break
         checkpoints.flush(final=True)
-        at_end = getattr(self.sink, "at_end", None)
-        if self.options.until_end and at_end is not None:
-            at_end()  # while this process still holds its partitions
         if self.metrics:
             self.metrics.tick(self.lag_by_partition, force=True)
+
+    def _end(self) -> bool:
+        """--until-end, everything read: the last checkpoint, then the sink's last decisions
+        (`at_end`, while this process still holds its partitions). False when the fence
+        dropped either (another process committed these partitions since they were read):
+        the run reads again from the sink's offsets, and ends only once that is written
+        (it used to end there, exit 0, that checkpoint's episodes not exported)."""
+        self.checkpoints.flush(final=True)
+        if self.checkpoints.rewind:
+            return False
+        at_end = getattr(self.sink, "at_end", None)
+        if at_end is not None:
+            try:
+                at_end()
+            except OffsetConflict as exc:
+                log.warning("last decisions dropped: %s", exc)
+                self.checkpoints.rewind = True
+                return False
+        self.reached_end = True
+        return True
 
     def _registry_wait(self, exc: RegistryDown, down_since: float, backoff: float) -> float:
         """How long to wait before retrying a registry that does not answer: `backoff`,

@@ -223,3 +223,43 @@ def test_a_full_disk_then_an_immediate_restart_loses_no_episode(
     assert "No space left on device" in full.stderr.strip().splitlines()[-1], full.stderr
     assert again.returncode == 0, again.stderr[-2000:]
     _same_as_clean(out, clean)
+
+
+class _StopAfterACheckpoint:
+    """A progress display that sends its own process SIGTERM, as a user stopping the
+    export does, once a checkpoint is written."""
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    def update(self, events: int, lag: int | None) -> None:
+        if events and not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def note(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_until_end_export_stopped_before_the_end_decides_on_nothing(
+        fleet: tuple[StreamConfig, Path], tmp_path: Path) -> None:
+    """Stopped (SIGTERM, Ctrl-C) before the end, the export writes its last checkpoint
+    and decides on no open episode: the next run finishes them. It used to decide at
+    once, as if at the end: the open episodes, half read, were skipped as incomplete,
+    and the next run resumed past them."""
+    config, clean = fleet
+    out = tmp_path / "a"
+    options = RuntimeOptions(group_id=f"g-{uuid.uuid4().hex[:8]}", from_beginning=True,
+                             until_end=True, max_batch=500)
+    stopper = _StopAfterACheckpoint()
+    run_export(config, ExportOptions(out, "parquet", DATASET, Filters()), options,
+               progress=stopper)  # type: ignore[arg-type]
+    stopped_at = _certificate(out)
+    run_export(config, ExportOptions(out, "parquet", DATASET, Filters()), options)
+
+    assert stopper.sent
+    assert stopped_at["episodes_exported"] < _certificate(clean)["episodes_exported"]
+    _same_as_clean(out, clean)

@@ -306,3 +306,42 @@ def test_two_members_of_one_group_together_write_a_clean_runs_rows(
     _same_rows(catalog, clean)
     summary = _summary(outputs[0][0])
     assert (summary["gaps"], summary["duplicates"]) == (0, 0)
+
+
+def test_a_member_whose_last_checkpoint_is_fenced_reads_again_before_it_ends(
+        fleet: tuple[StreamConfig, Path], tmp_path: Path) -> None:
+    """Another member claims this one's shards just before its last checkpoint (the one
+    reaching every partition's end) commits: the checkpoint is dropped, and the member
+    reads again from the table's offsets before it ends and decides. It used to end at
+    once (everything had been read), exit 0 and leave that checkpoint's episodes out."""
+    from rlmesh_stream.consumers.datasets.export import make_export
+    from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
+
+    config, clean = fleet
+    catalog = tmp_path / "catalog.db"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    target = IcebergTarget(f"sqlite:///{catalog}", TABLE)
+    sink, runtime = make_export(
+        config, ExportOptions(None, "iceberg", TABLE, Filters(), iceberg=target, group=group),
+        RuntimeOptions(group_id=group, from_beginning=True, until_end=True, max_batch=500))
+    commit, claimed = sink.table.commit, []
+
+    def claimed_before_the_last_checkpoint(*, offsets: Any, shards: Any) -> None:
+        read = offsets.get("certificate", {})
+        ends = runtime.offsets.group_ends
+        if not claimed and read and all(read.get(tp, 0) >= end for tp, end in ends.items()):
+            other = _store(catalog, group)  # the claim a newly assigned member makes
+            other.commit(offsets={}, shards={n: other.shard_state(n) for n in shards})
+            claimed.append(sorted(shards))
+        commit(offsets=offsets, shards=shards)
+
+    sink.table.commit = claimed_before_the_last_checkpoint
+    try:
+        runtime.run()
+        sink.finish()
+    finally:
+        sink.close()
+
+    assert claimed == [[0, 1, 2, 3]]  # the fence was hit, on the last checkpoint
+    _same_rows(catalog, clean)
+
