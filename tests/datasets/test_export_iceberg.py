@@ -345,3 +345,43 @@ def test_a_member_whose_last_checkpoint_is_fenced_reads_again_before_it_ends(
     assert claimed == [[0, 1, 2, 3]]  # the fence was hit, on the last checkpoint
     _same_rows(catalog, clean)
 
+
+def test_a_commit_failing_for_a_moment_is_read_again_not_applied_again(
+        fleet: tuple[StreamConfig, Path], tmp_path: Path) -> None:
+    """The catalog's write lock is held elsewhere (another writer, a paused one) past
+    the catalog's timeout during a checkpoint: the member reads the checkpoint's records
+    again from the table's offsets. Retrying the same batch committed its offsets with a
+    joiner that had gone back to the table's state, without the batch's records: lost."""
+    import sqlite3
+
+    from rlmesh_stream.consumers.datasets.export import make_export
+    from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
+
+    config, clean = fleet
+    catalog = tmp_path / "catalog.db"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    target = IcebergTarget(f"sqlite:///{catalog}?timeout=0.2", TABLE)
+    sink, runtime = make_export(
+        config, ExportOptions(None, "iceberg", TABLE, Filters(), iceberg=target, group=group),
+        RuntimeOptions(group_id=group, from_beginning=True, until_end=True, max_batch=500))
+    commit = sink.table.commit
+    lock: dict[str, Any] = {}
+
+    def locked_at_the_first_checkpoint(*, offsets: Any, shards: Any) -> None:
+        if "held" in lock:  # the next commit, whatever it is: the other writer is done
+            lock.pop("held").close()
+        elif offsets and "met" not in lock:
+            other = sqlite3.connect(catalog, isolation_level=None, check_same_thread=False)
+            other.execute("BEGIN IMMEDIATE")  # its write lock: readers go on, writers wait
+            lock["held"] = lock["met"] = other
+        commit(offsets=offsets, shards=shards)
+
+    sink.table.commit = locked_at_the_first_checkpoint
+    try:
+        runtime.run()
+        sink.finish()
+    finally:
+        sink.close()
+
+    assert "met" in lock and "held" not in lock  # the lock was met, and let go
+    _same_rows(catalog, clean)
