@@ -237,7 +237,7 @@ class ConsumerRuntime:
                 at_end()
             except OffsetConflict as exc:
                 log.warning("last decisions dropped: %s", exc)
-                self.checkpoints.rewind = True
+                self.checkpoints.rewind = self.checkpoints.fenced = True
                 return False
         self.reached_end = True
         return True
@@ -380,6 +380,8 @@ class ConsumerRuntime:
     def _do_rewind(self) -> None:
         """Drop the buffer and go back to the sink's offsets for every assigned partition."""
         assert self.consumer is not None
+        if self.checkpoints.fenced and self.options.whole_sessions and self._moved_away():
+            return
         self.checkpoints.finish()
         self.policy.drop()
         self._rewound(sorted(self.offsets.assigned))
@@ -394,6 +396,30 @@ class ConsumerRuntime:
                 self.consumer.incremental_assign([TopicPartition(key[0], key[1], start)])
             self.offsets.set_next(key, start, self.consumer)
         self.checkpoints.rewind = False
+
+    def _moved_away(self) -> bool:
+        """Fenced (another process committed this member's shards since it read them):
+        whether the group's coordinator has given them to another member. Then this one
+        drops them and waits for its next assignment instead of claiming them back (a
+        member paused past its session timeout, a zombie, took its old shards back from
+        their new owner, fencing it in turn, until Kafka dropped it). Unknown (the
+        coordinator does not answer): claimed back, as before."""
+        assert self.consumer is not None
+        self.checkpoints.fenced = False
+        owned = kafka_io.member_partitions(self._admin_client(), self.options.group_id,
+                                           self.consumer.memberid() or "")
+        if owned is None or self.offsets.assigned <= owned:
+            return False
+        log.warning("fenced, and group %s gives %d of this member's partitions to another: "
+                    "dropped until its next assignment", self.options.group_id,
+                    len(self.offsets.assigned - owned))
+        self.checkpoints.finish()
+        self.policy.drop()
+        self.offsets.forget([TopicPartition(*key) for key in sorted(self.offsets.assigned)])
+        self._revoked()
+        self.consumer.unassign()
+        self.checkpoints.rewind = False
+        return True
 
     def _commit(self, progress: dict[TP, int], wait: bool) -> None:
         """Mirror a written checkpoint's offsets into the group, for lag tools only."""

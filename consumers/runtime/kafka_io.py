@@ -193,6 +193,23 @@ def end_offsets(consumer: Consumer, admin: Callable[[], Any], topics: list[str]
     return {(tp.topic, tp.partition): f.result().offset for tp, f in ends.items()}
 
 
+def member_partitions(admin: Any, group: str, member_id: str,
+                      timeout: float = 10.0) -> set[TP] | None:
+    """The partitions the coordinator of `group` gives member `member_id` now (empty: no
+    such member, e.g. its session timed out), or None when the group cannot be described."""
+    try:
+        future = admin.describe_consumer_groups([group], request_timeout=timeout)[group]
+        members = future.result(timeout=timeout + 5).members
+    except Exception as exc:  # the coordinator away: unknown
+        log.debug("cannot describe group %s (%s)", group, exc)
+        return None
+    for member in members:
+        if member.member_id == member_id:
+            tps = member.assignment.topic_partitions if member.assignment else []
+            return {(tp.topic, tp.partition) for tp in tps}
+    return set()
+
+
 def commit(consumer: Consumer, offsets: list[TopicPartition], wait: bool = False) -> None:
     """Mirror offsets into the group, for lag tools only (the sink has the real ones)."""
     if not offsets:

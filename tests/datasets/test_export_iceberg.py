@@ -385,3 +385,58 @@ def test_a_commit_failing_for_a_moment_is_read_again_not_applied_again(
 
     assert "met" in lock and "held" not in lock  # the lock was met, and let go
     _same_rows(catalog, clean)
+
+
+def test_a_member_fenced_after_the_group_dropped_it_never_claims_its_shards_back(
+        fleet: tuple[StreamConfig, Path], tmp_path: Path) -> None:
+    """A member stalls inside a checkpoint past its poll interval (the group drops it, as
+    it drops a paused member past its session timeout) while a successor takes and claims
+    its shards. Fenced once it resumes, it waits for its next assignment: it used to
+    claim the shards back at once, fencing their new owner in turn, until Kafka told it."""
+    from rlmesh_stream.consumers.datasets.export import make_export
+    from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
+
+    config, clean = fleet
+    catalog = tmp_path / "catalog.db"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    target = IcebergTarget(f"sqlite:///{catalog}", TABLE)
+    limits = {"max.poll.interval.ms": 6000, "session.timeout.ms": 6000}
+    sink, runtime = make_export(
+        config, ExportOptions(None, "iceberg", TABLE, Filters(), iceberg=target, group=group),
+        RuntimeOptions(group_id=group, from_beginning=True, until_end=True, max_batch=300,
+                       checkpoint_interval=0.2, kafka_overrides=limits))
+    commit, on_assign = sink.table.commit, runtime._on_assign
+    events: list[str] = []
+    successor: list[subprocess.Popen[str]] = []
+
+    def stalled_at_the_first_checkpoint(*, offsets: Any, shards: Any) -> None:
+        if offsets and not successor:
+            generation = _generation(catalog)
+            successor.append(subprocess.Popen(_cli(config, catalog, group),
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                              text=True))
+            deadline = time.monotonic() + 120
+            while _generation(catalog) == generation and time.monotonic() < deadline:
+                time.sleep(0.1)  # until the successor has claimed the shards
+            events.append("successor claimed")
+        elif not offsets and successor:
+            events.append("claim")
+        commit(offsets=offsets, shards=shards)
+
+    def assigned(*args: Any) -> None:
+        events.append("assigned")
+        on_assign(*args)
+
+    sink.table.commit = stalled_at_the_first_checkpoint
+    runtime._on_assign = assigned  # type: ignore[method-assign]
+    try:
+        runtime.run()
+        sink.finish()
+    finally:
+        sink.close()
+    _, successor_err = successor[0].communicate(timeout=600)
+
+    after = events[events.index("successor claimed") + 1:]
+    assert after[:1] == ["assigned"], events  # no claim before its next assignment
+    assert successor[0].returncode == 0, successor_err[-2000:]
+    _same_rows(catalog, clean)
