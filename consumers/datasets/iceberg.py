@@ -27,6 +27,7 @@ timeout (a zombie) whose shards moved cannot commit them.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,14 @@ EPISODE_SCHEMA = pa.schema([
     ("action_space", pa.binary()),
 ])
 _NO_RETRIES = {"commit.retry.num-retries": "0"}  # a conflict is ours to decide: fenced
+# Each checkpoint is a snapshot, and every snapshot is listed in each new metadata file:
+# every KEEP_SNAPSHOTS generations the committing member expires the snapshots of both
+# tables beyond the newest KEEP_SNAPSHOTS (their data files stay), and pyiceberg deletes
+# metadata files beyond the newest 10 (tables made since: `_TABLE_PROPERTIES`).
+KEEP_SNAPSHOTS = 64
+_TABLE_PROPERTIES = {**_NO_RETRIES, "write.metadata.delete-after-commit.enabled": "true",
+                     "write.metadata.previous-versions-max": "10"}
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -242,6 +251,25 @@ class IcebergStore:
         self._read_head()
         self.base.update(paths)
         self._roll_forward()
+        if self.generation % KEEP_SNAPSHOTS == 0:
+            self._expire_snapshots()
+
+    def _expire_snapshots(self) -> None:
+        """Both tables' snapshots beyond the newest KEEP_SNAPSHOTS, expired (only the heads
+        are read here). On tables loaded apart: refreshing `episodes` without reading its
+        head again would make the next commit merge a stale head's offsets. Best effort: a
+        commit landing meanwhile wins, a later generation expires them."""
+        from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+
+        for name in self.names:
+            try:
+                table = self.catalog.load_table(name)
+                snapshots = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number)
+                old = [s.snapshot_id for s in snapshots[:-KEEP_SNAPSHOTS]]
+                if old:
+                    table.maintenance.expire_snapshots().by_ids(old).commit()
+            except (CommitFailedException, NoSuchTableError, ValueError) as exc:
+                log.debug("snapshots of %s not expired now (%s)", name, exc)
 
     def _fence(self, mine: set[str]) -> None:
         moved = sorted(n for n in mine if self.shards.get(n) != self.base.get(n))
@@ -303,7 +331,7 @@ class IcebergStore:
 
         try:
             txn = self.catalog.create_table_transaction(self.names[which], schema=schema,
-                                                        properties=_NO_RETRIES)
+                                                        properties=_TABLE_PROPERTIES)
             txn.update_spec().add_identity("env_id").commit()
             txn.append(schema.empty_table(), snapshot_properties={"rlmesh.created": "1"})
             txn.commit_transaction()

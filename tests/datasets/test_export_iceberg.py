@@ -440,3 +440,35 @@ def test_a_member_fenced_after_the_group_dropped_it_never_claims_its_shards_back
     assert after[:1] == ["assigned"], events  # no claim before its next assignment
     assert successor[0].returncode == 0, successor_err[-2000:]
     _same_rows(catalog, clean)
+
+
+def test_old_snapshots_are_expired_as_the_export_commits(
+        fleet: tuple[StreamConfig, Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every checkpoint is a snapshot of each table, and each metadata file lists them all:
+    beyond the newest KEEP_SNAPSHOTS (4 here) they are expired while the export commits,
+    and the tables still hold a clean run's rows."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from rlmesh_stream.consumers.datasets import iceberg
+    from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
+
+    monkeypatch.setattr(iceberg, "KEEP_SNAPSHOTS", 4)
+    config, clean = fleet
+    catalog = tmp_path / "catalog.db"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    run_export(config, ExportOptions(None, "iceberg", TABLE, Filters(), group=group,
+                                     iceberg=IcebergTarget(f"sqlite:///{catalog}", TABLE)),
+               RuntimeOptions(group_id=group, from_beginning=True, until_end=True,
+                              max_batch=300))
+
+    tables = SqlCatalog("rlmesh", uri=f"sqlite:///{catalog}", init_catalog_tables="false",
+                        warehouse=(catalog.parent / "warehouse").as_uri())
+    episodes = tables.load_table(f"{TABLE}_episodes")
+    assert _generation(catalog) > 2 * 4  # enough checkpoints to expire some
+    for kind in ("episodes", "steps"):
+        assert len(tables.load_table(f"{TABLE}_{kind}").metadata.snapshots) < 2 * 4
+    metadata_files = list((catalog.parent / "warehouse").rglob("*.metadata.json"))
+    assert len(metadata_files) <= 2 * (10 + 1)
+    assert episodes.properties["write.metadata.delete-after-commit.enabled"] == "true"
+    _same_rows(catalog, clean)
