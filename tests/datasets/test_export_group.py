@@ -101,8 +101,15 @@ def _same_as_clean(out: Path, clean: Path) -> None:
 def test_two_exports_of_one_dataset_into_different_directories_each_get_all_of_it(
         fleet: tuple[StreamConfig, Path], tmp_path: Path) -> None:
     config, clean = fleet
-    first = subprocess.Popen(_cli(config, tmp_path / "a"), stderr=subprocess.PIPE, text=True)
-    second = subprocess.Popen(_cli(config, tmp_path / "b"), stderr=subprocess.PIPE, text=True)
+    # small checkpoints, and the second started once the first has committed: both are
+    # surely members at once (on an idle machine the first used to be done before the
+    # second joined, and a shared default group went unnoticed)
+    paced = ("--max-batch", "100")
+    first = subprocess.Popen(_cli(config, tmp_path / "a", *paced), stderr=subprocess.PIPE,
+                             text=True)
+    _wait_for_commit(tmp_path / "a", first)
+    second = subprocess.Popen(_cli(config, tmp_path / "b", *paced), stderr=subprocess.PIPE,
+                              text=True)
     _, err = first.communicate(timeout=600)
     _, err2 = second.communicate(timeout=600)
 
