@@ -46,6 +46,9 @@ class CheckpointWriter(Generic[T]):
         self.sink = sink
         self._pool: ThreadPoolExecutor | None = None
         self._pending: Future[Written[T]] | None = None
+        # a sink that reads its builders' state: transient failures turned into re-reads
+        # in a row left before one is raised
+        self._rereads_left = ATTEMPTS
 
     @property
     def busy(self) -> bool:
@@ -79,8 +82,12 @@ class CheckpointWriter(Generic[T]):
     def _write(self, batch: SinkBatch, context: T) -> Written[T]:
         written = Written(batch, context)
         try:
-            _apply(self.sink, batch)
+            _apply(self.sink, batch, reread=self._rereads_left > 0)
             written.committed_at = time.time()
+            self._rereads_left = ATTEMPTS
+        except ReadAgain as exc:
+            self._rereads_left -= 1
+            written.conflict = exc
         except OffsetConflict as exc:
             written.conflict = exc
         except BaseException as exc:  # raised again on the runtime's thread
@@ -89,8 +96,18 @@ class CheckpointWriter(Generic[T]):
         return written
 
 
-def _apply(sink: Sink, batch: SinkBatch) -> None:
-    """One transaction, retried when the failure is transient."""
+class ReadAgain(OffsetConflict):
+    """A transient failure of a sink that reads its builders' state: read the batch again
+    (the runtime rewinds, as after a fence) rather than apply it again."""
+
+
+def _apply(sink: Sink, batch: SinkBatch, reread: bool = True) -> None:
+    """One transaction, retried when the failure is transient.
+
+    Not by a sink that reads its builders' state (the dataset export): its failed apply
+    took that state back to the committed one, so the batch's records are no longer in it,
+    and applying the batch again stored its offsets without them (lost). Its transient
+    failure is a `ReadAgain` instead (`reread`: while re-reads in a row are left)."""
     for attempt in range(1, ATTEMPTS + 1):
         try:
             sink.apply(batch)
@@ -100,6 +117,11 @@ def _apply(sink: Sink, batch: SinkBatch) -> None:
         except Exception as exc:
             if attempt == ATTEMPTS or not _transient(exc):
                 raise
+            if sink.reads_builder_state:
+                if not reread:
+                    raise
+                raise ReadAgain(f"sink write failed ({exc}); reading again from the stored "
+                                "offsets") from exc
             log.warning("sink write failed (%s); retrying (%d/%d)", exc, attempt, ATTEMPTS)
             time.sleep(0.2 * attempt)
 

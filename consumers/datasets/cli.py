@@ -24,9 +24,17 @@ def export() -> None:
 
 @export.command("trajectories")
 @stream_options
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out", default=None, type=click.Path(file_okay=False, path_type=Path),
               help="Dataset directory (MINARI_DATASETS_PATH for --format minari).")
-@click.option("--format", "fmt", type=click.Choice(["minari", "parquet"]), required=True)
+@click.option("--format", "fmt", type=click.Choice(["minari", "parquet", "iceberg"]),
+              required=True)
+@click.option("--catalog", default=None,
+              help="--format iceberg: the SQL catalog, sqlite:///PATH or postgresql://...")
+@click.option("--table", default=None,
+              help="--format iceberg: NAMESPACE.NAME (tables NAME_steps and NAME_episodes).")
+@click.option("--warehouse", default=None,
+              help="--format iceberg: where the tables' files go (a directory or s3://...) "
+                   "[default, sqlite: DIR/warehouse beside the catalog file].")
 @click.option("--dataset-id", default="rlmesh/trajectories-v0", show_default=True,
               help="Minari dataset id NAMESPACE/NAME-vN.")
 @click.option("--minari-format", type=click.Choice(["hdf5", "arrow"]), default="hdf5",
@@ -35,7 +43,8 @@ def export() -> None:
 @click.option("--max-episode-steps", type=click.IntRange(min=1), default=None,
               help="The step limit of the dataset's env spec (else the producer's, else "
                    "Gymnasium's registration).")
-@reading_options(default_group="rlmesh-stream.export.<dataset id>", store="dataset",
+@reading_options(default_group="rlmesh-stream.export.<dataset id>.<digest of --out>",
+                 store="dataset",
                  until_end_help="Stop at the end seen at start, and decide on every episode "
                                 "still open.")
 @click.option("--env-id", "env_ids", multiple=True, help="Only these env ids (repeatable).")
@@ -45,7 +54,8 @@ def export() -> None:
               help="Also export the episodes of failed sessions, flagged abandoned.")
 @click.option("--exclude-caution", is_flag=True,
               help="Leave out sessions with a caution relay advisory (else they are tagged).")
-def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
+def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str | None,
+                 table: str | None, warehouse: str | None, dataset_id: str,
                  minari_format: str, max_episode_steps: int | None, reading: dict[str, Any],
                  env_ids: tuple[str, ...], models: tuple[str, ...],
                  include_abandoned: bool, exclude_caution: bool, quiet: bool
@@ -57,18 +67,26 @@ def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
         DatasetError,
         ExportOptions,
         check_dataset_id,
+        default_group,
         run_export,
     )
     from rlmesh_stream.consumers.progress import Progress
     from rlmesh_stream.consumers.runtime import ConsumerError, RuntimeOptions
 
     try:
-        check_dataset_id(dataset_id, out)
+        target = _target(fmt, out, catalog, table, warehouse)
+        if target is None:
+            assert out is not None
+            check_dataset_id(dataset_id, out)
+            reading["group_id"] = reading["group_id"] or default_group(dataset_id,
+                                                                       str(out.resolve()))
+        else:
+            reading["group_id"] = reading["group_id"] or default_group(
+                target.table, target.catalog)
         options = ExportOptions(out=out, fmt=fmt, dataset_id=dataset_id, filters=Filters(
             env_ids=env_ids, models=models, include_abandoned=include_abandoned,
             exclude_caution=exclude_caution), minari_format=minari_format,
-            max_episode_steps=max_episode_steps)
-        reading["group_id"] = reading["group_id"] or f"rlmesh-stream.export.{dataset_id}"
+            max_episode_steps=max_episode_steps, iceberg=target, group=reading["group_id"])
         runtime_options = RuntimeOptions(**reading)
         progress = None if quiet else Progress("export trajectories")
         sink, runtime = run_export(config, options, runtime_options, progress=progress)
@@ -76,11 +94,41 @@ def trajectories(config: StreamConfig, out: Path, fmt: str, dataset_id: str,
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
         return None
-    cert = sink.store.committed.certificate
+    cert = sink.certificate_summary()
     click.echo(json.dumps({k: cert.get(k) for k in (
         "episodes_exported", "steps_exported", "episodes_skipped", "gaps", "duplicates",
         "dead_letters", *(("env_spec",) if fmt == "minari" else ()))}, sort_keys=True))
+    if target is not None:
+        click.echo(f"read it: python -c \"from pyiceberg.catalog.sql import SqlCatalog; "
+                   f"c = SqlCatalog('rlmesh', uri='{target.catalog}'); "
+                   f"print(c.load_table('{target.table}_episodes').scan().to_arrow())\"")
     if fmt == "minari":
         click.echo(f"load it: MINARI_DATASETS_PATH={out} python -c \"import minari; "
                    f"print(minari.load_dataset('{dataset_id}'))\"")
     return runtime  # its dead letters are counted by `reading_options`
+
+
+def _target(fmt: str, out: Path | None, catalog: str | None, table: str | None,
+            warehouse: str | None) -> Any:
+    """The Iceberg target of --format iceberg (None for a directory format); a usage error
+    for options that do not go with the format."""
+    if fmt != "iceberg":
+        if out is None:
+            raise click.UsageError(f"--format {fmt} needs --out DIR")
+        if catalog or table or warehouse:
+            raise click.UsageError("--catalog, --table and --warehouse go with --format iceberg")
+        return None
+    if out is not None:
+        raise click.UsageError("--format iceberg writes to --catalog and --table, not --out")
+    if not catalog or not table:
+        raise click.UsageError("--format iceberg needs --catalog URI and --table NAMESPACE.NAME")
+    try:
+        from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget, check_target
+    except ModuleNotFoundError as exc:
+        raise click.ClickException(
+            f"--format iceberg needs the 'iceberg' extra ({exc.name} is not installed): "
+            "pip install 'rlmesh-stream[iceberg]'") from None
+
+    target = IcebergTarget(catalog, table, warehouse)
+    check_target(target)
+    return target

@@ -1,191 +1,51 @@
-"""`export trajectories` on the consumers' runtime: the dataset is the sink.
-
-The runtime (`consumers.runtime.ConsumerRuntime`) reads, decodes, dead-letters
-and checkpoints as for every table builder. Two builders ride on it:
-`TrajectoryBuilder` feeds the decoded step, action, observation, episode and
-session events to the joiner; `CertificateBuilder` reads every event topic's
-headers for the delivery check (producer id + sequence). Their `rows` write no
-table rows: `DatasetSink.apply`, called once per checkpoint with the batch's
-offsets, releases the whole episodes, has the writer append them and commits
-the manifest (offsets, joiner state, certificate) atomically. On restart the
-runtime seeks to the manifest's offsets and the joiner resumes from its
-state (JSON, state.py), so every record is applied exactly once.
+"""`export trajectories` on the consumers' runtime: a run composed (`make_export`,
+`run_export`) and the checks before it (co-partitioned topics, the dataset id, the
+default group). The dataset as a sink, and its builders, are `sink.py`'s; a table written
+by several members is `iceberg_sink.py`'s.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import ClassVar, cast
+import hashlib
+from collections import Counter
+from dataclasses import replace
+from typing import Any, cast
 
-from rlmesh_stream.consumers.builders.base import Builder, PartialRow
-from rlmesh_stream.consumers.datasets import state
-from rlmesh_stream.consumers.datasets.episodes import Episode, Filters, Joiner
-from rlmesh_stream.consumers.datasets.manifest import (
-    Certificate,
-    DatasetError,
-    ManifestStore,
-    header_sequence,
+from rlmesh_stream.consumers.builders.base import Builder
+from rlmesh_stream.consumers.datasets.manifest import DatasetError
+from rlmesh_stream.consumers.datasets.sink import (
+    TRAJECTORY_EVENTS,
+    CertificateBuilder,
+    DatasetSink,
+    ExportOptions,
+    TrajectoryBuilder,
+    check_dataset_id,
 )
-from rlmesh_stream.consumers.datasets.writers import MinariWriter, ParquetWriter
 from rlmesh_stream.consumers.progress import Progress
-from rlmesh_stream.consumers.records import Record
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
-from rlmesh_stream.consumers.sinks import Sink, SinkBatch
-from rlmesh_stream.consumers.tables import Table
+from rlmesh_stream.consumers.sinks import Sink
+from rlmesh_stream.schemas.connection.client_errors import LIBRDKAFKA_LOG
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import EventType
-
-TRAJECTORY_EVENTS = frozenset({
-    EventType.OBSERVATION_EMITTED, EventType.ACTION_RECEIVED, EventType.STEP_COMPLETED,
-    EventType.EPISODE_STARTED, EventType.EPISODE_COMPLETED, EventType.SESSION_ENDED,
-    EventType.SESSION_FAILED, EventType.RELAY_ADVISORY,
-})
-
-
-class TrajectoryBuilder(Builder):
-    name = "trajectories"
-    event_types: ClassVar[frozenset[EventType]] = TRAJECTORY_EVENTS
-    tables: ClassVar[tuple[Table, ...]] = ()
-
-    def __init__(self, sink: DatasetSink) -> None:
-        self.sink = sink
-
-    def rows(self, record: Record) -> Iterator[PartialRow]:
-        if record.event is not None:
-            self.sink.joiner.add(record.event, (record.topic, record.partition, record.offset))
-        return iter(())
-
-
-class CertificateBuilder(Builder):
-    name = "certificate"
-    event_types: ClassVar[frozenset[EventType]] = frozenset(EventType)
-    tables: ClassVar[tuple[Table, ...]] = ()
-    needs_decode = False
-
-    def __init__(self, sink: DatasetSink) -> None:
-        self.sink = sink
-
-    def rows(self, record: Record) -> Iterator[PartialRow]:
-        certificate = self.sink.certificate
-        certificate.covered(record.topic, record.partition, record.offset)
-        seen = header_sequence(record.headers)
-        if seen is not None:
-            dead = record.event is None and record.event_type in TRAJECTORY_EVENTS
-            certificate.saw(seen[0], seen[1], dead)
-        return iter(())
-
-
-@dataclass
-class ExportOptions:
-    out: Path
-    fmt: str  # minari | parquet
-    dataset_id: str
-    filters: Filters
-    minari_format: str = "hdf5"  # hdf5 | arrow (Minari's storage layouts)
-    max_episode_steps: int | None = None  # overrides the env spec's step limit
-
-
-class DatasetSink:
-    """What the runtime calls a sink: offsets from the manifest, one commit per checkpoint.
-
-    Only `load_offsets` and `apply` are called by the runtime; a dataset has no SQL.
-    """
-
-    shared_writers = False  # one process exports a dataset: no lock keys
-    reads_builder_state = True  # the builders feed the joiner and certificate `apply` reads
-
-    def __init__(self, options: ExportOptions, prefix: str) -> None:
-        check_dataset_id(options.dataset_id, options.out)
-        self.options = options
-        self.prefix = prefix
-        self.final = False
-        self.released: list[Episode] = []
-        self._load()
-
-    def _load(self) -> None:
-        options = self.options
-        self.store = ManifestStore(options.out, fmt=options.fmt, dataset_id=options.dataset_id)
-        self.writer: MinariWriter | ParquetWriter = (
-            MinariWriter(options.out, options.dataset_id, data_format=options.minari_format,
-                         max_episode_steps=options.max_episode_steps,
-                         state_dir=self.store.state_dir) if options.fmt == "minari"
-            else ParquetWriter(options.out))
-        self.writer.recover(self.store.committed.writer, self.store.committed.generation)
-        self.joiner = Joiner(options.filters)
-        self.certificate = Certificate()
-        if self.store.pending_state is not None:
-            restored = state.load(self.store.pending_state, str(self.store.state_dir))
-            self.certificate = restored.pop("certificate")
-            self.joiner.restore(restored, self.store.offsets(CertificateBuilder.name))
-
-    def load_offsets(self, builder: str) -> dict[tuple[str, int], int]:
-        return self.store.offsets(builder)
-
-    def apply(self, batch: SinkBatch) -> None:
-        try:
-            self._commit(batch)
-        except Exception:
-            self._reload()  # the joiner saw this batch: go back to the committed state
-            raise
-
-    def _commit(self, batch: SinkBatch) -> None:
-        # One exporter per directory (the manifest's lock): no fencing between writers.
-        self.certificate.merge()
-        episodes = self.joiner.release(final=self.final)
-        keep = []
-        for e in episodes:
-            why = self.writer.accepts(e) if isinstance(self.writer, MinariWriter) else None
-            if why is not None:
-                self.joiner.skipped[why] += 1
-                self.joiner.skip_examples.setdefault(why, f"{e.session_id}/{e.record_id}")
-                continue
-            keep.append(e)
-            self.certificate.exported += 1
-            self.certificate.exported_steps += e.length
-            self.certificate.tagged_caution += e.caution
-            self.certificate.without_terminal_observation += not e.terminal_observation
-            self.certificate.abandoned_exported += e.abandoned
-        generation = self.store.committed.generation + 1
-        writer_state = self.writer.write(keep, generation) if keep else (
-            self.store.committed.writer)
-        read = self.store.offsets(CertificateBuilder.name)
-        for u in batch.offsets:
-            if u.builder == CertificateBuilder.name:
-                read[(u.topic, u.partition)] = u.next_offset
-        trajectory_topics = {et.topic(self.prefix) for et in TRAJECTORY_EVENTS}
-        resume = self.joiner.resume_offsets(
-            {tp: o for tp, o in read.items() if tp[0] in trajectory_topics})
-        certificate = self.certificate.summary(self.joiner.skipped)
-        if isinstance(self.writer, MinariWriter):
-            # where the dataset's env spec came from: "producer" (the env as it ran),
-            # "registry default" (Gymnasium's registration: nobody said), "none"
-            certificate["env_spec"] = self.writer.env_spec_source or None
-        self.store.commit(offsets={CertificateBuilder.name: read, TrajectoryBuilder.name: resume},
-                          writer=writer_state,
-                          joiner_state=state.dump(self.joiner.state(), self.certificate),
-                          certificate=certificate)
-        self.released.extend(keep)
-
-    def finish(self) -> None:
-        """The end of an offline run: decide on every episode still pending, and commit."""
-        self.final = True
-        self._commit(SinkBatch())
-
-    def _reload(self) -> None:
-        self.store.close()
-        self._load()
-
-    def close(self) -> None:
-        self.store.close()
 
 
 def make_export(config: StreamConfig, options: ExportOptions, runtime_options: RuntimeOptions,
                 *, progress: Progress | None = None) -> tuple[DatasetSink, ConsumerRuntime]:
-    """The dataset sink and the consumer runtime feeding it (not started: `runtime.run()`)."""
-    sink = DatasetSink(options, config.topic_prefix)
+    """The dataset sink and the consumer runtime feeding it (not started: `runtime.run()`).
+
+    A member owns whole sessions (a range assignment over co-partitioned topics); the
+    single-writer formats (a Parquet directory, a Minari dataset) take one member only."""
+    sink: DatasetSink
+    if options.iceberg is not None:  # several members: shards of a table
+        from rlmesh_stream.consumers.datasets.iceberg_sink import ShardedSink
+
+        check_co_partitioned(config, list(EventType))
+        runtime_options = replace(runtime_options, whole_sessions=True, single_member=False)
+        sink = ShardedSink(options, config.topic_prefix)
+    else:
+        check_co_partitioned(config, sorted(TRAJECTORY_EVENTS, key=lambda e: e.value))
+        runtime_options = replace(runtime_options, whole_sessions=True, single_member=True)
+        sink = DatasetSink(options, config.topic_prefix)
     builders: list[Builder] = [TrajectoryBuilder(sink), CertificateBuilder(sink)]
     return sink, ConsumerRuntime(config, builders, cast(Sink, sink), runtime_options,
                                  progress=progress)
@@ -197,26 +57,53 @@ def run_export(config: StreamConfig, options: ExportOptions, runtime_options: Ru
     sink, runtime = make_export(config, options, runtime_options, progress=progress)
     try:
         runtime.run()
-        if runtime_options.until_end:
+        if runtime.reached_end or options.iceberg is not None:
+            # the decisions on what is still open, at the end only: a run stopped before
+            # it (SIGTERM, Ctrl-C) has not read the rest of those episodes (iceberg: the
+            # summary only, its decisions are `at_end`'s)
             sink.finish()
     finally:
         sink.close()
     return sink, runtime
 
 
-# Minari's NAMESPACE/NAME-vN (`minari.dataset.minari_dataset.DATASET_ID_RE`, the namespace
-# required, ASCII): letters, digits, `-` and `_` in each `/`-separated part, no `.` at all.
-_DATASET_ID = re.compile(r"^[-_A-Za-z0-9]+(?:/[-_A-Za-z0-9]+)*/[-_A-Za-z0-9]+?-v\d+$")
+def check_co_partitioned(config: StreamConfig, events: list[EventType],
+                         timeout: float = 15.0) -> None:
+    """The topics of `events` that exist have one partition count, or a DatasetError:
+    a session's events are in partition i of each (keyed by session id), and a member
+    owns a session only if it owns partition i of every one of them."""
+    from confluent_kafka.admin import AdminClient
+
+    # librdkafka's lines stay off the terminal (an unreachable Kafka repeats them; the
+    # runtime's own check then says so in one line)
+    conf: dict[str, Any] = {**config.kafka_config(), "logger": LIBRDKAFKA_LOG}
+    admin = AdminClient(conf)
+    counts: dict[str, int] = {}
+    kind = "trajectory" if len(events) == len(TRAJECTORY_EVENTS) else "event"
+    for et in events:
+        topic = et.topic(config.topic_prefix)
+        try:
+            meta = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
+        except Exception:  # Kafka away: the runtime's own check says so, in one line
+            return
+        if meta is not None and meta.error is None and meta.partitions:
+            counts[topic] = len(meta.partitions)
+    if len(set(counts.values())) <= 1:
+        return
+    common = Counter(counts.values()).most_common(1)[0][0]
+    odd = ", ".join(f"{t} has {n}" for t, n in sorted(counts.items()) if n != common)
+    others = sum(n == common for n in counts.values())
+    raise DatasetError(f"the {kind} topics must have the same number of partitions (a "
+                       f"session's events are in partition i of each): {odd}, the other "
+                       f"{others} have {common}; recreate them with one count")
 
 
-def check_dataset_id(dataset_id: str, out: Path | None = None) -> str:
-    """NAMESPACE/NAME-vN (Minari's syntax), inside `out`, or a clear DatasetError."""
-    if not _DATASET_ID.match(dataset_id):
-        raise DatasetError(f"dataset id {dataset_id!r} is not NAMESPACE/NAME-vN "
-                           "(for example rlmesh/cartpole-v0)")
-    if out is not None and not (out / dataset_id).resolve().is_relative_to(out.resolve()):
-        raise DatasetError(f"dataset id {dataset_id!r} leads outside {out}")
-    return dataset_id
+def default_group(dataset_id: str, out: str) -> str:
+    """The group of an export that names none: one per dataset and destination, so two
+    exports of one dataset into different places never split its partitions."""
+    digest = hashlib.sha256(out.encode()).hexdigest()[:12]
+    return f"rlmesh-stream.export.{dataset_id}.{digest}"
 
 
-__all__ = ["DatasetError", "DatasetSink", "ExportOptions", "make_export", "run_export"]
+__all__ = ["TRAJECTORY_EVENTS", "DatasetError", "DatasetSink", "ExportOptions", "check_dataset_id",
+           "make_export", "run_export"]

@@ -213,6 +213,7 @@ class ManifestStore:
                          json.dumps(new.__dict__, indent=1, sort_keys=True))
         old = self.state_dir / self._pending_name(self.committed.generation)
         self.committed = new
+        self.pending_state = joiner_state
         if old.exists():
             old.unlink()
 

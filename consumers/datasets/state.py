@@ -9,6 +9,7 @@ JSON-ready values; `load` checks the shape and rebuilds them, or raises
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from typing import Any
 
@@ -30,7 +31,10 @@ def dump(joiner_state: dict[str, Any], certificate: Certificate) -> dict[str, An
         "version": VERSION, "sessions": sessions, "first": first,
         "skipped": dict(joiner_state["skipped"]),
         "skip_examples": dict(joiner_state["skip_examples"]),
-        "certificate": {"producers": certificate.producers, "offsets": certificate.offsets,
+        # copies: the store keeps these values as the committed state, the certificate
+        # goes on changing
+        "certificate": {"producers": copy.deepcopy(certificate.producers),
+                        "offsets": copy.deepcopy(certificate.offsets),
                         **{k: getattr(certificate, k) for k in _COUNTS}},
     }
 

@@ -13,14 +13,24 @@ a registry that is down makes the runtime rewind to the last checkpoint and retr
 back-off, never skip.
 
 The parts, one job each, composed by `core.ConsumerRuntime`:
-- `offsets.py`: assignment and offsets (stored, next, ends, where reading starts, lag);
+- `offsets.py`: assignment and offsets (stored, next, ends, where reading starts, lag;
+  whole sessions: the group's ends at start, a single member's check);
 - `policy.py`: the buffer and the checkpoint policy (when to cut, aligned cuts);
 - `checkpoint.py`: a cut reduced into one transaction, written and accounted for;
-- `until_end.py`: the start check and stop rule of an offline run;
+- `until_end.py`: the start check and stop rule of an offline run (whole sessions:
+  every partition of the group read to its end at start, other members' as the sink
+  says);
 - `decoding.py`: the decoder cache (which reader per schema id) and its warm-up;
 - `reader.py`: the per-record hot path, messages into Records and dead letters;
-- `kafka_io.py`: the consumer's settings, client errors, metadata and watermarks;
+- `kafka_io.py`: the consumer's settings (a range assignment for whole sessions), client
+  errors, metadata and watermarks;
 - `options.py`: the options, the account of a checkpoint and the errors.
+
+`core.py` calls a sink's optional hooks: `rewound(partitions)` whenever reading goes back
+to its stored offsets (an assignment, a loss, a rewind), `revoked()` when an eager
+revocation or a loss takes every partition (whole sessions), `at_end()` after an offline
+run's last checkpoint, while the partitions are still held; `group_offsets()` is the
+stop rule's look at what other members stored.
 """
 
 from rlmesh_stream.consumers.runtime.checkpoint import offset_ranges as _offset_ranges

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, cast
 from confluent_kafka import KafkaException
 
 from rlmesh_stream.consumers.builders import Builder, Reduced, reduce
-from rlmesh_stream.consumers.checkpoint_writer import CheckpointWriter, Written
+from rlmesh_stream.consumers.checkpoint_writer import CheckpointWriter, ReadAgain, Written
 from rlmesh_stream.consumers.deadletter import (
     DeadLetter,
     DeadLetterQueue,
@@ -62,6 +62,9 @@ class Checkpoints:
         self.metrics: ConsumerMetrics | None = None
         self.on_checkpoint: Callable[[CheckpointInfo], None] | None = None
         self.rewind = False  # go back to the last written checkpoint before reading on
+        # the last rewind's cause: the sink's fence (another process committed these
+        # partitions since they were read), not a transient failure
+        self.fenced = False
         self.events = 0  # records applied (committed) by this process
         self.dead_letters = 0
 
@@ -137,6 +140,7 @@ class Checkpoints:
         if written.conflict is not None:
             log.warning("checkpoint dropped: %s", written.conflict)
             self.rewind = True
+            self.fenced = not isinstance(written.conflict, ReadAgain)
             self.policy.drop()
             return True
         ck, batch = written.context, written.batch

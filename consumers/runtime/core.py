@@ -32,7 +32,7 @@ from rlmesh_stream.consumers.runtime.options import (
 from rlmesh_stream.consumers.runtime.policy import CheckpointPolicy
 from rlmesh_stream.consumers.runtime.reader import Reader
 from rlmesh_stream.consumers.runtime.until_end import UntilEnd
-from rlmesh_stream.consumers.sinks import Sink, SinkBatch
+from rlmesh_stream.consumers.sinks import OffsetConflict, Sink, SinkBatch
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.connection.redact import redact_url
 
@@ -82,9 +82,14 @@ class ConsumerRuntime:
         self.decoders = Decoders(config, builders, self.topics, decoder)
         self.errors = kafka_io.ClientErrors(config, options.group_id)
         self.reader = Reader(self.decoders, self.offsets, self.policy, self.errors)
-        self.until_end = UntilEnd(config, options, self.topics, self.policy)
+        self.until_end = UntilEnd(config, options, self.topics, self.policy, sink)
+        if options.whole_sessions:  # the end of the partitions other members hold
+            self.offsets.others_read = self.until_end.others_read_to_end
         self._admin: Any = None  # AdminClient for the end offsets at start, made when needed
         self._stopping = False
+        # --until-end: the run read everything to the end and its last checkpoint (and the
+        # sink's last decisions) were written; a run stopped before then decides nothing
+        self.reached_end = False
         self._failed: ConsumerError | None = None  # raised by the loop before reading on
         self.consumer: Consumer | None = None
 
@@ -127,8 +132,13 @@ class ConsumerRuntime:
         self.consumer = Consumer(self._kafka_config())
         if self.options.until_end:
             self.until_end.check_topics(self.consumer, self.errors)
+            if self.options.whole_sessions:
+                self.offsets.group_ends = self.until_end.group_ends(self.consumer)
         elif not self.options.from_beginning:
             self.offsets.start_ends = self._ends_at_start()
+        if self.options.single_member and not self.options.until_end:
+            # live: the partitions a lone member's first assignment must hold
+            self.offsets.group_ends = self.offsets.start_ends or self._ends_at_start() or {}
         self.consumer.subscribe(self.topics, on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         # the group join is a wait: import and compile what the first batch needs meanwhile
@@ -205,11 +215,32 @@ class ConsumerRuntime:
                 self.progress.update(self.events, self._lag())
             if self.metrics:
                 self.metrics.tick(self.lag_by_partition)
-            if self.options.until_end and self.until_end.done(self.consumer):
+            if (self.options.until_end and not checkpoints.rewind
+                    and self.until_end.done(self.consumer) and self._end()):
                 break
         checkpoints.flush(final=True)
         if self.metrics:
             self.metrics.tick(self.lag_by_partition, force=True)
+
+    def _end(self) -> bool:
+        """--until-end, everything read: the last checkpoint, then the sink's last decisions
+        (`at_end`, while this process still holds its partitions). False when the fence
+        dropped either (another process committed these partitions since they were read):
+        the run reads again from the sink's offsets, and ends only once that is written
+        (it used to end there, exit 0, that checkpoint's episodes not exported)."""
+        self.checkpoints.flush(final=True)
+        if self.checkpoints.rewind:
+            return False
+        at_end = getattr(self.sink, "at_end", None)
+        if at_end is not None:
+            try:
+                at_end()
+            except OffsetConflict as exc:
+                log.warning("last decisions dropped: %s", exc)
+                self.checkpoints.rewind = self.checkpoints.fenced = True
+                return False
+        self.reached_end = True
+        return True
 
     def _registry_wait(self, exc: RegistryDown, down_since: float, backoff: float) -> float:
         """How long to wait before retrying a registry that does not answer: `backoff`,
@@ -267,11 +298,18 @@ class ConsumerRuntime:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Seek every newly assigned partition to the offset stored in the sink."""
-        self.until_end.assigned()  # called at each rebalance, even with nothing
+        self.offsets.between_assignments = False
+        first = self.until_end.assigned()  # called at each rebalance, even with nothing
         self.checkpoints.finish()  # the offsets it stores are the ones to load
+        if first and self.options.single_member:
+            self.offsets.check_single_member((tp.topic, tp.partition) for tp in partitions)
+        self._rewound(sorted((tp.topic, tp.partition) for tp in partitions))
         self.offsets.load(self.sink)
         assign = self.offsets.assign(consumer, partitions, self._beyond_end)
-        consumer.incremental_assign(assign)
+        if self.options.whole_sessions:
+            consumer.assign(assign)  # eager: `partitions` is the whole new assignment
+        else:
+            consumer.incremental_assign(assign)
         # the sink's offsets, mirrored into the group for lag tools
         kafka_io.commit(consumer, [tp for tp in assign if tp.offset >= 0])
         log.info("assigned %s", sorted(self.offsets.assigned))
@@ -302,21 +340,51 @@ class ConsumerRuntime:
         """Checkpoint what was read before the partitions go to another member."""
         self.checkpoints.flush(wait=True)
         self.offsets.forget(partitions)
-        consumer.incremental_unassign(partitions)
+        self._revoked()
+        self._unassign(consumer, partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Partitions lost without a revoke: their buffered records must not be written."""
         self.checkpoints.finish()  # cut before the loss: fenced like any other
         self.policy.drop()
         self.offsets.forget(partitions)
+        if self.options.single_member:  # its session timed out (a pause, a zombie): the
+            self.until_end.first_assigned_at = None  # next assignment is checked as a newcomer's
+        self._revoked()
         self.checkpoints.rewind = True
-        consumer.incremental_unassign(partitions)
+        self._unassign(consumer, partitions)
+
+    def _rewound(self, partitions: list[TP]) -> None:
+        """Tell a sink that keeps state between checkpoints that `partitions` are read
+        again from its stored offsets (an assignment, a loss, a rewind): it goes back to
+        its committed state."""
+        rewound = getattr(self.sink, "rewound", None)
+        if rewound is not None:
+            rewound(partitions)
+
+    def _revoked(self) -> None:
+        """Tell a sink that keeps state per partition that it holds none now (an eager
+        revocation or a loss takes them all)."""
+        if self.options.whole_sessions:
+            self.offsets.between_assignments = True
+            revoked = getattr(self.sink, "revoked", None)
+            if revoked is not None:
+                revoked()
+
+    def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self.options.whole_sessions:
+            consumer.unassign()  # eager: every partition is revoked at once
+        else:
+            consumer.incremental_unassign(partitions)
 
     def _do_rewind(self) -> None:
         """Drop the buffer and go back to the sink's offsets for every assigned partition."""
         assert self.consumer is not None
+        if self.checkpoints.fenced and self.options.whole_sessions and self._moved_away():
+            return
         self.checkpoints.finish()
         self.policy.drop()
+        self._rewound(sorted(self.offsets.assigned))
         self.offsets.load(self.sink)
         for key in sorted(self.offsets.assigned):
             start = self.offsets.start_offset(key)
@@ -328,6 +396,30 @@ class ConsumerRuntime:
                 self.consumer.incremental_assign([TopicPartition(key[0], key[1], start)])
             self.offsets.set_next(key, start, self.consumer)
         self.checkpoints.rewind = False
+
+    def _moved_away(self) -> bool:
+        """Fenced (another process committed this member's shards since it read them):
+        whether the group's coordinator has given them to another member. Then this one
+        drops them and waits for its next assignment instead of claiming them back (a
+        member paused past its session timeout, a zombie, took its old shards back from
+        their new owner, fencing it in turn, until Kafka dropped it). Unknown (the
+        coordinator does not answer): claimed back, as before."""
+        assert self.consumer is not None
+        self.checkpoints.fenced = False
+        owned = kafka_io.member_partitions(self._admin_client(), self.options.group_id,
+                                           self.consumer.memberid() or "")
+        if owned is None or self.offsets.assigned <= owned:
+            return False
+        log.warning("fenced, and group %s gives %d of this member's partitions to another: "
+                    "dropped until its next assignment", self.options.group_id,
+                    len(self.offsets.assigned - owned))
+        self.checkpoints.finish()
+        self.policy.drop()
+        self.offsets.forget([TopicPartition(*key) for key in sorted(self.offsets.assigned)])
+        self._revoked()
+        self.consumer.unassign()
+        self.checkpoints.rewind = False
+        return True
 
     def _commit(self, progress: dict[TP, int], wait: bool) -> None:
         """Mirror a written checkpoint's offsets into the group, for lag tools only."""

@@ -34,7 +34,10 @@ def kafka_config(config: StreamConfig, options: RuntimeOptions,
     conf = {
         **config.kafka_config(),
         "group.id": options.group_id,
-        "partition.assignment.strategy": "cooperative-sticky",
+        # range (eager) for whole sessions: partition i of every topic goes to one
+        # member, so a member owns whole sessions (keyed by session id, co-partitioned)
+        "partition.assignment.strategy": ("range" if options.whole_sessions
+                                          else "cooperative-sticky"),
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest" if options.from_beginning else "latest",
@@ -160,6 +163,18 @@ def watermarks(
                     consumer.list_topics(tp.topic, timeout=5)  # refreshes it
 
 
+def high_watermarks(consumer: Consumer, topics: list[str], timeout: float) -> dict[TP, int]:
+    """Every partition of `topics` and its high watermark now (what the consumer can read
+    up to). The admin client's list_offsets answered lower ends than this for records
+    already acknowledged, right after they were published: an --until-end run then
+    decided on episodes it had not read whole."""
+    ends: dict[TP, int] = {}
+    for topic, meta in existing_topics(consumer, topics, timeout).items():
+        for p in meta.partitions:
+            ends[(topic, p)] = watermarks(consumer, TopicPartition(topic, p))[1]
+    return ends
+
+
 def end_offsets(consumer: Consumer, admin: Callable[[], Any], topics: list[str]
                 ) -> dict[TP, int]:
     """Each existing partition of `topics` and its end offset as a read-committed
@@ -176,6 +191,23 @@ def end_offsets(consumer: Consumer, admin: Callable[[], Any], topics: list[str]
         {tp: OffsetSpec.latest() for tp in partitions}, request_timeout=5.0,
         isolation_level=IsolationLevel.READ_COMMITTED)
     return {(tp.topic, tp.partition): f.result().offset for tp, f in ends.items()}
+
+
+def member_partitions(admin: Any, group: str, member_id: str,
+                      timeout: float = 10.0) -> set[TP] | None:
+    """The partitions the coordinator of `group` gives member `member_id` now (empty: no
+    such member, e.g. its session timed out), or None when the group cannot be described."""
+    try:
+        future = admin.describe_consumer_groups([group], request_timeout=timeout)[group]
+        members = future.result(timeout=timeout + 5).members
+    except Exception as exc:  # the coordinator away: unknown
+        log.debug("cannot describe group %s (%s)", group, exc)
+        return None
+    for member in members:
+        if member.member_id == member_id:
+            tps = member.assignment.topic_partitions if member.assignment else []
+            return {(tp.topic, tp.partition) for tp in tps}
+    return set()
 
 
 def commit(consumer: Consumer, offsets: list[TopicPartition], wait: bool = False) -> None:

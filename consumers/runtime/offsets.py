@@ -2,6 +2,11 @@
 starts (the sink's stored offsets, else the start rule of the mode), how far each is
 read, the end offsets an offline run stops at, and the lag.
 
+With `whole_sessions` (a member owns whole sessions), an offline run is read to its end
+only when every partition of the topics is, to its end at start (`group_ends`): the ones
+held by this process, the others as the sink says other members read them
+(`others_read`, the stop rule's look at the sink, `until_end.py`).
+
 The sink is the source of truth: each builder's next offsets are loaded from it at every
 (re)assignment and rewind, and moved on only by a written checkpoint (`record_written`).
 """
@@ -10,13 +15,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
 
 from rlmesh_stream.consumers.builders import Builder
 from rlmesh_stream.consumers.runtime.kafka_io import watermarks
-from rlmesh_stream.consumers.runtime.options import TP, RuntimeOptions
+from rlmesh_stream.consumers.runtime.options import TP, ConsumerError, RuntimeOptions
 from rlmesh_stream.consumers.sinks import OffsetUpdate, Sink
 
 log = logging.getLogger(__name__)
@@ -65,6 +70,15 @@ class Offsets:
         self.start_ends: dict[TP, int] | None = None
         # where reading each held partition started (a logical start resolved)
         self.starts: dict[TP, int] = {}
+        # whole_sessions + --until-end: every partition of the topics, its end at start
+        # (single_member, live: the partitions a lone member's first assignment holds)
+        self.group_ends: dict[TP, int] = {}
+        # between a revocation (or a loss) and the next assignment, and before the first:
+        # what this member holds is not known, so it neither ends nor decides
+        self.between_assignments = True
+        # whole_sessions: whether the partitions given (held by others) are read to their
+        # ends at start, as the sink says (None: not known, so not)
+        self.others_read: Callable[[list[TP]], bool] | None = None
 
     # -- where reading starts --------------------------------------------------------
 
@@ -113,9 +127,24 @@ class Offsets:
             assign.append(TopicPartition(tp.topic, tp.partition, start))
             self.assigned.add(key)
             if self.options.until_end and marks is not None:
-                self.ends[key] = marks[1]
+                # the end seen at start, or later at assignment (never less than the
+                # watermark at assignment)
+                self.ends[key] = max(self.group_ends.get(key, 0), marks[1])
             self.set_next(key, start, consumer if marks is not None else None, marks)
         return assign
+
+    def check_single_member(self, partitions: Iterable[TP]) -> None:
+        """A single-writer sink's first assignment is every partition known at start, or
+        another process is a member of the group: stop before reading anything. (A member
+        killed without leaving is no member by then: the group waits for it to rejoin
+        until its session times out, then assigns everything to this one.)"""
+        got = set(partitions)
+        if self.group_ends.keys() <= got and got:
+            return
+        raise ConsumerError(
+            f"consumer group {self.options.group_id} already has a member that holds "
+            f"{len(self.group_ends.keys() - got)} of the topics' partitions: this format "
+            "has one writer; stop the other process, or give this one its own --group")
 
     def reset(self, key: TP, above: int, to: int) -> list[OffsetUpdate]:
         """The updates that move each builder's stored offset of `key` that is above
@@ -183,10 +212,27 @@ class Offsets:
     # -- how far reading is ----------------------------------------------------------
 
     def read_to_end(self) -> bool:
-        """Every assigned partition read up to the end offset seen at assignment."""
+        """Every assigned partition read up to the end offset seen at assignment; with
+        `whole_sessions`, every partition of the group up to its end at start."""
+        if self.options.whole_sessions and self.group_ends:
+            return self._group_read_to_end()
         if not self.assigned:
             return False
         return all(self.next.get(k, -1) >= self.ends.get(k, 0) for k in self.assigned)
+
+    def _group_read_to_end(self) -> bool:
+        """Every partition of the topics read to its end at start: by this process (the
+        ones it holds), or, as the sink's stored offsets say, by other members (none for
+        a single member). A member holding no partition ends once the others are done."""
+        if self.between_assignments or not all(
+                self.next.get(k, -1) >= self.ends.get(k, 0) for k in self.assigned):
+            return False
+        others = [k for k in self.group_ends if k not in self.assigned]
+        if not others:
+            return bool(self.assigned) or not self.group_ends
+        if self.options.single_member or self.others_read is None:
+            return False
+        return self.others_read(others)
 
     def left_to_read(self) -> int:
         """Records left up to the end offsets seen at assignment (--until-end)."""

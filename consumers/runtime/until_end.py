@@ -1,7 +1,11 @@
 """The stop rule of an offline run (--until-end): the run starts only if Kafka answers
 and one of its topics exists, and stops once every partition it holds is read up to the
 end offset seen at assignment and checkpointed, or, holding none, once the group has
-settled with every partition owned by another member."""
+settled with every partition owned by another member.
+
+With `whole_sessions` the end is the group's: every partition of the topics read to its
+high watermark at start (`group_ends`), the partitions other members hold as the sink's
+stored offsets say (`others_read_to_end`); a member holding none ends once they are."""
 
 from __future__ import annotations
 
@@ -15,9 +19,11 @@ from rlmesh_stream.consumers.runtime.kafka_io import (
     SESSION_TIMEOUT_MS,
     ClientErrors,
     existing_topics,
+    high_watermarks,
 )
 from rlmesh_stream.consumers.runtime.options import TP, ConsumerError, RuntimeOptions
 from rlmesh_stream.consumers.runtime.policy import CheckpointPolicy
+from rlmesh_stream.consumers.sinks import Sink
 from rlmesh_stream.schemas.connection.config import StreamConfig
 
 log = logging.getLogger(__name__)
@@ -27,11 +33,12 @@ class UntilEnd:
     """When an offline run may start, and when it is done."""
 
     def __init__(self, config: StreamConfig, options: RuntimeOptions, topics: list[str],
-                 policy: CheckpointPolicy) -> None:
+                 policy: CheckpointPolicy, sink: Sink) -> None:
         self.config, self.options, self.topics = config, options, topics
-        self.policy = policy
+        self.policy, self.sink = policy, sink
         self.first_assigned_at: float | None = None  # monotonic time of the first assignment
-        self._idle_checked_at = 0.0  # holding no partitions: the last look at the group
+        # holding no partitions: the last look at the group (whole_sessions: at the sink)
+        self._idle_checked_at = 0.0
         self._admin: Any = None  # AdminClient describing the group, made when first needed
 
     def check_topics(self, consumer: Consumer, errors: ClientErrors) -> None:
@@ -58,10 +65,38 @@ class UntilEnd:
                 f"(e.g. {self.topics[0]}): check --topic-prefix, and that producers have "
                 "published or `rlmesh-stream topics create` has run")
 
-    def assigned(self) -> None:
-        """A rebalance gave this process its partitions (even none)."""
+    def group_ends(self, consumer: Consumer) -> dict[TP, int]:
+        """whole_sessions: every partition of the topics and its end at start (its high
+        watermark, what the consumer reads up to), or an error."""
+        ends = high_watermarks(consumer, self.topics, self.options.connect_timeout)
+        if not ends:
+            raise ConsumerError(f"cannot list the end offsets of the topics under "
+                                f"{self.config.topic_prefix!r} at "
+                                f"{self.config.bootstrap}; run again")
+        return ends
+
+    def assigned(self) -> bool:
+        """A rebalance gave this process its partitions (even none): whether it is the
+        first (or the first since a loss made this process a newcomer)."""
         if self.first_assigned_at is None:
             self.first_assigned_at = time.monotonic()
+            return True
+        return False
+
+    def others_read_to_end(self, others: list[TP]) -> bool:
+        """whole_sessions: the partitions `others` (held by other members) read to their
+        ends at start, as the sink's stored offsets say (asked once a second at most, and
+        not while a checkpoint is being written)."""
+        group_offsets = getattr(self.sink, "group_offsets", None)
+        if group_offsets is None or self.policy.writer.busy:
+            return False
+        now = time.monotonic()
+        if now - self._idle_checked_at < 1.0:  # ask the sink once a second at most
+            return False
+        self._idle_checked_at = now
+        stored = group_offsets()
+        ends = self.policy.offsets.group_ends
+        return all(stored.get(k, -1) >= ends[k] for k in others)
 
     def done(self, consumer: Consumer) -> bool:
         """Read to the end and all of it cut, or nothing to read in this process."""
@@ -80,7 +115,8 @@ class UntilEnd:
         (`settle_time` after the first assignment) with every partition of the topics
         owned by another member. There is nothing left for this process to read."""
         if (self.policy.offsets.assigned or self.policy.buffer
-                or self.first_assigned_at is None):
+                or self.first_assigned_at is None
+                or self.options.whole_sessions):  # there, `Offsets.read_to_end` says it
             return False
         now = time.monotonic()
         if now - self.first_assigned_at < self._settle_time():

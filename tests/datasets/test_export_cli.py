@@ -65,3 +65,25 @@ def test_an_unreachable_kafka_is_one_line_like_consume_says_it(tmp_path: Path) -
     assert code == 1
     (line,) = output.strip().splitlines()
     assert line.startswith(f"Error: cannot reach Kafka at 127.0.0.1:{port}"), line
+
+
+def test_a_directory_format_without_out_is_refused_by_name(tmp_path: Path) -> None:
+    code, output = _export("--format", "parquet")
+
+    assert code != 0
+    assert "--format parquet needs --out DIR" in output
+
+
+def test_iceberg_without_catalog_and_table_is_refused_by_name() -> None:
+    code, output = _export("--format", "iceberg", "--table", "rl.x")
+
+    assert code != 0
+    assert "--format iceberg needs --catalog URI and --table NAMESPACE.NAME" in output
+
+
+def test_an_iceberg_table_without_namespace_is_refused_in_one_line(tmp_path: Path) -> None:
+    code, output = _export("--format", "iceberg", "--catalog",
+                           f"sqlite:///{tmp_path}/c.db", "--table", "trajectories")
+
+    assert code != 0
+    assert output.strip() == "Error: --table 'trajectories' is not NAMESPACE.NAME"

@@ -1,0 +1,194 @@
+"""The Iceberg export's sink: a joiner and a certificate per partition number (a shard).
+
+A session's events are in partition i of every topic (keyed by session id; the range
+assignment gives partition i of every topic to one member), so shard i is a unit that
+members own and hand over whole. Each commit carries the states of the shards this
+member holds and the offsets of their partitions (iceberg.py merges them into the
+table's head, fenced per shard); a member that is assigned shards reads their state
+from the table, claims them (an empty commit writing their states again, so whoever
+held them before is fenced), and reads again from their resume offsets. The
+certificate a user sees is every shard's, merged (`merged_certificate`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from rlmesh_stream.consumers.datasets import state
+from rlmesh_stream.consumers.datasets.episodes import Episode, Joiner
+from rlmesh_stream.consumers.datasets.iceberg import IcebergStore, IcebergWriter
+from rlmesh_stream.consumers.datasets.manifest import Certificate
+from rlmesh_stream.consumers.datasets.sink import (
+    TRAJECTORY_EVENTS,
+    CertificateBuilder,
+    DatasetSink,
+    TrajectoryBuilder,
+)
+from rlmesh_stream.consumers.sinks import SinkBatch
+
+TP = tuple[str, int]
+
+
+class ShardedSink(DatasetSink):
+    """`DatasetSink` for an Iceberg table written by several members."""
+
+    def _load(self) -> None:
+        assert self.options.iceberg is not None
+        self.table = IcebergStore(self.options.iceberg, self.options.group)
+        self.held: set[int] = set()
+        self.finished = False
+        self._restore()
+
+    def _restore(self) -> None:
+        self.rows = IcebergWriter(self.table)
+        self.shards: dict[int, tuple[Joiner, Certificate]] = {}
+        self.joiner = Joiner(self.options.filters)  # the skip counts of writer refusals
+        self.certificate = Certificate()
+
+    def _shard(self, n: int) -> tuple[Joiner, Certificate]:
+        shard = self.shards.get(n)
+        if shard is None:
+            joiner, certificate = Joiner(self.options.filters), Certificate()
+            saved = self.table.shard_state(n)
+            if saved is not None:
+                restored = state.load(saved, self.table.source)
+                certificate = restored.pop("certificate")
+                frontier = {tp: o for tp, o in self.table.offsets(CertificateBuilder.name).items()
+                            if tp[1] == n}
+                joiner.restore(restored, frontier)
+            shard = self.shards[n] = (joiner, certificate)
+        return shard
+
+    def joiner_for(self, partition: int) -> Joiner:
+        return self._shard(partition)[0]
+
+    def certificate_for(self, partition: int) -> Certificate:
+        return self._shard(partition)[1]
+
+    def rewound(self, partitions: list[TP] | None = None) -> None:
+        """Reading goes back to the table's offsets for `partitions`: their shards' state
+        from the table, claimed (whoever committed them before is fenced)."""
+        self.table.reload()
+        self._restore()
+        if partitions is not None:
+            self.held = {p for _, p in partitions}
+        if self.held:
+            self._commit_shards({}, claim=True)
+
+    def revoked(self) -> None:
+        """Every partition was taken away (what was complete is committed): this member
+        holds no shard, so it decides on none, and forgets what it read of them."""
+        self.held = set()
+        self._restore()
+
+    def load_offsets(self, builder: str) -> dict[TP, int]:
+        return self.table.offsets(builder)
+
+    def group_offsets(self) -> dict[TP, int]:
+        """How far every partition is read, as the table's head says (all members')."""
+        return self.table.head_offsets(CertificateBuilder.name)
+
+    def _commit(self, batch: SinkBatch) -> None:
+        read = {tp: o for tp, o in self.table.offsets(CertificateBuilder.name).items()
+                if tp[1] in self.held}
+        for u in batch.offsets:
+            if u.builder == CertificateBuilder.name:
+                read[(u.topic, u.partition)] = u.next_offset
+        keep: list[Episode] = []
+        for n in sorted(self.held):
+            joiner, certificate = self._shard(n)
+            certificate.merge()
+            for e in joiner.release(final=self.final):
+                why = self.rows.accepts(e)
+                if why is not None:
+                    joiner.skipped[why] += 1
+                    joiner.skip_examples.setdefault(why, f"{e.session_id}/{e.record_id}")
+                    continue
+                keep.append(e)
+                certificate.exported += 1
+                certificate.exported_steps += e.length
+                certificate.tagged_caution += e.caution
+                certificate.without_terminal_observation += not e.terminal_observation
+                certificate.abandoned_exported += e.abandoned
+        if keep:
+            self.rows.write(keep, 0)
+        self._commit_shards(read)
+        self.released.extend(keep)
+
+    def _commit_shards(self, read: dict[TP, int], claim: bool = False) -> None:
+        trajectory = {et.topic(self.prefix) for et in TRAJECTORY_EVENTS}
+        stored = self.table.offsets(CertificateBuilder.name)
+        read = {**{tp: o for tp, o in stored.items() if tp[1] in self.held}, **read}
+        resume: dict[TP, int] = {}
+        states = {}
+        for n in sorted(self.held):
+            joiner, certificate = self._shard(n)
+            mine = {tp: o for tp, o in read.items() if tp[1] == n and tp[0] in trajectory}
+            resume.update(joiner.resume_offsets(mine))
+            states[n] = state.dump(joiner.state(), certificate)
+        offsets = {} if claim else {CertificateBuilder.name: read,
+                                    TrajectoryBuilder.name: resume}
+        self.table.commit(offsets=offsets, shards=states)
+
+    def at_end(self) -> None:
+        """--until-end, every partition read: decide on the open episodes of the shards
+        held, while they are still held."""
+        self.final = True
+        try:
+            if self.held:
+                self._commit(SinkBatch())
+        except Exception:  # fenced (OffsetConflict: the runtime reads again) or failed
+            self.final = False
+            self._reload()  # the decisions made in memory are not the table's
+            raise
+        self.finished = True
+
+    def finish(self) -> None:
+        """The end of a run (the decisions are `at_end`'s): the certificate over every
+        shard, for the summary line."""
+        self.table.reload()
+        self.summary = merged_certificate(
+            [self.table.shard_state(int(n)) for n in sorted(self.table.shards, key=int)])
+
+    def certificate_summary(self) -> dict[str, Any]:
+        return dict(getattr(self, "summary", {}))
+
+    def _reload(self) -> None:
+        self.table.reload()
+        self._restore()
+
+    def close(self) -> None:
+        self.table.close()
+
+
+def merged_certificate(saved: list[Any]) -> dict[str, Any]:
+    """One certificate of every shard's (sequence ranges joined per producer)."""
+    total = Certificate()
+    skipped: Counter[str] = Counter()
+    for value in saved:
+        if value is None:
+            continue
+        restored = state.load(value, "a shard's state")
+        cert: Certificate = restored["certificate"]
+        skipped.update(restored["skipped"])
+        for producer, p in cert.producers.items():
+            into = total.producers.setdefault(producer, {"ranges": [], "duplicates": 0,
+                                                         "dead_letters": 0})
+            into["duplicates"] += p["duplicates"]
+            into["dead_letters"] += p["dead_letters"]
+            into["ranges"].extend(p["ranges"])
+        total.offsets.update(cert.offsets)
+        for k in ("exported", "exported_steps", "tagged_caution",
+                  "without_terminal_observation", "abandoned_exported"):
+            setattr(total, k, getattr(total, k) + getattr(cert, k))
+    for p in total.producers.values():
+        merged: list[list[int]] = []
+        for a, b in sorted(p["ranges"]):
+            if merged and merged[-1][1] + 1 >= a:
+                p["duplicates"] += max(0, min(merged[-1][1], b) - a + 1)
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        p["ranges"] = merged
+    return total.summary(skipped)

@@ -1,0 +1,230 @@
+"""The dataset as the runtime's sink: `DatasetSink` and the two builders that feed it.
+
+The runtime (`consumers.runtime.ConsumerRuntime`) reads, decodes, dead-letters
+and checkpoints as for every table builder. Two builders ride on it:
+`TrajectoryBuilder` feeds the decoded step, action, observation, episode and
+session events to the joiner; `CertificateBuilder` reads every event topic's
+headers for the delivery check (producer id + sequence). Their `rows` write no
+table rows: `DatasetSink.apply`, called once per checkpoint with the batch's
+offsets, releases the whole episodes, has the writer append them and commits
+the manifest (offsets, joiner state, certificate) atomically. On restart the
+runtime seeks to the manifest's offsets and the joiner resumes from its
+state (JSON, state.py), so every record is applied exactly once.
+
+Apart from `export.py` (which composes a run) so that the Iceberg sink
+(`iceberg_sink.py`), which `export.py` picks, can build on `DatasetSink` without an
+import circle.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rlmesh_stream.consumers.builders.base import Builder, PartialRow
+from rlmesh_stream.consumers.datasets import state
+from rlmesh_stream.consumers.datasets.episodes import Episode, Filters, Joiner
+from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget, IcebergWriter
+from rlmesh_stream.consumers.datasets.manifest import (
+    Certificate,
+    DatasetError,
+    ManifestStore,
+    header_sequence,
+)
+from rlmesh_stream.consumers.datasets.writers import MinariWriter, ParquetWriter
+from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.sinks import SinkBatch
+from rlmesh_stream.consumers.tables import Table
+from rlmesh_stream.schemas.contract.topics import EventType
+
+TRAJECTORY_EVENTS = frozenset({
+    EventType.OBSERVATION_EMITTED, EventType.ACTION_RECEIVED, EventType.STEP_COMPLETED,
+    EventType.EPISODE_STARTED, EventType.EPISODE_COMPLETED, EventType.SESSION_ENDED,
+    EventType.SESSION_FAILED, EventType.RELAY_ADVISORY,
+})
+
+
+class TrajectoryBuilder(Builder):
+    name = "trajectories"
+    event_types: ClassVar[frozenset[EventType]] = TRAJECTORY_EVENTS
+    tables: ClassVar[tuple[Table, ...]] = ()
+
+    def __init__(self, sink: DatasetSink) -> None:
+        self.sink = sink
+
+    def rows(self, record: Record) -> Iterator[PartialRow]:
+        if record.event is not None:
+            self.sink.joiner_for(record.partition).add(
+                record.event, (record.topic, record.partition, record.offset))
+        return iter(())
+
+
+class CertificateBuilder(Builder):
+    name = "certificate"
+    event_types: ClassVar[frozenset[EventType]] = frozenset(EventType)
+    tables: ClassVar[tuple[Table, ...]] = ()
+    needs_decode = False
+
+    def __init__(self, sink: DatasetSink) -> None:
+        self.sink = sink
+
+    def rows(self, record: Record) -> Iterator[PartialRow]:
+        certificate = self.sink.certificate_for(record.partition)
+        certificate.covered(record.topic, record.partition, record.offset)
+        seen = header_sequence(record.headers)
+        if seen is not None:
+            dead = record.event is None and record.event_type in TRAJECTORY_EVENTS
+            certificate.saw(seen[0], seen[1], dead)
+        return iter(())
+
+
+@dataclass
+class ExportOptions:
+    out: Path | None  # the directory (minari, parquet)
+    fmt: str  # minari | parquet | iceberg
+    dataset_id: str  # the Minari id; for iceberg, the table
+    filters: Filters
+    minari_format: str = "hdf5"  # hdf5 | arrow (Minari's storage layouts)
+    max_episode_steps: int | None = None  # overrides the env spec's step limit
+    iceberg: IcebergTarget | None = None
+    group: str = ""  # the consumer group (iceberg: the one that writes the table)
+
+
+class DatasetSink:
+    """What the runtime calls a sink: offsets from the manifest, one commit per checkpoint.
+
+    Only `load_offsets` and `apply` are called by the runtime; a dataset has no SQL.
+    """
+
+    shared_writers = False  # one process exports a dataset: no lock keys
+    reads_builder_state = True  # the builders feed the joiner and certificate `apply` reads
+
+    def __init__(self, options: ExportOptions, prefix: str) -> None:
+        if options.iceberg is None:  # a directory format's (a table's name is checked apart)
+            check_dataset_id(options.dataset_id, options.out)
+        self.options = options
+        self.prefix = prefix
+        self.final = False
+        self.released: list[Episode] = []
+        self._load()
+
+    def _load(self) -> None:
+        options = self.options
+        assert options.out is not None
+        self.store = ManifestStore(options.out, fmt=options.fmt, dataset_id=options.dataset_id)
+        self._restore()
+
+    def _restore(self) -> None:
+        """Writer, joiner and certificate as the store's committed generation left them."""
+        options = self.options
+        store = self.store
+        self.writer: MinariWriter | ParquetWriter | IcebergWriter
+        if options.fmt == "minari":
+            self.writer = MinariWriter(store.root, options.dataset_id,
+                                       data_format=options.minari_format,
+                                       max_episode_steps=options.max_episode_steps,
+                                       state_dir=store.state_dir)
+        else:
+            self.writer = ParquetWriter(store.root)
+        self.writer.recover(self.store.committed.writer, self.store.committed.generation)
+        self.joiner = Joiner(options.filters)
+        self.certificate = Certificate()
+        if self.store.pending_state is not None:
+            restored = state.load(self.store.pending_state, str(store.state_dir))
+            self.certificate = restored.pop("certificate")
+            self.joiner.restore(restored, self.store.offsets(CertificateBuilder.name))
+
+    def rewound(self, partitions: list[tuple[str, int]] | None = None) -> None:
+        """The runtime reads every assigned partition again from the stored offsets (an
+        assignment, a lost partition, a rewind): forget what was read since the last
+        commit, or re-read records would join a second time (a vector session's group
+        steps counted twice, released episodes read again as partial ones)."""
+        self._restore()
+
+    def joiner_for(self, partition: int) -> Joiner:
+        return self.joiner
+
+    def certificate_for(self, partition: int) -> Certificate:
+        return self.certificate
+
+    def certificate_summary(self) -> dict[str, Any]:
+        return dict(self.store.committed.certificate)
+
+    def load_offsets(self, builder: str) -> dict[tuple[str, int], int]:
+        return self.store.offsets(builder)
+
+    def apply(self, batch: SinkBatch) -> None:
+        try:
+            self._commit(batch)
+        except Exception:
+            self._reload()  # the joiner saw this batch: go back to the committed state
+            raise
+
+    def _commit(self, batch: SinkBatch) -> None:
+        # One exporter per directory (the manifest's lock): no fencing between writers.
+        self.certificate.merge()
+        episodes = self.joiner.release(final=self.final)
+        keep = []
+        for e in episodes:
+            why = (None if isinstance(self.writer, ParquetWriter)
+                   else self.writer.accepts(e))
+            if why is not None:
+                self.joiner.skipped[why] += 1
+                self.joiner.skip_examples.setdefault(why, f"{e.session_id}/{e.record_id}")
+                continue
+            keep.append(e)
+            self.certificate.exported += 1
+            self.certificate.exported_steps += e.length
+            self.certificate.tagged_caution += e.caution
+            self.certificate.without_terminal_observation += not e.terminal_observation
+            self.certificate.abandoned_exported += e.abandoned
+        generation = self.store.committed.generation + 1
+        writer_state = self.writer.write(keep, generation) if keep else (
+            self.store.committed.writer)
+        read = self.store.offsets(CertificateBuilder.name)
+        for u in batch.offsets:
+            if u.builder == CertificateBuilder.name:
+                read[(u.topic, u.partition)] = u.next_offset
+        trajectory_topics = {et.topic(self.prefix) for et in TRAJECTORY_EVENTS}
+        resume = self.joiner.resume_offsets(
+            {tp: o for tp, o in read.items() if tp[0] in trajectory_topics})
+        certificate = self.certificate.summary(self.joiner.skipped)
+        if isinstance(self.writer, MinariWriter):
+            # where the dataset's env spec came from: "producer" (the env as it ran),
+            # "registry default" (Gymnasium's registration: nobody said), "none"
+            certificate["env_spec"] = self.writer.env_spec_source or None
+        self.store.commit(offsets={CertificateBuilder.name: read, TrajectoryBuilder.name: resume},
+                          writer=writer_state,
+                          joiner_state=state.dump(self.joiner.state(), self.certificate),
+                          certificate=certificate)
+        self.released.extend(keep)
+
+    def finish(self) -> None:
+        """The end of an offline run: decide on every episode still pending, and commit."""
+        self.final = True
+        self._commit(SinkBatch())
+
+    def _reload(self) -> None:
+        self.store.close()
+        self._load()
+
+    def close(self) -> None:
+        self.store.close()
+
+
+# Minari's NAMESPACE/NAME-vN (`minari.dataset.minari_dataset.DATASET_ID_RE`, the namespace
+# required, ASCII): letters, digits, `-` and `_` in each `/`-separated part, no `.` at all.
+_DATASET_ID = re.compile(r"^[-_A-Za-z0-9]+(?:/[-_A-Za-z0-9]+)*/[-_A-Za-z0-9]+?-v\d+$")
+
+
+def check_dataset_id(dataset_id: str, out: Path | None = None) -> str:
+    """NAMESPACE/NAME-vN (Minari's syntax), inside `out`, or a clear DatasetError."""
+    if not _DATASET_ID.match(dataset_id):
+        raise DatasetError(f"dataset id {dataset_id!r} is not NAMESPACE/NAME-vN "
+                           "(for example rlmesh/cartpole-v0)")
+    if out is not None and not (out / dataset_id).resolve().is_relative_to(out.resolve()):
+        raise DatasetError(f"dataset id {dataset_id!r} leads outside {out}")
+    return dataset_id
