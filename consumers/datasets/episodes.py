@@ -302,9 +302,14 @@ class Joiner:
         terminal = steps in ep.observations
         try:
             obs_decoder, act_decoder = LeafDecoder(obs_spec), LeafDecoder(act_spec)
-            observations = [obs_decoder.decode(ep.observations[t])
-                            for t in range(steps + 1 if terminal else steps)]
-            actions = [act_decoder.decode(ep.actions[t]) for t in range(steps)]
+            obs_leaves = [ep.observations[t] for t in range(steps + 1 if terminal else steps)]
+            act_leaves = [ep.actions[t] for t in range(steps)]
+            # one array each for a space of one array leaf (no value per step), else values
+            observations: Any = obs_decoder.decode_stacked(obs_leaves)
+            actions: Any = act_decoder.decode_stacked(act_leaves)
+            if observations is None or actions is None:
+                observations = [obs_decoder.decode(v) for v in obs_leaves]
+                actions = [act_decoder.decode(v) for v in act_leaves]
         except ContractError as exc:
             self._skip("bad_leaves", ep)
             self.skip_examples.setdefault("bad_leaves_error", str(exc))
