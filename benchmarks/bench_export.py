@@ -25,8 +25,10 @@ round's ratios are printed beside them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,6 +38,7 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from rlmesh_stream.consumers.datasets.export import TRAJECTORY_EVENTS
 from rlmesh_stream.infra.topics import ensure_topics
@@ -51,6 +54,7 @@ PARTITIONS = 4
 BARE_PROCESS = """
 import sys, uuid
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 conf, topics, parts = eval(sys.argv[1]), sys.argv[2].split(","), eval(sys.argv[3])
 c = Consumer({**conf, "group.id": uuid.uuid4().hex, "enable.auto.commit": False})
 ends = {}
@@ -133,8 +137,9 @@ def value_bytes(config: StreamConfig) -> int:
         for m in consumer.consume(2000, 0.5):
             if m.error() is None:
                 total += len(m.value() or b"")
-                if m.offset() + 1 >= ends.get((m.topic(), m.partition()), 1 << 62):
-                    del ends[(m.topic(), m.partition())]
+                key = (m.topic() or "", m.partition() or 0)
+                if (m.offset() or 0) + 1 >= ends.get(key, 1 << 62):
+                    del ends[key]
     consumer.close()
     return total
 
@@ -146,13 +151,31 @@ def dataset_bytes(out: Path) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=120)
+    parser.add_argument("--sessions", type=int, default=240)
     parser.add_argument("--episodes", type=int, default=40, help="per session")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     args = parser.parse_args()
     config = StreamConfig.from_env(
         env=os.environ, topic_prefix=f"bench{uuid.uuid4().hex[:8]}.rlmesh.runtime")
     ensure_topics(config, partitions=PARTITIONS)
+    try:
+        run(config, args)
+    finally:
+        delete_topics(config)
+
+
+def delete_topics(config: StreamConfig) -> None:
+    """Best effort: every partition keeps files open in the broker."""
+    admin = AdminClient({**config.kafka_config(), "log_level": 0})
+    with contextlib.suppress(Exception):
+        names = [t for t in admin.list_topics(timeout=5).topics
+                 if t.startswith(config.topic_prefix)]
+        for future in admin.delete_topics(names, operation_timeout=10).values():
+            with contextlib.suppress(Exception):
+                future.result(timeout=15)
+
+
+def run(config: StreamConfig, args: argparse.Namespace) -> None:
     hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False)
     t0 = time.monotonic()
     manifest = simulate_fleet(hooks, sessions=args.sessions, lanes=3, episodes=args.episodes,
@@ -167,12 +190,19 @@ def main() -> None:
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
           flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="rlmesh-bench-export-"))
+    try:
+        measure(config, steps, tmp, args.rounds)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def measure(config: StreamConfig, steps: int, tmp: Path, rounds: int) -> None:
     names = ("bare", "parquet", "minari", "iceberg")
     runs: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     pair: dict[str, list[tuple[float, float]]] = {"bare": [], "members": []}
     sizes: dict[str, int] = {}
     halves = [list(range(PARTITIONS // 2)), list(range(PARTITIONS // 2, PARTITIONS))]
-    for r in range(args.rounds):
+    for r in range(rounds):
         runs["bare"].append(timed(bare_argv(config, list(range(PARTITIONS)))))
         for fmt in ("parquet", "minari"):
             out = tmp / f"{fmt}-{r}"
@@ -196,7 +226,7 @@ def main() -> None:
     sizes["iceberg"] = sum(p.stat().st_size for p in (tmp / "warehouse").rglob("*")
                            if p.is_file() and "/one0_" in str(p))
     floor_bytes = value_bytes(config)
-    report(steps, runs, pair, sizes, floor_bytes, args.rounds)
+    report(steps, runs, pair, sizes, floor_bytes, rounds)
     load = os.getloadavg()
     print(f"load average at the end {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
 
