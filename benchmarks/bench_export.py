@@ -1,69 +1,147 @@
 """`export trajectories` throughput and size, side by side in one run (`make bench`).
 
 A simulated fleet (3-lane vector sessions, NEXT_STEP autoreset, so every
-episode is exportable) is published once to the stack named by
-RLMESH_STREAM_BOOTSTRAP / RLMESH_STREAM_REGISTRY_URL, then read three ways
-over the same topics (every event topic: the export reads them all for its
-certificate):
+episode is exportable) is published once, on 4 partitions per topic, to the
+stack named by RLMESH_STREAM_BOOTSTRAP / RLMESH_STREAM_REGISTRY_URL. Then, in
+`--rounds` interleaved rounds, processes timed from spawn to exit (imports and
+group join included), wall and CPU (user + sys, every thread):
 
-  floor     a bare consume loop: read every record, nothing else
-  parquet   `export trajectories --format parquet` (decode, join, write, commit)
-  minari    `export trajectories --format minari`
+  bare      a bare consume-loop process over the same topics (every event topic:
+            the export reads them all for its certificate) and partitions, reading
+            each partition to the end offset it saw at start
+  parquet   `export trajectories --format parquet --from-beginning --until-end`
+  minari    `export trajectories --format minari ...`
+  iceberg   `export trajectories --format iceberg ...` (an SQLite catalog)
+  2 members two iceberg exporters in one group (2 of the 4 partitions each), against
+            two bare loops over the same halves, started together
 
-Throughput is in lane steps per second from the first record read (group join
-excluded); bytes per lane step compare the dataset on disk with the record
-values of the trajectory topics.
+Printed: lane steps/s per process and the ratio to the bare loop (the issue's
+targets: >= 0.5x, Minari >= 0.3x, per member too), the 2 members' CPU per lane
+step against one member's (target <= 1.2x), and bytes per lane step on disk
+against the trajectory topics' record values. Medians of the rounds; each
+round's ratios are printed beside them.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
-from rlmesh_stream.consumers.datasets.episodes import Filters
-from rlmesh_stream.consumers.datasets.export import (
-    TRAJECTORY_EVENTS,
-    ExportOptions,
-    run_export,
-)
-from rlmesh_stream.consumers.runtime import RuntimeOptions
+from rlmesh_stream.consumers.datasets.export import TRAJECTORY_EVENTS
 from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import EventType
 
+PARTITIONS = 4
 
-def floor(config: StreamConfig, total: int) -> tuple[float, dict[str, int]]:
-    """Seconds a bare loop takes to read `total` records; value bytes per topic."""
+# A bare loop over `partitions` of `topics`: assigned (no group wait), read to the end
+# offsets seen at start, as `--until-end` does.
+BARE_PROCESS = """
+import sys, uuid
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+conf, topics, parts = eval(sys.argv[1]), sys.argv[2].split(","), eval(sys.argv[3])
+c = Consumer({**conf, "group.id": uuid.uuid4().hex, "enable.auto.commit": False})
+ends = {}
+for t in topics:
+    for p in parts:
+        low, high = c.get_watermark_offsets(TopicPartition(t, p), timeout=15)
+        if high > low:
+            ends[(t, p)] = high
+c.assign([TopicPartition(t, p, 0) for t, p in ends])
+left = dict(ends)
+while left:
+    for m in c.consume(2000, 0.5):
+        if m.error() is None and m.offset() + 1 >= left.get((m.topic(), m.partition()), 1 << 62):
+            del left[(m.topic(), m.partition())]
+c.close()
+"""
+
+
+def timed(argv: list[str]) -> tuple[float, float]:
+    """Wall seconds from spawn to exit, and the child's CPU seconds (user + sys)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def timed_together(argvs: list[list[str]]) -> tuple[list[float], float]:
+    """Processes started together: each one's wall seconds, and their CPU seconds summed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    procs = [subprocess.Popen(a, stdout=subprocess.DEVNULL) for a in argvs]
+    walls = [0.0] * len(procs)
+    pending = set(range(len(procs)))
+    while pending:
+        for i in list(pending):
+            if procs[i].poll() is not None:
+                walls[i] = time.monotonic() - start
+                pending.discard(i)
+                if procs[i].returncode:
+                    raise RuntimeError(f"{argvs[i][:6]}... exited {procs[i].returncode}")
+        time.sleep(0.01)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return walls, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def bare_argv(config: StreamConfig, partitions: list[int]) -> list[str]:
+    topics = ",".join(sorted(et.topic(config.topic_prefix) for et in EventType))
+    return [sys.executable, "-c", BARE_PROCESS, repr(config.kafka_config()), topics,
+            repr(partitions)]
+
+
+def export_argv(config: StreamConfig, fmt: str, where: list[str], group: str) -> list[str]:
+    return [sys.executable, "-m", "rlmesh_stream.infra.cli", "export", "trajectories",
+            "--bootstrap", config.bootstrap, "--registry-url", config.registry_url,
+            "--topic-prefix", config.topic_prefix, "--format", fmt, *where,
+            "--dataset-id", "bench/fleet-v0", "--group", group, "--from-beginning",
+            "--until-end", "--quiet"]
+
+
+def iceberg_where(tmp: Path, name: str) -> list[str]:
+    return ["--catalog", f"sqlite:///{tmp / 'catalog.db'}", "--table", f"bench.{name}"]
+
+
+def value_bytes(config: StreamConfig) -> int:
+    """The trajectory topics' record values, in bytes."""
+    topics = [et.topic(config.topic_prefix) for et in TRAJECTORY_EVENTS]
     consumer = Consumer({**config.kafka_config(), "group.id": uuid.uuid4().hex,
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe(sorted(et.topic(config.topic_prefix) for et in EventType))
-    seen, start, sizes = 0, None, dict[str, int]()
-    while seen < total:
+                         "enable.auto.commit": False})
+    ends = {}
+    for t in topics:
+        for p in range(PARTITIONS):
+            low, high = consumer.get_watermark_offsets(TopicPartition(t, p), timeout=15)
+            if high > low:
+                ends[(t, p)] = high
+    consumer.assign([TopicPartition(t, p, 0) for t, p in ends])
+    total = 0
+    while ends:
         for m in consumer.consume(2000, 0.5):
             if m.error() is None:
-                start = start or time.monotonic()
-                seen += 1
-                topic = m.topic() or ""
-                sizes[topic] = sizes.get(topic, 0) + len(m.value() or b"")
-    elapsed = time.monotonic() - (start or time.monotonic())
+                total += len(m.value() or b"")
+                key = (m.topic() or "", m.partition() or 0)
+                if (m.offset() or 0) + 1 >= ends.get(key, 1 << 62):
+                    del ends[key]
     consumer.close()
-    return elapsed, sizes
-
-
-def export(config: StreamConfig, out: Path, fmt: str) -> float:
-    options = ExportOptions(out, fmt, "bench/fleet-v0", Filters())
-    started = time.monotonic()
-    _, runtime = run_export(config, options, RuntimeOptions(
-        group_id=uuid.uuid4().hex, from_beginning=True, until_end=True))
-    return time.monotonic() - (runtime.first_record_at or started)
+    return total
 
 
 def dataset_bytes(out: Path) -> int:
@@ -73,32 +151,122 @@ def dataset_bytes(out: Path) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=30)
-    parser.add_argument("--episodes", type=int, default=20, help="per session")
+    parser.add_argument("--sessions", type=int, default=240)
+    parser.add_argument("--episodes", type=int, default=40, help="per session")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     args = parser.parse_args()
     config = StreamConfig.from_env(
         env=os.environ, topic_prefix=f"bench{uuid.uuid4().hex[:8]}.rlmesh.runtime")
-    ensure_topics(config, partitions=3)
+    ensure_topics(config, partitions=PARTITIONS)
+    try:
+        run(config, args)
+    finally:
+        delete_topics(config)
+
+
+def delete_topics(config: StreamConfig) -> None:
+    """Best effort: every partition keeps files open in the broker."""
+    admin = AdminClient({**config.kafka_config(), "log_level": 0})
+    with contextlib.suppress(Exception):
+        names = [t for t in admin.list_topics(timeout=5).topics
+                 if t.startswith(config.topic_prefix)]
+        for future in admin.delete_topics(names, operation_timeout=10).values():
+            with contextlib.suppress(Exception):
+                future.result(timeout=15)
+
+
+def run(config: StreamConfig, args: argparse.Namespace) -> None:
     hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False)
+    t0 = time.monotonic()
     manifest = simulate_fleet(hooks, sessions=args.sessions, lanes=3, episodes=args.episodes,
                               seed=1, failure_rate=0.0, next_step_fraction=1.0)
     hooks.close()
     steps = sum(s.total_steps for s in manifest.sessions)
+    load = os.getloadavg()
     print(f"fleet: {manifest.total_events} events, {steps} lane steps, "
-          f"{len(manifest.episodes)} episodes")
-    floor_s, sizes = floor(config, manifest.total_events)
-    topic_bytes = sum(n for t, n in sizes.items()
-                      if t in {et.topic(config.topic_prefix) for et in TRAJECTORY_EVENTS})
-    rows = [("floor (bare consume loop)", floor_s, topic_bytes)]
-    with tempfile.TemporaryDirectory() as tmp:
+          f"{len(manifest.episodes)} episodes, {PARTITIONS} partitions, published in "
+          f"{time.monotonic() - t0:.1f}s; {os.cpu_count()} cores, load average "
+          f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+          flush=True)
+    tmp = Path(tempfile.mkdtemp(prefix="rlmesh-bench-export-"))
+    try:
+        measure(config, steps, tmp, args.rounds)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def measure(config: StreamConfig, steps: int, tmp: Path, rounds: int) -> None:
+    names = ("bare", "parquet", "minari", "iceberg")
+    runs: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+    pair: dict[str, list[tuple[float, float]]] = {"bare": [], "members": []}
+    sizes: dict[str, int] = {}
+    halves = [list(range(PARTITIONS // 2)), list(range(PARTITIONS // 2, PARTITIONS))]
+    for r in range(rounds):
+        runs["bare"].append(timed(bare_argv(config, list(range(PARTITIONS)))))
         for fmt in ("parquet", "minari"):
-            out = Path(tmp) / fmt
-            rows.append((f"export --format {fmt}", export(config, out, fmt), dataset_bytes(out)))
-    print(f"{'':28} {'lane steps/s':>13} {'vs floor':>9} {'bytes/step':>11}")
-    for name, seconds, size in rows:
-        print(f"{name:28} {steps / seconds:13,.0f} {floor_s / seconds:8.2f}x "
-              f"{size / steps:11.1f}")
-    print("(bytes/step: the floor row is the trajectory topics' record values)")
+            out = tmp / f"{fmt}-{r}"
+            runs[fmt].append(timed(export_argv(config, fmt, ["--out", str(out)],
+                                               uuid.uuid4().hex)))
+            sizes[fmt] = dataset_bytes(out)
+        runs["iceberg"].append(timed(export_argv(config, "iceberg",
+                                                 iceberg_where(tmp, f"one{r}"),
+                                                 uuid.uuid4().hex)))
+        walls, cpu = timed_together([bare_argv(config, h) for h in halves])
+        pair["bare"].append((max(walls), cpu))
+        group = uuid.uuid4().hex
+        walls, cpu = timed_together([export_argv(config, "iceberg",
+                                                 iceberg_where(tmp, f"two{r}"), group)] * 2)
+        pair["members"].append((max(walls), cpu))
+        print(f"  round {r + 1}: " + ", ".join(
+            f"{n} {runs[n][-1][0]:.1f}s/{runs[n][-1][1]:.1f}s" for n in names)
+              + f", 2 bare {pair['bare'][-1][0]:.1f}s/{pair['bare'][-1][1]:.1f}s"
+              + f", 2 members {pair['members'][-1][0]:.1f}s/{pair['members'][-1][1]:.1f}s"
+              + " (wall/CPU)", flush=True)
+    sizes["iceberg"] = sum(p.stat().st_size for p in (tmp / "warehouse").rglob("*")
+                           if p.is_file() and "/one0_" in str(p))
+    floor_bytes = value_bytes(config)
+    report(steps, runs, pair, sizes, floor_bytes, rounds)
+    load = os.getloadavg()
+    print(f"load average at the end {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+
+
+def report(steps: int, runs: dict[str, list[tuple[float, float]]],
+           pair: dict[str, list[tuple[float, float]]], sizes: dict[str, int],
+           floor_bytes: int, rounds: int) -> None:
+    def med(values: list[float]) -> float:
+        return statistics.median(values)
+
+    bare = [w for w, _ in runs["bare"]]
+    print(f"whole process, spawn to exit, median of {rounds} interleaved rounds:")
+    print(f"  {'':34}{'wall s':>7}{'CPU s':>7}{'lane steps/s':>13}{'vs bare':>9}"
+          f"{'target':>8}  {'per round':<18}{'bytes/step':>11}")
+    targets = {"parquet": 0.5, "minari": 0.3, "iceberg": 0.5}
+    for name, label in (("bare", "bare consume loop (floor)"),
+                        ("parquet", "export --format parquet"),
+                        ("minari", "export --format minari"),
+                        ("iceberg", "export --format iceberg")):
+        wall, cpu = med([w for w, _ in runs[name]]), med([c for _, c in runs[name]])
+        per_round = [b / w for b, (w, _) in zip(bare, runs[name], strict=True)]
+        size = floor_bytes if name == "bare" else sizes[name]
+        target = f"{targets[name]:.1f}x" if name in targets else ""
+        print(f"  {label:34}{wall:7.2f}{cpu:7.2f}{steps / wall:13,.0f}"
+              f"{med(per_round):8.2f}x{target:>8}  "
+              f"{' '.join(f'{x:.2f}' for x in per_round):<18}{size / steps:11.1f}")
+    bare2 = [w for w, _ in pair["bare"]]
+    members = [w for w, _ in pair["members"]]
+    per_round = [b / m for b, m in zip(bare2, members, strict=True)]
+    print(f"  2 iceberg members in one group vs 2 bare loops over the same halves: "
+          f"{med(members):.2f} s vs {med(bare2):.2f} s wall, {med(per_round):.2f}x "
+          f"(target 0.5x; rounds {' '.join(f'{x:.2f}' for x in per_round)})")
+    one = [c for _, c in runs["iceberg"]]
+    two = [c for _, c in pair["members"]]
+    cpu_ratio = [t / o for o, t in zip(one, two, strict=True)]
+    print(f"  CPU per lane step: 2 members {1e6 * med(two) / steps:.1f} us, 1 member "
+          f"{1e6 * med(one) / steps:.1f} us: {med(cpu_ratio):.2f}x (target <= 1.2x; rounds "
+          f"{' '.join(f'{x:.2f}' for x in cpu_ratio)})")
+    print("  (bytes/step: the floor row is the trajectory topics' record values; iceberg: "
+          "both tables of the first round)")
 
 
 if __name__ == "__main__":

@@ -95,6 +95,10 @@ def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def reduce(builder: Builder, records: Iterable[Record], into: Reduced | None = None) -> Reduced:
     reduced = into if into is not None else Reduced()
+    take = getattr(builder, "take", None)
+    if take is not None:  # a builder that feeds state of its own, a batch at a time: no rows
+        take(records)
+        return reduced
     if builder.packed:
         _reduce_packed(builder.projections, records, reduced)
         return reduced

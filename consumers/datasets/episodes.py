@@ -219,10 +219,17 @@ class Joiner:
     def release(self, *, final: bool = False) -> list[Episode]:
         """Episodes that are whole now; with `final`, also decide on everything else."""
         out: list[Episode] = []
+        # the pending episodes of each vector-env session, gathered once (not once per
+        # session: a commit looked at every pending episode for each session)
+        by_session: dict[str, dict[Key, PendingEpisode]] = {}
+        for key, ep in self.pending.items():
+            owner = self.sessions.get(key[0])
+            if owner is not None and owner.groups is not None:
+                by_session.setdefault(key[0], {})[key] = ep
         for session_id, session in sorted(self.sessions.items()):
-            if session.groups is not None and (final or all_read(session, self.pending,
-                                                                   session_id)):
-                out.extend(release_session(self, session_id, session))
+            mine = by_session.get(session_id, {})
+            if session.groups is not None and (final or all_read(session, mine, session_id)):
+                out.extend(release_session(self, session_id, session, mine))
         out.extend(self._release_single(final))
         for e in out:
             self.sessions[e.session_id].exported += 1
@@ -295,9 +302,14 @@ class Joiner:
         terminal = steps in ep.observations
         try:
             obs_decoder, act_decoder = LeafDecoder(obs_spec), LeafDecoder(act_spec)
-            observations = [obs_decoder.decode(ep.observations[t])
-                            for t in range(steps + 1 if terminal else steps)]
-            actions = [act_decoder.decode(ep.actions[t]) for t in range(steps)]
+            obs_leaves = [ep.observations[t] for t in range(steps + 1 if terminal else steps)]
+            act_leaves = [ep.actions[t] for t in range(steps)]
+            # one array each for a space of one array leaf (no value per step), else values
+            observations: Any = obs_decoder.decode_stacked(obs_leaves)
+            actions: Any = act_decoder.decode_stacked(act_leaves)
+            if observations is None or actions is None:
+                observations = [obs_decoder.decode(v) for v in obs_leaves]
+                actions = [act_decoder.decode(v) for v in act_leaves]
         except ContractError as exc:
             self._skip("bad_leaves", ep)
             self.skip_examples.setdefault("bad_leaves_error", str(exc))

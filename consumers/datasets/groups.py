@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rlmesh_stream.schemas.codec.leaves import LeafDecoder
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.errors import ContractError
@@ -170,6 +172,7 @@ class LaneValues:
         self.session = session
         self._cache: dict[tuple[str, int], list[Any]] = {}
         self._decoders: dict[bytes, LeafDecoder] = {}
+        self._stacked: dict[str, np.ndarray | None] = {}
 
     def _decoder(self, spec: bytes) -> LeafDecoder:
         decoder = self._decoders.get(spec)
@@ -186,6 +189,43 @@ class LaneValues:
     def action(self, group: int, lane: int) -> Any:
         act = self.session.actions[group]
         return self._lane(("act", group), act.leaves, act.spec, len(act.records), lane)
+
+    def stacked(self, kind: str, groups: list[int], lane: int) -> np.ndarray | None:
+        """One lane's values of `groups` (group steps, not resets) as one (T, *shape)
+        array, for a space of one array leaf whose every group slab of `kind` ("obs" or
+        "act") in the session is whole: the session's slabs are joined and read once, and
+        each episode is one indexing (no value per step). None: read value by value (the
+        per-value path names a bad slab)."""
+        if kind not in self._stacked:
+            self._stacked[kind] = self._stack(
+                self.session.observations if kind == "obs" else self.session.actions)
+        whole = self._stacked[kind]
+        if whole is None or not groups or lane >= whole.shape[1]:
+            return None
+        return whole[np.asarray(groups, dtype=np.intp), lane]
+
+    def _stack(self, items: dict[int, Any]) -> np.ndarray | None:
+        if not items:
+            return None
+        first = items[0] if 0 in items else next(iter(items.values()))
+        n, spec = len(first.records), first.spec
+        if len(items) != max(items) + 1 or any(
+                v.spec != spec or v.leaves is None or len(v.leaves) != 1
+                or len(v.records) != n for v in items.values()):
+            return None
+        leaves = self._decoder(spec).leaves
+        if len(leaves) != 1 or leaves[0].kind == "text" or leaves[0].path:
+            return None
+        leaf = leaves[0]
+        width = int(np.prod(leaf.shape, dtype=np.int64)) * leaf.dtype.itemsize * n
+        slabs = [items[k].leaves[0] for k in range(len(items))]
+        if any(len(slab) != width for slab in slabs):
+            return None
+        array = np.frombuffer(b"".join(slabs), dtype=leaf.dtype)
+        native = leaf.dtype.newbyteorder("=")
+        if native != leaf.dtype:
+            array = array.astype(native)
+        return array.reshape((len(slabs), n, *leaf.shape))
 
     def _lane(self, key: tuple[str, int], leaves: list[bytes] | None, spec: bytes, n: int,
               lane: int) -> Any:

@@ -374,7 +374,7 @@ class IcebergWriter:
 
     def write(self, episodes: list[Episode], generation: int) -> dict[str, Any]:
         steps = _steps_table(episodes).replace_schema_metadata(None)
-        envs = [e.route["env_id"] for e in episodes for _ in e.steps]
+        envs = [env for e in episodes for env in [e.route["env_id"]] * e.length]
         steps = steps.append_column("env_id", pa.array(envs, pa.string()))
         if steps.schema.field("infos").type == pa.null():
             steps = steps.set_column(steps.schema.get_field_index("infos"), "infos",

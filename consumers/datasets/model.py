@@ -70,8 +70,9 @@ class Episode:
     route: dict[str, Any]
     started: dict[str, Any]
     completed: dict[str, Any] | None
-    observations: list[Any]
-    actions: list[Any]
+    # a list of values, or one (T(+1), *shape) array for a space of one array leaf
+    observations: Any
+    actions: Any
     steps: list[StepRow]
     obs_spec: ev.SpaceSpec
     act_spec: ev.SpaceSpec

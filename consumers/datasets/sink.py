@@ -19,7 +19,7 @@ import circle.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -61,6 +61,18 @@ class TrajectoryBuilder(Builder):
                 record.event, (record.topic, record.partition, record.offset))
         return iter(())
 
+    def take(self, records: Iterable[Record]) -> None:
+        """`rows` for a whole batch (what `reduce` calls): the joiner looked up once per
+        run of a partition's records, no generator per record."""
+        joiner_for, partition, joiner = self.sink.joiner_for, None, None
+        for record in records:
+            event = record.event
+            if event is None:
+                continue
+            if record.partition != partition or joiner is None:
+                partition, joiner = record.partition, joiner_for(record.partition)
+            joiner.add(event, (record.topic, record.partition, record.offset))
+
 
 class CertificateBuilder(Builder):
     name = "certificate"
@@ -72,13 +84,35 @@ class CertificateBuilder(Builder):
         self.sink = sink
 
     def rows(self, record: Record) -> Iterator[PartialRow]:
-        certificate = self.sink.certificate_for(record.partition)
-        certificate.covered(record.topic, record.partition, record.offset)
-        seen = header_sequence(record.headers)
-        if seen is not None:
-            dead = record.event is None and record.event_type in TRAJECTORY_EVENTS
-            certificate.saw(seen[0], seen[1], dead)
+        self.take((record,))
         return iter(())
+
+    def take(self, records: Iterable[Record]) -> None:
+        """`rows` for a whole batch: the certificate looked up once per run of a
+        partition's records."""
+        certificate_for = self.sink.certificate_for
+        certificate: Certificate | None = None
+        topic, partition, low, high = "", -1, 0, 0  # the run of one partition's records
+        for record in records:
+            if record.partition != partition or record.topic != topic or certificate is None:
+                if certificate is not None:
+                    certificate.covered(topic, partition, low)
+                    certificate.covered(topic, partition, high)
+                topic, partition = record.topic, record.partition
+                low = high = record.offset
+                certificate = certificate_for(partition)
+            offset = record.offset
+            if offset < low:
+                low = offset
+            elif offset > high:
+                high = offset
+            seen = header_sequence(record.headers)
+            if seen is not None:
+                dead = record.event is None and record.event_type in TRAJECTORY_EVENTS
+                certificate.saw(seen[0], seen[1], dead)
+        if certificate is not None:
+            certificate.covered(topic, partition, low)
+            certificate.covered(topic, partition, high)
 
 
 @dataclass

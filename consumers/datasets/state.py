@@ -9,7 +9,6 @@ JSON-ready values; `load` checks the shape and rebuilds them, or raises
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 from typing import Any
 
@@ -33,8 +32,11 @@ def dump(joiner_state: dict[str, Any], certificate: Certificate) -> dict[str, An
         "skip_examples": dict(joiner_state["skip_examples"]),
         # copies: the store keeps these values as the committed state, the certificate
         # goes on changing
-        "certificate": {"producers": copy.deepcopy(certificate.producers),
-                        "offsets": copy.deepcopy(certificate.offsets),
+        "certificate": {"producers": {k: {"ranges": [[a, b] for a, b in v["ranges"]],
+                                          "duplicates": v["duplicates"],
+                                          "dead_letters": v["dead_letters"]}
+                                      for k, v in certificate.producers.items()},
+                        "offsets": {k: list(v) for k, v in certificate.offsets.items()},
                         **{k: getattr(certificate, k) for k in _COUNTS}},
     }
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import numpy as np
+
 from rlmesh_stream.consumers.datasets.groups import LaneValues, assemble
 from rlmesh_stream.consumers.datasets.model import (
     TP,
@@ -37,11 +39,15 @@ class Joiner(Protocol):
     def _skip(self, reason: str, ep: PendingEpisode) -> None: ...
 
 
-def release_session(joiner: Joiner, session_id: str, session: SessionState) -> list[Episode]:
-    """Every episode of an ended vector-env session (or of any at the end of a run)."""
+def release_session(joiner: Joiner, session_id: str, session: SessionState,
+                    pending: dict[Key, PendingEpisode] | None = None) -> list[Episode]:
+    """Every episode of an ended vector-env session (or of any at the end of a run);
+    `pending`: the joiner's pending episodes of this session, if the caller has them."""
     groups = session.groups
     assert groups is not None
-    mine = {k[1]: ep for k, ep in joiner.pending.items() if k[0] == session_id}
+    if pending is None:
+        pending = {k: ep for k, ep in joiner.pending.items() if k[0] == session_id}
+    mine = {k[1]: ep for k, ep in pending.items()}
     if not session.ended and any(ep.completed is None for ep in mine.values()):
         return []  # still running at the end of the history: a later run decides
     lane_order: dict[int, list[str]] = {}
@@ -107,9 +113,14 @@ def _build_lane(joiner: Joiner, ep: PendingEpisode, session: SessionState, lane_
         return None
     lane = lane_ep.lane
     try:
-        observations = [values.observation(lane_ep.reset[0], lane)]
-        observations += [values.observation(k, lane) for k in lane_ep.groups]
-        actions = [values.action(k, lane) for k in lane_ep.groups]
+        observations: Any = values.stacked("obs", lane_ep.groups, lane)
+        actions: Any = values.stacked("act", lane_ep.groups, lane)
+        reset = values.observation(lane_ep.reset[0], lane)
+        if observations is not None and actions is not None:  # one array each
+            observations = np.concatenate([np.asarray(reset)[None], observations])
+        else:  # value by value (several leaves, text, or a bad slab somewhere)
+            observations = [reset] + [values.observation(k, lane) for k in lane_ep.groups]
+            actions = [values.action(k, lane) for k in lane_ep.groups]
     except ContractError as exc:
         joiner._skip("bad_leaves", ep)
         joiner.skip_examples.setdefault("bad_leaves_error", str(exc))
@@ -136,6 +147,10 @@ def all_read(session: SessionState, pending: dict[Key, PendingEpisode], session_
     total_steps, total_episodes = session.totals
     if not len(groups.actions) == len(groups.steps) == len(groups.observations):
         return False
+    completed = sum(1 for (sid, _), ep in pending.items()
+                    if sid == session_id and ep.completed is not None)
+    if completed != total_episodes:  # first: cheaper than counting the steps
+        return False
     real = 0
     for k, step in groups.steps.items():
         action = groups.actions.get(k)
@@ -143,6 +158,4 @@ def all_read(session: SessionState, pending: dict[Key, PendingEpisode], session_
             return False
         real += sum(1 for lane, roll in enumerate(step.rolls)
                     if not roll and lane < len(action.records) and action.records[lane])
-    completed = sum(1 for (sid, _), ep in pending.items()
-                    if sid == session_id and ep.completed is not None)
-    return real == total_steps and completed == total_episodes
+    return real == total_steps

@@ -44,6 +44,8 @@ from rlmesh_stream.schemas.codec.leaves import gym_space, leaves_of
 
 def _arrow(values: list[Any]) -> pa.Array:
     """A column of decoded values: arrays as (flattened) lists, dicts as structs."""
+    if isinstance(values, np.ndarray):
+        return _column(values)
     first = values[0]
     if isinstance(first, dict):
         return pa.StructArray.from_arrays([_arrow([v[k] for v in values]) for k in first],
@@ -118,36 +120,38 @@ def _by_spaces(episodes: list[Episode]) -> list[list[Episode]]:
 
 
 def _steps_table(episodes: list[Episode]) -> pa.Table:
+    """One row per step, built per episode: the scalar columns as repeated or listed
+    values, the observations and actions as one array per column when every episode
+    holds them as arrays (vector sessions of one-leaf spaces), else value by value."""
     cols: dict[str, list[Any]] = {k: [] for k in (
-        "session_id", "episode_record_id", "model_component_id", "step", "reward",
+        "session_id", "episode_record_id", "model_component_id", "reward",
         "terminated", "truncated", "infos")}
-    obs: list[Any] = []
-    nxt: list[Any] = []
-    has_next: list[bool] = []
-    acts: list[Any] = []
-    for e in episodes:
-        for t, s in enumerate(e.steps):
-            cols["session_id"].append(e.session_id)
-            cols["episode_record_id"].append(e.record_id)
-            cols["model_component_id"].append(e.route["model_component_id"])
-            cols["step"].append(t)
-            cols["reward"].append(s.reward)
-            cols["terminated"].append(s.terminated)
-            cols["truncated"].append(s.truncated)
-            cols["infos"].append(meta_json(s.infos))
-            obs.append(e.observations[t])
-            acts.append(e.actions[t])
-            present = t + 1 < len(e.observations)
-            has_next.append(present)
-            nxt.append(e.observations[t + 1] if present else e.observations[t])
+    lengths = [e.length for e in episodes]
+    for e, n in zip(episodes, lengths, strict=True):
+        cols["session_id"] += [e.session_id] * n
+        cols["episode_record_id"] += [e.record_id] * n
+        cols["model_component_id"] += [e.route["model_component_id"]] * n
+        cols["reward"] += [s.reward for s in e.steps]
+        cols["terminated"] += [s.terminated for s in e.steps]
+        cols["truncated"] += [s.truncated for s in e.steps]
+        cols["infos"] += [meta_json(s.infos) for s in e.steps]
     data = {k: pa.array(v) for k, v in cols.items()}
-    if obs:
-        data["observation"] = _arrow(obs)
-        data["action"] = _arrow(acts)
-        next_col = _arrow(nxt)
-        mask = pa.array([not p for p in has_next])
-        data["next_observation"] = pc.if_else(mask, pa.nulls(len(nxt), next_col.type),
-                                                      next_col)
+    steps = (np.concatenate([np.arange(n, dtype=np.int64) for n in lengths]) if lengths
+             else np.zeros(0, np.int64))
+    data = {"session_id": data["session_id"], "episode_record_id": data["episode_record_id"],
+            "model_component_id": data["model_component_id"],
+            "step": pa.array(steps) if sum(lengths) else pa.array([]),
+            **{k: data[k] for k in ("reward", "terminated", "truncated", "infos")}}
+    if sum(lengths):
+        if all(isinstance(e.observations, np.ndarray) and isinstance(e.actions, np.ndarray)
+               for e in episodes):
+            obs, acts, nxt, has_next = _stacked_columns(episodes, lengths)
+        else:
+            obs, acts, nxt, has_next = _value_columns(episodes)
+        data["observation"] = obs
+        data["action"] = acts
+        mask = pa.array(~has_next)
+        data["next_observation"] = pc.if_else(mask, pa.nulls(len(has_next), nxt.type), nxt)
     table = pa.table(data)
     spec = episodes[0]
     meta = {b"rlmesh.observation_shapes": json.dumps(
@@ -157,6 +161,50 @@ def _steps_table(episodes: list[Episode]) -> pa.Table:
         {"/".join(map(str, leaf.path)): list(leaf.shape)
          for leaf in leaves_of(spec.act_spec)}).encode()}
     return table.replace_schema_metadata(meta)
+
+
+def _stacked_columns(episodes: list[Episode], lengths: list[int]
+                     ) -> tuple[pa.Array, pa.Array, pa.Array, np.ndarray]:
+    """Observation, action and next-observation columns from per-episode arrays."""
+    obs, acts, nxt, has_next = [], [], [], []
+    for e, n in zip(episodes, lengths, strict=True):
+        o = e.observations
+        obs.append(o[:n])
+        acts.append(e.actions[:n])
+        present = np.ones(n, dtype=bool)
+        if len(o) > n:
+            nxt.append(o[1:n + 1])
+        else:  # no terminal observation: the last row's next is null
+            nxt.append(np.concatenate([o[1:n], o[n - 1:n]]))
+            present[n - 1:] = False
+        has_next.append(present)
+    return (_column(np.concatenate(obs)), _column(np.concatenate(acts)),
+            _column(np.concatenate(nxt)), np.concatenate(has_next))
+
+
+def _value_columns(episodes: list[Episode]) -> tuple[pa.Array, pa.Array, pa.Array, np.ndarray]:
+    """The same columns from values of any space, step by step."""
+    obs: list[Any] = []
+    nxt: list[Any] = []
+    has_next: list[bool] = []
+    acts: list[Any] = []
+    for e in episodes:
+        for t in range(e.length):
+            obs.append(e.observations[t])
+            acts.append(e.actions[t])
+            present = t + 1 < len(e.observations)
+            has_next.append(present)
+            nxt.append(e.observations[t + 1] if present else e.observations[t])
+    return _arrow(obs), _arrow(acts), _arrow(nxt), np.asarray(has_next, dtype=bool)
+
+
+def _column(array: np.ndarray) -> pa.Array:
+    """A (rows, *shape) array as `_arrow` makes its column: flat values, or fixed-size
+    lists of the flattened element."""
+    if array.ndim == 1:
+        return pa.array(array)
+    flat = np.ascontiguousarray(array).reshape(len(array), -1)
+    return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
 
 
 def _safe(text: str) -> str:
@@ -425,7 +473,9 @@ def _storage_class(data_format: str) -> Any:
     return ExportStorage
 
 
-def _stack(values: list[Any], space: Any) -> Any:
+def _stack(values: Any, space: Any) -> Any:
+    if isinstance(values, np.ndarray):  # stacked already (one array leaf)
+        return values
     first = values[0]
     if isinstance(first, dict):
         return {k: _stack([v[k] for v in values], space[k]) for k in first}
