@@ -15,21 +15,13 @@ DEMO_ARGS ?=
 
 .PHONY: demo test bench lint venv
 
-NATIVE := $(VENV)/.native-built
-
-venv: $(CLI) $(NATIVE)
+venv: $(CLI)
 
 # The console script only exists once the project is installed into the venv.
 $(CLI):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
-
-# The install compiles the C extension (schemas/codec/_avro_project.c) in place; install again
-# when its source changed since, or the consumers would run a stale build.
-$(NATIVE): schemas/codec/_avro_project.c | $(CLI)
-	$(PY) -m pip install --quiet --no-deps -e .
-	touch $@
 
 demo: venv
 	$(CLI) demo $(DEMO_ARGS)

@@ -6,8 +6,8 @@ Prints each codec's time per 8-lane `StepCompletedEvent` and the ratios that
 matter: our Avro encoder vs fastavro's `schemaless_writer` (the engine inside
 confluent-kafka's `AvroSerializer`), and our decoder (to typed events) vs
 fastavro's reader (to dicts). Then the episodes builder's packed rows read from
-framed `EpisodeCompletedEvent` values: the C reader (`schemas/codec/avro_native.py`) vs
-the generated Python one vs fastavro's reader plus picking the columns. Ratios
+framed `EpisodeCompletedEvent` values: the generated Python reader vs fastavro's reader
+plus picking the columns. Ratios
 from one run, measured side by side.
 """
 
@@ -24,7 +24,6 @@ import contract_codecs as bench
 import fastavro
 
 from rlmesh_stream.consumers.builders import EpisodesBuilder
-from rlmesh_stream.schemas.codec import avro_native
 from rlmesh_stream.schemas.codec.avro_fastread import Framing, compile_projection
 from rlmesh_stream.schemas.codec.avro_reader import _refused, _trailing
 from rlmesh_stream.schemas.codec.avro_writer import avro_writer
@@ -57,7 +56,7 @@ def main() -> int:
 
 
 def projection_lines(number: int) -> None:
-    """The episodes builder's packed row of one framed EpisodeCompletedEvent, three ways."""
+    """The episodes builder's packed row of one framed EpisodeCompletedEvent, two ways."""
     et = EventType.EPISODE_COMPLETED
     items = list(EpisodesBuilder.projections[et].items)
     framing = Framing(5, functools.partial(_refused, "EpisodeCompletedEvent"),
@@ -80,17 +79,14 @@ def projection_lines(number: int) -> None:
 
     readers = {"generated Python": compile_projection(et, items, framed=framing),
                "fastavro + picking the columns": by_fastavro}
-    if avro_native.available():
-        readers["C (avro_native)"] = avro_native.compile_native_projection(et, items, framing)
     times = {name: min(timeit.repeat(lambda r=read: r(value, 0), number=number, repeat=5))
              / number * 1e6 for name, read in readers.items()}
     for name, us in times.items():
         print(f"{us:8.2f} us  episodes packed row of an EpisodeCompletedEvent ({name})")
-    if "C (avro_native)" in times:
-        c = times["C (avro_native)"]
-        print(f"ratio: the C projection is {times['generated Python'] / c:.1f}x faster than "
-              f"the generated Python one, {times['fastavro + picking the columns'] / c:.1f}x "
-              "faster than fastavro's reader plus picking the columns")
+    ours = times["generated Python"]
+    fastavro_us = times["fastavro + picking the columns"]
+    print(f"ratio: the generated projection is {fastavro_us / ours:.1f}x faster than "
+          "fastavro's reader plus picking the columns")
 
 
 def _path(record: dict[str, Any], path: str) -> Any:

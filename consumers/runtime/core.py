@@ -266,6 +266,7 @@ class ConsumerRuntime:
         (docs/benchmarks.md, "Round four")."""
         assert self.consumer is not None
         messages = self.consumer.consume(self.options.poll_batch, 0)
+        self.policy.caught_up = not messages  # live: at the stream's head (policy.due)
         if messages:
             return messages
         return self.consumer.consume(self.options.poll_batch, self.options.poll_timeout)

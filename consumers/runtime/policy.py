@@ -4,9 +4,12 @@ cut, and what it takes.
 A checkpoint is cut every `checkpoint_interval` seconds or `max_batch` records; while a
 backlog is read, no more often than four times what the last one took to write; under
 `max_batch`, never while the one before is being written (reading goes on meanwhile),
-except the last one of an offline run. Near the end of an offline run, one is cut as soon
-as the writer is free, so the last transaction stays small. While a backlog is read and
-the sink is the slower side, a cut is aligned (`aligned_cut.py`).
+except the last one of an offline run. Reading live and caught up with the stream, one is
+cut as soon as the writer is free and as long as the last one took has passed (the
+writer is busy at most half the time), so a record waits for the next read and a
+transaction, not for the interval, which stays the bound. Near the end of an offline run,
+one is cut as soon as the writer is free, so the last transaction stays small. While a
+backlog is read and the sink is the slower side, a cut is aligned (`aligned_cut.py`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class CheckpointPolicy:
         self.last_cut = time.monotonic()
         self.cost = 0.0  # seconds the last checkpoint took
         self.behind = False  # the last consume() returned a full batch
+        # the last consume() found nothing fetched and waited: reading live at the head
+        self.caught_up = False
 
     def drop(self) -> None:
         """Forget what was read and not cut (read again from the stored offsets)."""
@@ -55,7 +60,9 @@ class CheckpointPolicy:
         except the last one of an offline run (there is nothing to read meanwhile). Near
         the end of an offline run (less than `max_batch` left to read), one is cut as soon
         as the writer is free and a fifth of `max_batch` is read: the last transaction,
-        which is written after the last record is read, stays small.
+        which is written after the last record is read, stays small. Reading live at the
+        stream's head (the last read waited), the interval shrinks to what the last
+        checkpoint took: a record is committed about as soon as it is read.
         """
         n = len(self.buffer)
         fresh = n - self.held
@@ -74,7 +81,16 @@ class CheckpointPolicy:
         interval = self.options.checkpoint_interval
         if self.behind:
             interval = max(interval, 4 * self.cost)
+        elif self._idle():
+            interval = min(interval, self.cost)
         return time.monotonic() - self.last_cut >= interval
+
+    def _idle(self) -> bool:
+        """Reading live at the stream's head: a checkpoint need not wait for the interval
+        (the writer is free). Not offline, nor for a sink that reads its builders' state
+        (the dataset exporter: each checkpoint is a set of files)."""
+        return (self.caught_up and not self.options.until_end
+                and not self.writer.sink.reads_builder_state)
 
     def cut(self, align: bool) -> list[Buffered]:
         """The buffered records the next checkpoint takes; the rest stays buffered.

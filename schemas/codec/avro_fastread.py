@@ -195,8 +195,8 @@ class Step:
 
 @dataclass
 class Plan:
-    """What a projection reads, derived from the schema once for both readers (the
-    generated Python one below and the C one, `avro_native`)."""
+    """What a projection reads, derived from the schema once (the generated reader
+    below runs it)."""
 
     steps: list[Step] = field(default_factory=list)
     # (path, the path of a record read whole, its attribute path): values read from a

@@ -103,24 +103,18 @@ _PROJECTIONS: dict[tuple[EventType, tuple[Any, ...], Reader], Any] = {}
 def warm_projection(event_type: EventType, items: list[Any]) -> Any:
     """A reader of `items` of whole framed values, compiled once per event type and items
     (one per schema id otherwise; consumers compile theirs ahead, during the group join):
-    the C one (`avro_native`) or the generated Python one
-    (`avro_fastread.compile_projection`), as `decoders.decoder_for` chooses. Refuses what
-    `_whole_record` refuses, with its errors (the cause's text may differ between the
-    two)."""
+    the generated Python one (`avro_fastread.compile_projection`). Refuses what
+    `_whole_record` refuses, with its errors."""
     choice = decoder_for(event_type, projection=True)
     key = (event_type, tuple(items), choice.reader)
     project = _PROJECTIONS.get(key)
     if project is None:
-        from rlmesh_stream.schemas.codec import avro_native
         from rlmesh_stream.schemas.codec.avro_fastread import Framing, compile_projection
 
         name = event_type.event_class.__name__
         framing = Framing(5, functools.partial(_refused, name),
                           functools.partial(_trailing, name))
-        if choice.reader is Reader.C_PROJECTION:
-            project = avro_native.compile_native_projection(event_type, items, framing)
-        else:
-            project = compile_projection(event_type, items, framed=framing)
+        project = compile_projection(event_type, items, framed=framing)
         _PROJECTIONS[key] = project
     return project
 

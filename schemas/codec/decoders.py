@@ -1,25 +1,22 @@
 """Which reader decodes an Avro record of one of our events, and why: the one place the
 choice is made (docs/contract.md, "Decoding").
 
-Four readers, one per case:
+Three readers, one per case:
 
 - `GENERATED`: the writer schema is ours (same parsing canonical form): Python generated
   from our `.avsc` reads the bytes straight into the dataclasses (`avro_fastread`).
-- `C_PROJECTION`: as GENERATED, for a packed builder that wants a few fields of each
-  record, and the C extension `_avro_project` was built at install (`avro_native`).
-- `PYTHON_PROJECTION`: the same projection, generated in Python (`avro_fastread`): where
-  the extension was not built (no C compiler), or `RLMESH_STREAM_PURE_PYTHON=1`.
+- `PYTHON_PROJECTION`: as GENERATED, for a packed builder that wants a few fields of each
+  record: a projection generated in Python (`avro_fastread.compile_projection`).
 - `FASTAVRO`: any other writer schema (another version, another producer): fastavro
   resolves it to ours (`avro_reader`), once `avro_guard` has checked the payload.
 
-The C extension is optional, so installed copies differ: `decoder_for` says which reader
-runs and why, and the pure-Python readers stay complete (tested against the C one).
+A projection reader in C was tried and dropped: end to end it changed nothing a consumer
+run shows (the sink sets the pace; docs/benchmarks.md, "Tried and not kept").
 """
 
 from __future__ import annotations
 
 import enum
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,12 +25,9 @@ import fastavro
 from rlmesh_stream.schemas.contract.avro import load_schema
 from rlmesh_stream.schemas.contract.topics import EventType
 
-PURE_PYTHON_ENV = "RLMESH_STREAM_PURE_PYTHON"
-
 
 class Reader(enum.Enum):
     GENERATED = "generated reader"
-    C_PROJECTION = "C projection"
     PYTHON_PROJECTION = "Python projection"
     FASTAVRO = "fastavro"
 
@@ -61,15 +55,8 @@ def decoder_for(event_type: EventType, writer_schema: Any = None, *,
                              "avro_guard checks the payload")
     if not projection:
         return DecoderChoice(Reader.GENERATED, "the writer schema is ours")
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
-        return DecoderChoice(Reader.PYTHON_PROJECTION, f"{PURE_PYTHON_ENV}=1")
-    from rlmesh_stream.schemas.codec import avro_native
-
-    if avro_native.available():
-        return DecoderChoice(Reader.C_PROJECTION, "the writer schema is ours and the C "
-                             "extension is built")
-    return DecoderChoice(Reader.PYTHON_PROJECTION, "the C extension was not built at "
-                         "install (no C compiler)")
+    return DecoderChoice(Reader.PYTHON_PROJECTION, "the writer schema is ours, a packed "
+                         "builder reads a few fields")
 
 
 def _canonical(parsed: Any) -> str:

@@ -1,5 +1,6 @@
 """When the runtime checkpoints: on a backlog, no more often than four times the last
-checkpoint's cost; reading live, every `checkpoint_interval`; always at `max_batch`. And
+checkpoint's cost; reading live, every `checkpoint_interval`, and at the head of the stream as
+soon as the last checkpoint's cost has passed; always at `max_batch`. And
 when a cut is reduced: while the checkpoint before it is written, unless the sink reads
 what its builders feed it. What a backlog's cut takes while the sink is the slower side:
 each partition's records up to the frontier of the partitions that lag (aligned_cut.py);
@@ -273,4 +274,40 @@ def test_an_offline_run_far_from_its_end_waits_for_max_batch_or_the_interval(
         runtime: ConsumerRuntime) -> None:
     _offline(runtime, read_to=3, end=13)  # 10 left: max_batch
     _buffer(runtime, 2, last_checkpoint_ago=0.0, last_checkpoint_cost=5.0, behind=True)
+    assert not runtime.policy.due()
+
+
+def _caught_up(rt: ConsumerRuntime, records: int, last_checkpoint_ago: float,
+               last_checkpoint_cost: float) -> None:
+    _buffer(rt, records, last_checkpoint_ago, last_checkpoint_cost, behind=False)
+    rt.policy.caught_up = True  # the last read found nothing fetched and waited
+
+
+def test_reading_live_at_the_head_checkpoints_once_the_last_ones_cost_has_passed(
+        runtime: ConsumerRuntime) -> None:
+    _caught_up(runtime, 3, last_checkpoint_ago=0.05, last_checkpoint_cost=0.04)
+    assert runtime.policy.due()  # 50 ms > 40 ms, well under the 1 s interval
+    _caught_up(runtime, 3, last_checkpoint_ago=0.03, last_checkpoint_cost=0.04)
+    assert not runtime.policy.due()
+
+
+def test_reading_live_at_the_head_waits_for_the_checkpoint_in_flight(
+        runtime: ConsumerRuntime) -> None:
+    _caught_up(runtime, 3, last_checkpoint_ago=0.5, last_checkpoint_cost=0.0)
+    with _writer_busy(runtime):
+        assert not runtime.policy.due()
+
+
+def test_reading_live_at_the_head_never_waits_longer_than_the_interval(
+        runtime: ConsumerRuntime) -> None:
+    _caught_up(runtime, 3, last_checkpoint_ago=1.1, last_checkpoint_cost=5.0)
+    assert runtime.policy.due()  # 5 s would be longer: the interval bounds it
+    _caught_up(runtime, 3, last_checkpoint_ago=0.9, last_checkpoint_cost=5.0)
+    assert not runtime.policy.due()
+
+
+def test_an_offline_run_at_the_head_of_what_is_fetched_keeps_the_interval(
+        runtime: ConsumerRuntime) -> None:
+    _offline(runtime, read_to=3, end=13)
+    _caught_up(runtime, 3, last_checkpoint_ago=0.5, last_checkpoint_cost=0.0)
     assert not runtime.policy.due()

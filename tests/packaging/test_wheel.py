@@ -27,7 +27,7 @@ EXTRA_ONLY = ("duckdb", "pyarrow", "psycopg", "matplotlib", "rlmesh", "testconta
 def _copy_sources(target: Path) -> Path:
     ignore = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", "build",
                                     ".mypy_cache", ".ruff_cache", "*.duckdb",
-                                    "*.so")  # the wheel's build compiles its own
+                                    "*.so")  # a stale build of the C reader, dropped since
     for name in (*FOLDERS, "rlmesh_stream", "setup.py", "pyproject.toml", "README.md"):
         source = ROOT / name
         if source.is_dir():  # rlmesh_stream/ holds links to the folders: copied as links
@@ -86,19 +86,11 @@ def test_the_wheel_carries_the_schemas_and_the_stack_files(wheel: Path) -> None:
     assert "rlmesh_stream/infra/kafka-pom.xml" in names
 
 
-def test_the_wheel_carries_the_compiled_projection_reader(wheel: Path) -> None:
+def test_the_wheel_is_pure_python_and_installs_on_every_platform(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
-        names = set(archive.namelist())
-    assert any(n.startswith("rlmesh_stream/schemas/codec/_avro_project.") and n.endswith(".so")
-               for n in names)
-    assert "rlmesh_stream/schemas/codec/_avro_project.pyi" in names
-
-
-def test_the_compiled_projection_reader_loads_in_a_base_install(base_env: Path) -> None:
-    done = _python(base_env, "from rlmesh_stream.schemas.codec import avro_native; "
-                             "print(avro_native.available())")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "True"
+        names = archive.namelist()
+    assert wheel.name.endswith("-py3-none-any.whl"), wheel.name
+    assert not [n for n in names if n.endswith((".so", ".pyd", ".c"))]
 
 
 def test_the_hook_imports_in_a_base_install(base_env: Path) -> None:

@@ -3,7 +3,7 @@
 
 The property runs in a child process (`decoder_paths.py`): a reader that overflows the C
 stack dies with SIGSEGV, which would take pytest with it; here it is a return code.
-Paths: the generated reader, the projection in C and in Python (our writer schema), and
+Paths: the generated reader, the projection (our writer schema), and
 fastavro (a compatible v2 registered by another producer: a foreign writer schema).
 """
 
@@ -16,13 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from rlmesh_stream.schemas.codec import avro_native
-
 pytestmark = pytest.mark.timeout(600)
 
 TESTS = Path(__file__).resolve().parents[1]
-PATHS = ["generated", "python projection", "fastavro (foreign writer schema)",
-         *(["C projection"] if avro_native.available() else [])]
+PATHS = ["generated", "python projection", "fastavro (foreign writer schema)"]
 
 
 def test_adversarial_records_are_refused_by_every_reader_path_without_a_crash():

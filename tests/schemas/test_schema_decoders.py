@@ -5,13 +5,11 @@ from __future__ import annotations
 import types
 
 import fastavro
-import pytest
 from contract_samples.examples import example
 
-from rlmesh_stream.schemas.codec import avro_native
 from rlmesh_stream.schemas.codec.avro_reader import AvroReader, warm_projection
 from rlmesh_stream.schemas.codec.avro_writer import avro_writer
-from rlmesh_stream.schemas.codec.decoders import PURE_PYTHON_ENV, Reader, decoder_for
+from rlmesh_stream.schemas.codec.decoders import Reader, decoder_for
 from rlmesh_stream.schemas.contract.avro import load_schema
 from rlmesh_stream.schemas.contract.topics import EventType
 
@@ -34,21 +32,11 @@ def test_records_of_another_writer_schema_are_read_by_fastavro_saying_why():
     assert (choice.reader, "not ours" in choice.why) == (Reader.FASTAVRO, True)
 
 
-def test_a_projection_is_read_in_c_where_the_extension_is_built():
-    expected = Reader.C_PROJECTION if avro_native.available() else Reader.PYTHON_PROJECTION
-    assert decoder_for(ET, projection=True).reader is expected
+def test_a_projection_of_our_schema_is_read_by_the_generated_python_projection():
+    assert decoder_for(ET, projection=True).reader is Reader.PYTHON_PROJECTION
 
 
-def test_the_pure_python_switch_chooses_the_python_projection(monkeypatch):
-    monkeypatch.setenv(PURE_PYTHON_ENV, "1")
-    choice = decoder_for(ET, projection=True)
-    assert (choice.reader, PURE_PYTHON_ENV in choice.why) == (Reader.PYTHON_PROJECTION, True)
-
-
-@pytest.mark.parametrize("pure", [False, True])
-def test_the_chosen_projection_reads_what_the_whole_reader_reads(monkeypatch, pure):
-    if pure:
-        monkeypatch.setenv(PURE_PYTHON_ENV, "1")
+def test_the_chosen_projection_reads_what_the_whole_reader_reads():
     event = example(ET)
     value = avro_writer(ET)(event, b"\x00\x00\x00\x00\x01")
     assert warm_projection(ET, ITEMS)(value, None) == tuple(getattr(event, i) for i in ITEMS)
@@ -60,6 +48,5 @@ def test_the_reader_says_which_reader_it_runs():
         Reader.GENERATED, Reader.FASTAVRO)
 
 
-def test_the_pure_python_switch_compiles_a_generated_python_projection(monkeypatch):
-    monkeypatch.setenv(PURE_PYTHON_ENV, "1")
+def test_a_projection_compiles_to_a_generated_python_function():
     assert isinstance(warm_projection(ET, ITEMS), types.FunctionType)
