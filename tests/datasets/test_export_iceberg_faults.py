@@ -41,7 +41,7 @@ def fleet(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                                    topic_prefix=f"t{uuid.uuid4().hex[:10]}.rlmesh.runtime")
     ensure_topics(config, partitions=6)
     hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False)
-    simulate_fleet(hooks, sessions=60, lanes=3, episodes=15, seed=13, failure_rate=0.1,
+    simulate_fleet(hooks, sessions=150, lanes=3, episodes=15, seed=13, failure_rate=0.1,
                    next_step_fraction=0.5, window_every=50)
     close_delivered(hooks)
     clean = tmp_path_factory.mktemp("clean") / "ds"
