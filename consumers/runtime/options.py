@@ -19,6 +19,9 @@ class RuntimeOptions:
     until_end: bool = False
     max_batch: int = 20_000  # records per checkpoint
     checkpoint_interval: float = 1.0  # seconds between checkpoints
+    # reading live at the stream's head, cut a checkpoint as soon as the writer is free
+    # (the interval stays the bound: docs/consumers.md); False: only every interval
+    eager_at_head: bool = True
     poll_batch: int = 2_000
     poll_timeout: float = 0.1
     dlq_topic: str | None = None  # default: {prefix}.dlq

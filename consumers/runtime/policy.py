@@ -89,7 +89,7 @@ class CheckpointPolicy:
         """Reading live at the stream's head: a checkpoint need not wait for the interval
         (the writer is free). Not offline, nor for a sink that reads its builders' state
         (the dataset exporter: each checkpoint is a set of files)."""
-        return (self.caught_up and not self.options.until_end
+        return (self.caught_up and self.options.eager_at_head and not self.options.until_end
                 and not self.writer.sink.reads_builder_state)
 
     def cut(self, align: bool) -> list[Buffered]:

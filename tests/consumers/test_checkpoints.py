@@ -311,3 +311,10 @@ def test_an_offline_run_at_the_head_of_what_is_fetched_keeps_the_interval(
     _offline(runtime, read_to=3, end=13)
     _caught_up(runtime, 3, last_checkpoint_ago=0.5, last_checkpoint_cost=0.0)
     assert not runtime.policy.due()
+
+
+def test_reading_live_at_the_head_keeps_the_interval_when_told_to(
+        runtime: ConsumerRuntime) -> None:
+    runtime.options.eager_at_head = False  # fewer transactions, as RuntimeOptions allows
+    _caught_up(runtime, 3, last_checkpoint_ago=0.5, last_checkpoint_cost=0.0)
+    assert not runtime.policy.due()

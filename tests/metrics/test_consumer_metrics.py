@@ -79,7 +79,7 @@ def test_applied_counts_and_rows_written_match_the_tables_and_lag_falls_to_zero(
     # One checkpoint, at stop: every table row is then written exactly once.
     runtime = ConsumerRuntime(stream_config, make_builders(["episodes"]), sink,
                               RuntimeOptions(group_id=group, from_beginning=True,
-                                             checkpoint_interval=3600),
+                                             checkpoint_interval=3600, eager_at_head=False),
                               metrics=metrics)
     run = threading.Thread(target=runtime.run)
     run.start()
