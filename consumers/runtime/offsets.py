@@ -66,6 +66,9 @@ class Offsets:
         self.assigned: set[TP] = set()
         self.next: dict[TP, int] = {}  # next offset to take from Kafka per partition
         self.ends: dict[TP, int] = {}  # --until-end: the end offset seen at assignment
+        # the high watermark seen at assignment: the lag's floor until the consumer's own
+        # fetches know the partition's end (its cached watermark is unknown until then)
+        self.highs: dict[TP, int] = {}
         # live mode: each partition's end offset when reading started (None: not known)
         self.start_ends: dict[TP, int] | None = None
         # where reading each held partition started (a logical start resolved)
@@ -126,6 +129,8 @@ class Offsets:
                 start = beyond_end(key, start, marks)
             assign.append(TopicPartition(tp.topic, tp.partition, start))
             self.assigned.add(key)
+            if marks is not None:
+                self.highs[key] = marks[1]
             if self.options.until_end and marks is not None:
                 # the end seen at start, or later at assignment (never less than the
                 # watermark at assignment)
@@ -173,6 +178,7 @@ class Offsets:
             self.assigned.discard(key)
             self.next.pop(key, None)
             self.ends.pop(key, None)
+            self.highs.pop(key, None)
             self.starts.pop(key, None)
 
     # -- what a checkpoint stores ----------------------------------------------------
@@ -249,16 +255,24 @@ class Offsets:
             return None
         total = 0
         for key in self.assigned:
-            try:
-                _, high = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
-            except KafkaException:
-                return None
-            high = max(high, self.ends.get(key, -1), self.next.get(key, -1))
+            high = self._high(consumer, key)
             applied = self.applied(key)
-            if high < 0 or applied is None:
+            if high is None or applied is None:
                 return None
-            total += max(0, high - applied)
+            total += max(0, max(high, self.next.get(key, -1)) - applied)
         return total
+
+    def _high(self, consumer: Consumer, key: TP) -> int | None:
+        """The end of `key` as known without asking Kafka: the consumer's cached high
+        watermark, never below the one seen at assignment (nor, --until-end, the end
+        read to); None when neither is known. (Before the first fetch the cached one is
+        unknown: counting from the reading position alone said `lag 0` then.)"""
+        try:
+            _, cached = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+        except KafkaException:
+            return None
+        high = max(cached, self.highs.get(key, -1), self.ends.get(key, -1))
+        return high if high >= 0 else None
 
     def applied(self, key: TP) -> int | None:
         """The next offset of `key` every builder has applied: the lowest of their stored
@@ -274,12 +288,8 @@ class Offsets:
             return None
         lags: dict[TP, int] = {}
         for key in self.assigned:
-            try:
-                _, high = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
-            except KafkaException:
-                return None
-            high = max(high, self.ends.get(key, -1))
-            if high < 0:
+            high = self._high(consumer, key)
+            if high is None:
                 return None
             lags[key] = max(0, high - self.next.get(key, high))
         return lags

@@ -116,3 +116,28 @@ def test_records_read_but_not_yet_written_are_lag(
         release.set()
     _wait_for(lambda: runtime.events == SESSIONS)
     _wait_for(lambda: _lags(stream)[-1] == (SESSIONS, 0))
+
+
+def test_before_the_first_fetch_the_lag_counts_from_the_end_seen_at_assignment(
+        published: StreamConfig) -> None:
+    """The consumer's cached watermarks are unknown until it has fetched: the lag is then
+    the partitions' ends seen at assignment, never 0 (the first progress line of a run
+    whose registry was down said `lag 0`)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from rlmesh_stream.consumers.runtime.offsets import Offsets
+
+    builders = make_builders(["sessions"])
+    offsets = Offsets(builders, published.topic_prefix,
+                      RuntimeOptions(group_id=uuid.uuid4().hex, from_beginning=True))
+    topic = EventType.SESSION_STARTED.topic(published.topic_prefix)
+    consumer = Consumer({**published.kafka_config(), "group.id": uuid.uuid4().hex})
+    try:
+        offsets.assign(consumer, [TopicPartition(topic, 0), TopicPartition(topic, 1)],
+                       lambda key, stored, marks: stored)
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 0), cached=True)[1] < 0
+        assert offsets.unapplied(consumer) == SESSIONS
+        lags = offsets.lag_by_partition(consumer)
+        assert lags is not None and sum(lags.values()) == SESSIONS
+    finally:
+        consumer.close()
