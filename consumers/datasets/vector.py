@@ -140,17 +140,21 @@ def _build_lane(joiner: Joiner, ep: PendingEpisode, session: SessionState, lane_
 
 def all_read(session: SessionState, pending: dict[Key, PendingEpisode], session_id: str) -> bool:
     """An ended vector-env session whose events have all been read (its end event can be
-    read before them): its totals match the groups and the episodes read."""
+    read before them): its totals match the groups and the episodes read, each with its
+    started and completed events."""
     groups = session.groups
     if groups is None or session.totals is None:
         return False  # running, or failed (no totals): decided at the end of a run
     total_steps, total_episodes = session.totals
     if not len(groups.actions) == len(groups.steps) == len(groups.observations):
         return False
-    completed = sum(1 for (sid, _), ep in pending.items()
-                    if sid == session_id and ep.completed is not None)
-    if completed != total_episodes:  # first: cheaper than counting the steps
-        return False
+    # every episode completed, and started: each event type is a topic of its own, so a
+    # checkpoint can come before the episode_started events are read (the session was
+    # released then, its episodes skipped as incomplete)
+    completed = [ep for (sid, _), ep in pending.items()
+                 if sid == session_id and ep.completed is not None]
+    if len(completed) != total_episodes or any(ep.started is None for ep in completed):
+        return False  # first: cheaper than counting the steps
     real = 0
     for k, step in groups.steps.items():
         action = groups.actions.get(k)
