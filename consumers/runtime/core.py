@@ -91,6 +91,8 @@ class ConsumerRuntime:
         # sink's last decisions) were written; a run stopped before then decides nothing
         self.reached_end = False
         self._failed: ConsumerError | None = None  # raised by the loop before reading on
+        # the run failed: leaving the group (the revoke at close) cuts no checkpoint
+        self._aborted = False
         self.consumer: Consumer | None = None
 
     @property
@@ -149,7 +151,11 @@ class ConsumerRuntime:
             with tuned_for_reading():
                 self._loop()
         except BaseException:
-            writer.close()  # the checkpoint in flight: written or not, the sink knows
+            # the checkpoint in flight: written or not, the sink knows. Not accounted for,
+            # so no other may follow (the revoke at close cut one on stale offsets, and
+            # the process fenced itself: "another consumer has applied these records")
+            self._aborted = True
+            writer.close()
             raise
         finally:
             if self.progress:
@@ -338,8 +344,10 @@ class ConsumerRuntime:
         return self.offsets.start_offset(key)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Checkpoint what was read before the partitions go to another member."""
-        self.checkpoints.flush(wait=True)
+        """Checkpoint what was read before the partitions go to another member (not after
+        the run failed: the next run reads it again from the sink's offsets)."""
+        if not self._aborted:
+            self.checkpoints.flush(wait=True)
         self.offsets.forget(partitions)
         self._revoked()
         self._unassign(consumer, partitions)

@@ -179,3 +179,41 @@ def test_a_registry_outage_makes_the_consumer_wait_then_apply_everything(
     assert not thread.is_alive()
     assert sink.query("SELECT count(*) FROM sessions") == [(20,)]
     assert runtime.dead_letters == 0
+
+
+def test_a_run_that_fails_cuts_no_checkpoint_as_it_leaves_the_group(
+        stream_config: StreamConfig, tmp_path) -> None:
+    """The run fails while a checkpoint is being written: leaving the group (the revoke
+    callback of the consumer's close) used to cut one more on offsets that checkpoint had
+    not been accounted for, and the process fenced itself ("another consumer has applied
+    these records") before its error line."""
+    from rlmesh_stream.consumers.runtime import ConsumerError
+
+    create_topics(stream_config, partitions=2)
+    hooks = PlainKafkaHooks(stream_config)
+    _publish_sessions(hooks, ["s1", "s2"])
+    hooks.flush()
+    sink = open_sink(f"duckdb://{tmp_path}/tables.duckdb")
+    applied: list[object] = []
+    apply = sink.apply
+
+    def slow_apply(batch: object) -> None:
+        applied.append(batch)
+        time.sleep(0.5)  # still being written when the run fails
+        apply(batch)  # type: ignore[arg-type]
+
+    sink.apply = slow_apply  # type: ignore[method-assign]
+    runtime = ConsumerRuntime(stream_config, make_builders(["sessions"]), sink,
+                              RuntimeOptions(group_id=uuid.uuid4().hex, from_beginning=True))
+    ingest = runtime.reader.ingest
+
+    def failing_once_a_checkpoint_is_in_flight(messages: list) -> None:
+        if applied:
+            raise ConsumerError("the registry answered with an HTML page")
+        ingest(messages)
+
+    runtime.reader.ingest = failing_once_a_checkpoint_is_in_flight  # type: ignore[method-assign]
+    with pytest.raises(ConsumerError, match="HTML page"):
+        runtime.run()
+
+    assert len(applied) == 1
