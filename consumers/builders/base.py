@@ -32,7 +32,8 @@ class Builder:
     tables: ClassVar[tuple[Table, ...]]
     needs_decode: ClassVar[bool] = True
     # statements run after the batch's upserts, in the same transaction;
-    # `{stage:<table>}` names the relation holding this batch's rows of <table>
+    # `{stage:<table>}` names the relation holding this batch's rows of <table>. One
+    # that names a stage touches only rows its stages name: a batch with no rows skips it
     after_sql: ClassVar[tuple[str, ...]] = ()
 
     # per event type, its row as a projection of the event (see `projection.py`)

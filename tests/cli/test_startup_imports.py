@@ -59,3 +59,25 @@ def test_root_help_lists_every_command_with_its_summary() -> None:
         line = next(ln for ln in text.splitlines() if ln.split()[:1] == [name])
         shown = line.split(None, 1)[1].removesuffix("...")
         assert SUMMARIES[name].startswith(shown)
+
+
+OFFSETS_ONLY = """
+import json, sys
+from rlmesh_stream.consumers.builders import make_builders
+from rlmesh_stream.consumers.sinks import OffsetUpdate, SinkBatch, open_sink
+sink = open_sink(sys.argv[1])
+episodes = make_builders(["episodes"])[0]
+before = "pyarrow" in sys.modules
+sink.apply(SinkBatch(rows={t: [] for t in episodes.tables}, after_sql=list(episodes.after_sql),
+                     offsets=[OffsetUpdate("episodes", "t", 0, None, 7)], group_id="g"))
+print(json.dumps([before, "pyarrow" in sys.modules, sink.load_offsets("episodes")[("t", 0)]]))
+"""
+
+
+def test_a_checkpoint_of_offsets_only_stages_nothing(tmp_path) -> None:
+    """A run over empty topics stores its partitions' offsets in a checkpoint without rows:
+    nothing is staged, so pyarrow (and numpy, ~0.1 s of CPU) is never imported for it."""
+    out = subprocess.run([sys.executable, "-c", OFFSETS_ONLY,
+                          f"duckdb://{tmp_path}/tables.duckdb"],
+                         check=True, capture_output=True, text=True).stdout
+    assert json.loads(out.splitlines()[-1]) == [False, False, 7]
