@@ -256,20 +256,38 @@ class IcebergStore:
 
     def _expire_snapshots(self) -> None:
         """Both tables' snapshots beyond the newest KEEP_SNAPSHOTS, expired (only the heads
-        are read here). On tables loaded apart: refreshing `episodes` without reading its
-        head again would make the next commit merge a stale head's offsets. Best effort: a
-        commit landing meanwhile wins, a later generation expires them."""
+        are read here), and the state files only expired snapshots named. On tables loaded
+        apart: refreshing `episodes` without reading its head again would make the next
+        commit merge a stale head's offsets. Best effort: a commit landing meanwhile wins,
+        a later generation expires them."""
         from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 
         for name in self.names:
             try:
                 table = self.catalog.load_table(name)
                 snapshots = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number)
-                old = [s.snapshot_id for s in snapshots[:-KEEP_SNAPSHOTS]]
+                old = snapshots[:-KEEP_SNAPSHOTS]
                 if old:
-                    table.maintenance.expire_snapshots().by_ids(old).commit()
+                    table.maintenance.expire_snapshots().by_ids(
+                        [s.snapshot_id for s in old]).commit()
+                    self._delete_states(table, old, snapshots[-KEEP_SNAPSHOTS:])
             except (CommitFailedException, NoSuchTableError, ValueError) as exc:
                 log.debug("snapshots of %s not expired now (%s)", name, exc)
+
+    @staticmethod
+    def _delete_states(table: Any, expired: list[Any], kept: list[Any]) -> None:
+        """The shard state files named by `expired` snapshots and by none of `kept` (the
+        head among them): only the head's are ever read, and a commit landing meanwhile
+        names the head's files or new ones. Best effort: one left is only a small file."""
+        def named(snapshots: list[Any]) -> set[str]:
+            return {path for s in snapshots for path in json.loads(
+                s.summary.additional_properties.get("rlmesh.shards", "{}")).values()}
+
+        for path in sorted(named(expired) - named(kept)):
+            try:
+                table.io.delete(path)
+            except OSError as exc:
+                log.debug("state file %s not deleted (%s)", path, exc)
 
     def _fence(self, mine: set[str]) -> None:
         moved = sorted(n for n in mine if self.shards.get(n) != self.base.get(n))

@@ -472,3 +472,36 @@ def test_old_snapshots_are_expired_as_the_export_commits(
     assert len(metadata_files) <= 2 * (10 + 1)
     assert episodes.properties["write.metadata.delete-after-commit.enabled"] == "true"
     _same_rows(catalog, clean)
+
+
+def test_the_state_files_only_expired_snapshots_named_are_removed(
+        fleet: tuple[StreamConfig, Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each checkpoint writes a state file per shard held: those only expired snapshots
+    named are deleted as the snapshots are expired (they used to stay, one per shard and
+    checkpoint, for ever), and every one a snapshot still names is there."""
+    import json
+
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from rlmesh_stream.consumers.datasets import iceberg
+    from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
+
+    monkeypatch.setattr(iceberg, "KEEP_SNAPSHOTS", 4)
+    config, clean = fleet
+    catalog = tmp_path / "catalog.db"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    run_export(config, ExportOptions(None, "iceberg", TABLE, Filters(), group=group,
+                                     iceberg=IcebergTarget(f"sqlite:///{catalog}", TABLE)),
+               RuntimeOptions(group_id=group, from_beginning=True, until_end=True,
+                              max_batch=300))
+
+    tables = SqlCatalog("rlmesh", uri=f"sqlite:///{catalog}", init_catalog_tables="false",
+                        warehouse=(catalog.parent / "warehouse").as_uri())
+    snapshots = tables.load_table(f"{TABLE}_episodes").metadata.snapshots
+    named = {path.rsplit("/", 1)[1] for s in snapshots for path in json.loads(
+        s.summary.additional_properties.get("rlmesh.shards", "{}")).values()}
+    on_disk = {f.name for f in (catalog.parent / "warehouse").rglob("rlmesh-state/*.json")}
+    assert _generation(catalog) > 2 * 4  # enough checkpoints to expire some
+    assert on_disk == named
+    _same_rows(catalog, clean)
