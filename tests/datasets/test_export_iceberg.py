@@ -442,28 +442,36 @@ def test_a_member_fenced_after_the_group_dropped_it_never_claims_its_shards_back
     _same_rows(catalog, clean)
 
 
-def test_old_snapshots_are_expired_as_the_export_commits(
-        fleet: tuple[StreamConfig, Path], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every checkpoint is a snapshot of each table, and each metadata file lists them all:
-    beyond the newest KEEP_SNAPSHOTS (4 here) they are expired while the export commits,
-    and the tables still hold a clean run's rows."""
+def _export_keeping_4_snapshots(fleet: tuple[StreamConfig, Path], tmp_path: Path,
+                                monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Any]:
+    """One clean export with KEEP_SNAPSHOTS at 4 (enough checkpoints to expire some): its
+    catalog file and the catalog, opened for reading."""
     from pyiceberg.catalog.sql import SqlCatalog
 
     from rlmesh_stream.consumers.datasets import iceberg
     from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
 
     monkeypatch.setattr(iceberg, "KEEP_SNAPSHOTS", 4)
-    config, clean = fleet
+    config, _ = fleet
     catalog = tmp_path / "catalog.db"
     group = f"g-{uuid.uuid4().hex[:8]}"
     run_export(config, ExportOptions(None, "iceberg", TABLE, Filters(), group=group,
                                      iceberg=IcebergTarget(f"sqlite:///{catalog}", TABLE)),
                RuntimeOptions(group_id=group, from_beginning=True, until_end=True,
                               max_batch=300))
+    return catalog, SqlCatalog("rlmesh", uri=f"sqlite:///{catalog}",
+                               init_catalog_tables="false",
+                               warehouse=(catalog.parent / "warehouse").as_uri())
 
-    tables = SqlCatalog("rlmesh", uri=f"sqlite:///{catalog}", init_catalog_tables="false",
-                        warehouse=(catalog.parent / "warehouse").as_uri())
+
+def test_old_snapshots_are_expired_as_the_export_commits(
+        fleet: tuple[StreamConfig, Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every checkpoint is a snapshot of each table, and each metadata file lists them all:
+    beyond the newest KEEP_SNAPSHOTS (4 here) they are expired while the export commits,
+    and the tables still hold a clean run's rows."""
+    catalog, tables = _export_keeping_4_snapshots(fleet, tmp_path, monkeypatch)
+
     episodes = tables.load_table(f"{TABLE}_episodes")
     assert _generation(catalog) > 2 * 4  # enough checkpoints to expire some
     for kind in ("episodes", "steps"):
@@ -471,7 +479,7 @@ def test_old_snapshots_are_expired_as_the_export_commits(
     metadata_files = list((catalog.parent / "warehouse").rglob("*.metadata.json"))
     assert len(metadata_files) <= 2 * (10 + 1)
     assert episodes.properties["write.metadata.delete-after-commit.enabled"] == "true"
-    _same_rows(catalog, clean)
+    _same_rows(catalog, fleet[1])
 
 
 def test_the_state_files_only_expired_snapshots_named_are_removed(
@@ -482,26 +490,12 @@ def test_the_state_files_only_expired_snapshots_named_are_removed(
     checkpoint, for ever), and every one a snapshot still names is there."""
     import json
 
-    from pyiceberg.catalog.sql import SqlCatalog
+    catalog, tables = _export_keeping_4_snapshots(fleet, tmp_path, monkeypatch)
 
-    from rlmesh_stream.consumers.datasets import iceberg
-    from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
-
-    monkeypatch.setattr(iceberg, "KEEP_SNAPSHOTS", 4)
-    config, clean = fleet
-    catalog = tmp_path / "catalog.db"
-    group = f"g-{uuid.uuid4().hex[:8]}"
-    run_export(config, ExportOptions(None, "iceberg", TABLE, Filters(), group=group,
-                                     iceberg=IcebergTarget(f"sqlite:///{catalog}", TABLE)),
-               RuntimeOptions(group_id=group, from_beginning=True, until_end=True,
-                              max_batch=300))
-
-    tables = SqlCatalog("rlmesh", uri=f"sqlite:///{catalog}", init_catalog_tables="false",
-                        warehouse=(catalog.parent / "warehouse").as_uri())
     snapshots = tables.load_table(f"{TABLE}_episodes").metadata.snapshots
     named = {path.rsplit("/", 1)[1] for s in snapshots for path in json.loads(
         s.summary.additional_properties.get("rlmesh.shards", "{}")).values()}
     on_disk = {f.name for f in (catalog.parent / "warehouse").rglob("rlmesh-state/*.json")}
     assert _generation(catalog) > 2 * 4  # enough checkpoints to expire some
     assert on_disk == named
-    _same_rows(catalog, clean)
+    _same_rows(catalog, fleet[1])
