@@ -15,7 +15,12 @@ import click
 from rlmesh_stream.consumers.builders import BUILDER_NAMES, make_builders
 from rlmesh_stream.consumers.builders.telemetry import MIN_WINDOW_S
 from rlmesh_stream.consumers.cli_options import reading_options
-from rlmesh_stream.consumers.runtime import ConsumerError, ConsumerRuntime, RuntimeOptions
+from rlmesh_stream.consumers.runtime import (
+    Connection,
+    ConsumerError,
+    ConsumerRuntime,
+    RuntimeOptions,
+)
 from rlmesh_stream.consumers.sinks import SinkError, SinkURL, open_sink, sink_option
 from rlmesh_stream.schemas.connection.access import AccessDeniedError
 from rlmesh_stream.schemas.connection.cli_options import FiniteFloatRange, stream_options
@@ -61,19 +66,21 @@ def _builder_command(name: str) -> click.Command:
         builders = make_builders([name], steps=steps, window=timedelta(seconds=window_s))
         reading["group_id"] = reading["group_id"] or f"rlmesh-stream.{name}"
         metrics = _serve_metrics(reading["group_id"], metrics_port)
+        options = RuntimeOptions(**reading, instance_id=instance_id,
+                                 reset_recreated=reset_recreated)
+        connection = Connection(config, options)  # reaches the brokers while the sink opens
         try:
             store = open_sink(sink)
         except SinkError as exc:  # a URL or store that cannot be used: one line, nothing read
+            connection.close()
             raise click.ClickException(str(exc)) from None
-        options = RuntimeOptions(**reading, instance_id=instance_id,
-                                 reset_recreated=reset_recreated)
         progress = None
         if not quiet:
             from rlmesh_stream.consumers.progress import Progress
 
             progress = Progress(f"consume {name}")
         runtime = ConsumerRuntime(config, builders, store, options, progress=progress,
-                                  metrics=metrics)
+                                  metrics=metrics, connection=connection)
         try:
             runtime.run()
         except KeyboardInterrupt:

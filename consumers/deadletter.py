@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import headers as h
@@ -87,6 +86,8 @@ class DeadLetterQueue:
         return self._producer
 
     def _ensure_topic(self) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic  # at the first letter only
+
         admin = AdminClient(self.config.kafka_config())
         topic = NewTopic(self.topic, num_partitions=1,
                          config={"max.message.bytes": str(MAX_DEAD_LETTER_BYTES)})

@@ -6,6 +6,8 @@ This is the one package both the producer and the consumers import. Its parts:
 `engines` (DDL and reader schemas for other engines). It imports nothing else of ours.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.events import (
     ActionReceivedEvent,
@@ -27,7 +29,6 @@ from rlmesh_stream.schemas.contract.events import (
     SessionEndedEvent,
     SessionFailedEvent,
     SessionStartedEvent,
-    SpaceSpec,
     StepCompletedEvent,
     TelemetrySnapshotEvent,
 )
@@ -71,3 +72,15 @@ __all__ = [
     "subject_name",
     "topic_name",
 ]
+
+if TYPE_CHECKING:
+    from rlmesh_stream.schemas.contract.events import SpaceSpec
+
+
+def __getattr__(name: str) -> Any:
+    """`SpaceSpec` when first asked for (its protobuf module is imported then: `events`)."""
+    if name == "SpaceSpec":
+        from rlmesh_stream.schemas.contract import events
+
+        return events.SpaceSpec
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

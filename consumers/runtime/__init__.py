@@ -22,8 +22,8 @@ The parts, one job each, composed by `core.ConsumerRuntime`:
   says);
 - `decoding.py`: the decoder cache (which reader per schema id) and its warm-up;
 - `reader.py`: the per-record hot path, messages into Records and dead letters;
-- `kafka_io.py`: the consumer's settings (a range assignment for whole sessions), client
-  errors, metadata and watermarks;
+- `kafka_io.py`: the consumer's settings (a range assignment for whole sessions), its
+  connection made before the sink opens, client errors, metadata and watermarks;
 - `options.py`: the options, the account of a checkpoint and the errors.
 
 `core.py` calls a sink's optional hooks: `rewound(partitions)` whenever reading goes back
@@ -36,6 +36,7 @@ stop rule's look at what other members stored.
 from rlmesh_stream.consumers.runtime.checkpoint import offset_ranges as _offset_ranges
 from rlmesh_stream.consumers.runtime.core import ConsumerRuntime
 from rlmesh_stream.consumers.runtime.decoding import Decoder
+from rlmesh_stream.consumers.runtime.kafka_io import Connection
 from rlmesh_stream.consumers.runtime.kafka_io import existing_topics as _existing_topics
 from rlmesh_stream.consumers.runtime.kafka_io import watermarks as _watermarks
 from rlmesh_stream.consumers.runtime.options import (
@@ -46,6 +47,7 @@ from rlmesh_stream.consumers.runtime.options import (
 
 __all__ = [
     "CheckpointInfo",
+    "Connection",
     "ConsumerError",
     "ConsumerRuntime",
     "Decoder",

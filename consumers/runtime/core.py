@@ -57,6 +57,7 @@ class ConsumerRuntime:
         progress: Progress | None = None,
         on_checkpoint: Callable[[CheckpointInfo], None] | None = None,
         metrics: ConsumerMetrics | None = None,
+        connection: kafka_io.Connection | None = None,
     ) -> None:
         self.config = config
         self.builders = builders
@@ -80,7 +81,10 @@ class ConsumerRuntime:
                                        self.policy, self.dlq, self._commit)
         self.checkpoints.metrics, self.checkpoints.on_checkpoint = metrics, on_checkpoint
         self.decoders = Decoders(config, builders, self.topics, decoder)
-        self.errors = kafka_io.ClientErrors(config, options.group_id)
+        # a consumer made before the sink was opened (`kafka_io.Connection`), or made by run()
+        self._connection = connection
+        self.errors = (connection.errors if connection is not None
+                       else kafka_io.ClientErrors(config, options.group_id))
         self.reader = Reader(self.decoders, self.offsets, self.policy, self.errors)
         self.until_end = UntilEnd(config, options, self.topics, self.policy, sink)
         if options.whole_sessions:  # the end of the partitions other members hold
@@ -131,7 +135,8 @@ class ConsumerRuntime:
         if threading.current_thread() is threading.main_thread():
             handlers = {sig: signal.signal(sig, self.stop)
                         for sig in (signal.SIGTERM, signal.SIGINT)}
-        self.consumer = Consumer(self._kafka_config())
+        self.consumer = (self._connection.consumer if self._connection is not None
+                         else Consumer(self._kafka_config()))
         if self.options.until_end:
             self.until_end.check_topics(self.consumer, self.errors)
             if self.options.whole_sessions:

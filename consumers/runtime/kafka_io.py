@@ -70,6 +70,24 @@ def kafka_config(config: StreamConfig, options: RuntimeOptions,
     return conf
 
 
+class Connection:
+    """A group member's Kafka consumer, made before the process opens its sink.
+
+    librdkafka reaches the brokers on threads of its own (connect, API versions,
+    metadata: ~50 ms on this machine) while Python opens the sink (~90 ms: DuckDB's
+    import and connect), so the topic checks that follow find a connection ready. It
+    subscribes to nothing: a sink that cannot be used stops the run before it joins the
+    group (`close`), and never rebalances the other members."""
+
+    def __init__(self, config: StreamConfig, options: RuntimeOptions) -> None:
+        self.errors = ClientErrors(config, options.group_id)
+        self.consumer = Consumer(kafka_config(config, options, self.errors))
+
+    def close(self) -> None:
+        """Give up the connection unused (nothing was subscribed)."""
+        self.consumer.close()
+
+
 class ClientErrors:
     """The consumer's `error_cb`: wrong credentials stop the process (raised out of
     consume); other errors are logged once per kind and 30 s, and the last one is kept

@@ -13,13 +13,13 @@ from typing import Any
 from google.protobuf import descriptor
 from google.protobuf.message import Message
 
+from rlmesh_stream.schemas.contract import events
 from rlmesh_stream.schemas.contract.errors import CorruptPayloadError
-from rlmesh_stream.schemas.contract.events import SpaceSpec
 
 
 def space_spec_from_avro(data: dict[str, Any]) -> Message:
     """A `SpaceSpec` from its decoded Avro record."""
-    return proto_from_avro(SpaceSpec, data)
+    return proto_from_avro(events.SpaceSpec, data)
 
 
 def proto_from_avro(cls: type[Message], data: dict[str, Any]) -> Message:

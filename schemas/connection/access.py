@@ -19,7 +19,6 @@ from confluent_kafka import KafkaError
 
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.connection.redact import redact_url
-from rlmesh_stream.schemas.registry.client import registry_errors
 
 AUTHENTICATION_CODES: frozenset[int] = frozenset({
     KafkaError._AUTHENTICATION,
@@ -118,6 +117,9 @@ class RateLimitedLog:
 
 def registry_refusal(exc: BaseException) -> Any:
     """The registry's 401/403 answer behind `exc` (itself, or what it was raised from)."""
+    # imported here: the registry client's HTTP module is not on a consumer's start-up path
+    from rlmesh_stream.schemas.registry.client import registry_errors
+
     seen: BaseException | None = exc
     for _ in range(5):
         if seen is None:

@@ -12,10 +12,23 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TypeAlias, Union
+from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
-from rlmesh_stream.schemas.contract._pb.rlmesh.spaces.v1.spaces_pb2 import SpaceSpec
 from rlmesh_stream.schemas.contract.telemetry import Snapshot
+
+if TYPE_CHECKING:
+    from rlmesh_stream.schemas.contract._pb.rlmesh.spaces.v1.spaces_pb2 import SpaceSpec
+
+
+def __getattr__(name: str) -> Any:
+    """`SpaceSpec`, imported when first asked for: its protobuf module costs ~25 ms, and a
+    process that reads no spaces (`consume episodes`) never asks (PEP 562)."""
+    if name == "SpaceSpec":
+        from rlmesh_stream.schemas.contract._pb.rlmesh.spaces.v1.spaces_pb2 import SpaceSpec
+
+        globals()["SpaceSpec"] = SpaceSpec
+        return SpaceSpec
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 MetaValue: TypeAlias = Union[  # noqa: UP007 - recursive alias needs Union
     int, float, str, bool, bytes, list["MetaValue"], dict[str, "MetaValue"]

@@ -13,9 +13,9 @@ import math
 from typing import Any
 
 from rlmesh_stream.schemas.contract import bindings as bd
+from rlmesh_stream.schemas.contract import events
 from rlmesh_stream.schemas.contract.avro import load_schema, named_types
 from rlmesh_stream.schemas.contract.errors import ContractError
-from rlmesh_stream.schemas.contract.events import SpaceSpec
 from rlmesh_stream.schemas.contract.topics import EventType
 
 MAX_META_DEPTH = 32
@@ -92,7 +92,7 @@ class _Walker:
             named_types(node, self.named)
             return
         if full == bd.SPACE_SPEC:
-            if not isinstance(obj, SpaceSpec):
+            if not isinstance(obj, events.SpaceSpec):  # its protobuf module, when first used
                 raise _Bad(path, obj,
                            f"expected rlmesh.spaces.v1.SpaceSpec, got {type(obj).__name__}")
             named_types(node, self.named)

@@ -81,3 +81,22 @@ def test_a_checkpoint_of_offsets_only_stages_nothing(tmp_path) -> None:
                           f"duckdb://{tmp_path}/tables.duckdb"],
                          check=True, capture_output=True, text=True).stdout
     assert json.loads(out.splitlines()[-1]) == [False, False, 7]
+
+
+CONSUME_IMPORTS = """
+import json, sys
+import rlmesh_stream.consumers.cli
+from rlmesh_stream.consumers.builders import make_builders
+make_builders(["episodes"])
+loaded = sorted(m for m in sys.modules if "_pb2" in m or m.startswith("http.client"))
+from rlmesh_stream.schemas import SpaceSpec
+print(json.dumps([loaded, SpaceSpec.DESCRIPTOR.full_name]))
+"""
+
+
+def test_the_consume_command_imports_no_protobuf_type_nor_http_client() -> None:
+    """The contract's protobuf types (~25 ms) and the registry client's HTTP module load
+    when first used, not on a consumer's start-up path; `SpaceSpec` is still there."""
+    out = subprocess.run([sys.executable, "-c", CONSUME_IMPORTS],
+                         check=True, capture_output=True, text=True).stdout
+    assert json.loads(out.splitlines()[-1]) == [[], "rlmesh.spaces.v1.SpaceSpec"]
