@@ -82,5 +82,6 @@ def __getattr__(name: str) -> Any:
     if name == "SpaceSpec":
         from rlmesh_stream.schemas.contract import events
 
+        globals()["SpaceSpec"] = events.SpaceSpec  # asked for once, as `events` does
         return events.SpaceSpec
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
