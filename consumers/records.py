@@ -13,10 +13,12 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlmesh_stream.schemas.contract.events import RuntimeEnvContext, RuntimeEvent
 from rlmesh_stream.schemas.contract.topics import EventType
+
+if TYPE_CHECKING:  # hints only: the event dataclasses load when a decoder needs them
+    from rlmesh_stream.schemas.contract.events import RuntimeEnvContext, RuntimeEvent
 
 
 @dataclass(slots=True)

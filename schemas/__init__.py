@@ -9,29 +9,6 @@ This is the one package both the producer and the consumers import. Its parts:
 from typing import TYPE_CHECKING, Any
 
 from rlmesh_stream.schemas.connection.config import StreamConfig
-from rlmesh_stream.schemas.contract.events import (
-    ActionReceivedEvent,
-    Advisory,
-    AdvisorySeverity,
-    EnvConnectedEvent,
-    EpisodeCompletedEvent,
-    EpisodeStartedEvent,
-    Leg,
-    LogEvent,
-    LogLevel,
-    MetaMap,
-    MetaValue,
-    ModelConnectedEvent,
-    ObservationEmittedEvent,
-    RelayAdvisoryEvent,
-    RuntimeEnvContext,
-    RuntimeEvent,
-    SessionEndedEvent,
-    SessionFailedEvent,
-    SessionStartedEvent,
-    StepCompletedEvent,
-    TelemetrySnapshotEvent,
-)
 from rlmesh_stream.schemas.contract.topics import (
     EVENT_TYPES,
     EventType,
@@ -74,14 +51,44 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from rlmesh_stream.schemas.contract.events import SpaceSpec
+    from rlmesh_stream.schemas.contract.events import (
+        ActionReceivedEvent,
+        Advisory,
+        AdvisorySeverity,
+        EnvConnectedEvent,
+        EpisodeCompletedEvent,
+        EpisodeStartedEvent,
+        Leg,
+        LogEvent,
+        LogLevel,
+        MetaMap,
+        MetaValue,
+        ModelConnectedEvent,
+        ObservationEmittedEvent,
+        RelayAdvisoryEvent,
+        RuntimeEnvContext,
+        RuntimeEvent,
+        SessionEndedEvent,
+        SessionFailedEvent,
+        SessionStartedEvent,
+        SpaceSpec,
+        StepCompletedEvent,
+        TelemetrySnapshotEvent,
+    )
+
+# the names of `__all__` not bound above, the event types: imported when first asked for,
+# as a consumer's start-up declares its tables and reads its settings without them
+# (~10 ms; its decoders import them once there is a record)
+_EVENTS = frozenset(__all__) - globals().keys()
 
 
 def __getattr__(name: str) -> Any:
-    """`SpaceSpec` when first asked for (its protobuf module is imported then: `events`)."""
-    if name == "SpaceSpec":
+    """An event type when first asked for (`events` is imported then; `SpaceSpec`'s
+    protobuf module only when it is asked for, as `events` does)."""
+    if name in _EVENTS:
         from rlmesh_stream.schemas.contract import events
 
-        globals()["SpaceSpec"] = events.SpaceSpec  # asked for once, as `events` does
-        return events.SpaceSpec
+        value = getattr(events, name)
+        globals()[name] = value  # asked for once
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

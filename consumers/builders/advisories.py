@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.records import Record, enum_text, route_columns
 from rlmesh_stream.consumers.tables import ADVISORIES, Table
-from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.topics import EventType
+
+if TYPE_CHECKING:  # the event classes load with the decoders, not at start-up
+    from rlmesh_stream.schemas.contract import events as ev
 
 
 class AdvisoriesBuilder(Builder):
@@ -18,8 +20,8 @@ class AdvisoriesBuilder(Builder):
     tables: ClassVar[tuple[Table, ...]] = (ADVISORIES,)
 
     def rows(self, record: Record) -> Iterator[PartialRow]:
-        e = record.event
-        if isinstance(e, ev.RelayAdvisoryEvent):
+        if record.event_type is EventType.RELAY_ADVISORY and record.event is not None:
+            e = cast("ev.RelayAdvisoryEvent", record.event)
             yield ADVISORIES, {
                 "session_id": e.session_id, "leg": enum_text(e.leg),
                 "severity": enum_text(e.advisory.severity), "message": e.advisory.message,

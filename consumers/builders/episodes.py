@@ -11,7 +11,7 @@ end read after its episodes, and episodes read after their session's end.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow, Reduced
 from rlmesh_stream.consumers.builders.projection import (
@@ -24,8 +24,10 @@ from rlmesh_stream.consumers.builders.projection import (
 )
 from rlmesh_stream.consumers.records import Record, meta_json, route_columns
 from rlmesh_stream.consumers.tables import EPISODE_SESSION_ENDS, EPISODES, STEPS, Table
-from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.topics import EventType
+
+if TYPE_CHECKING:  # the event classes load with the decoders, not at start-up
+    from rlmesh_stream.schemas.contract import events as ev
 
 ABANDON_SQL = """
 UPDATE episodes SET status = 'abandoned'
@@ -92,8 +94,8 @@ class EpisodesWithStepsBuilder(EpisodesBuilder):
     tables: ClassVar[tuple[Table, ...]] = (*EpisodesBuilder.tables, STEPS)
 
     def rows(self, record: Record) -> Iterator[PartialRow]:
-        e = record.event
-        if isinstance(e, ev.StepCompletedEvent):
+        if record.event_type is EventType.STEP_COMPLETED and record.event is not None:
+            e = cast("ev.StepCompletedEvent", record.event)
             route = route_columns(e.route)
             for slot, reward in enumerate(e.rewards):
                 yield STEPS, {

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from rlmesh_stream.consumers.tables import Table
-from rlmesh_stream.schemas.codec.avro_fastread import Arg, Call, Const, Item
+from rlmesh_stream.schemas.codec.projection_items import Arg, Call, Const, Item
 from rlmesh_stream.schemas.contract.topics import EventType
 
 TIMESTAMP = Arg()

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.records import Record, route_columns
 from rlmesh_stream.consumers.tables import SESSIONS, Table
-from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.topics import EventType
+
+if TYPE_CHECKING:  # the event classes load with the decoders, not at start-up
+    from rlmesh_stream.schemas.contract import events as ev
 
 
 class SessionsBuilder(Builder):
@@ -21,23 +23,24 @@ class SessionsBuilder(Builder):
     tables: ClassVar[tuple[Table, ...]] = (SESSIONS,)
 
     def rows(self, record: Record) -> Iterator[PartialRow]:
-        e = record.event
+        e, et, ts = record.event, record.event_type, record.timestamp
         if e is None:
             return
-        ts = record.timestamp
         row: dict[str, Any] = {"session_id": e.session_id, **route_columns(e.route),
                                "status": "running"}
-        if isinstance(e, ev.EnvConnectedEvent):
+        if et is EventType.ENV_CONNECTED:
             row["env_connected_at"] = ts
-        elif isinstance(e, ev.ModelConnectedEvent):
+        elif et is EventType.MODEL_CONNECTED:
             row["model_connected_at"] = ts
-        elif isinstance(e, ev.SessionStartedEvent):
+        elif et is EventType.SESSION_STARTED:
             row["started_at"] = ts
-        elif isinstance(e, ev.SessionEndedEvent):
-            row.update(status="ended", reason=e.reason, total_steps=e.total_steps,
-                       total_episodes=e.total_episodes, ended_at=ts)
-        elif isinstance(e, ev.SessionFailedEvent):
-            row.update(status="failed", reason=e.reason, ended_at=ts)
+        elif et is EventType.SESSION_ENDED:
+            ended = cast("ev.SessionEndedEvent", e)
+            row.update(status="ended", reason=ended.reason, total_steps=ended.total_steps,
+                       total_episodes=ended.total_episodes, ended_at=ts)
+        elif et is EventType.SESSION_FAILED:
+            row.update(status="failed", reason=cast("ev.SessionFailedEvent", e).reason,
+                       ended_at=ts)
         else:
             return
         yield SESSIONS, row

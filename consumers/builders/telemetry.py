@@ -12,14 +12,16 @@ import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Context, Decimal
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.records import Record, enum_text, route_columns
 from rlmesh_stream.consumers.tables import TELEMETRY_ROLLUPS, TELEMETRY_SESSIONS, Table
-from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.telemetry import Horizon
 from rlmesh_stream.schemas.contract.topics import EventType
+
+if TYPE_CHECKING:  # the event classes load with the decoders, not at start-up
+    from rlmesh_stream.schemas.contract import events as ev
 
 DEFAULT_WINDOW = timedelta(minutes=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -66,9 +68,9 @@ class TelemetryBuilder(Builder):
         self.window = window
 
     def rows(self, record: Record) -> Iterator[PartialRow]:
-        e = record.event
-        if not isinstance(e, ev.TelemetrySnapshotEvent):
+        if record.event_type is not EventType.TELEMETRY_SNAPSHOT or record.event is None:
             return
+        e = cast("ev.TelemetrySnapshotEvent", record.event)
         route = route_columns(e.route)
         if e.snapshot.horizon is Horizon.SESSION:
             for r in e.snapshot.rows:

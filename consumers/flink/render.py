@@ -33,7 +33,7 @@ from typing import Any, TypeAlias
 from rlmesh_stream.consumers.builders.projection import TIMESTAMP, Call, Const
 from rlmesh_stream.consumers.records import enum_text
 from rlmesh_stream.consumers.tables import Column, Merge, Table
-from rlmesh_stream.schemas.codec.avro_fastread import Arg
+from rlmesh_stream.schemas.codec.projection_items import Arg
 from rlmesh_stream.schemas.contract.avro import named_types
 from rlmesh_stream.schemas.contract.topics import EventType
 from rlmesh_stream.schemas.engines.flink import quote, table_name, value_columns

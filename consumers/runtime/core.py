@@ -91,6 +91,7 @@ class ConsumerRuntime:
             self.offsets.others_read = self.until_end.others_read_to_end
         self._admin: Any = None  # AdminClient for the end offsets at start, made when needed
         self._stopping = False
+        self._sink_preparing = False  # `_prepare_sink` started (at most once)
         # --until-end: the run read everything to the end and its last checkpoint (and the
         # sink's last decisions) were written; a run stopped before then decides nothing
         self.reached_end = False
@@ -150,7 +151,8 @@ class ConsumerRuntime:
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         # the group join is a wait: import and compile what the first batch needs meanwhile
         self.decoders.warming = True
-        threading.Thread(target=self._warm_up, name="rlmesh-warm-up", daemon=True).start()
+        threading.Thread(target=self.decoders.warm_up, name="rlmesh-warm-up",
+                         daemon=True).start()
         writer = self.policy.writer
         try:
             with tuned_for_reading():
@@ -172,11 +174,11 @@ class ConsumerRuntime:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
 
-    def _warm_up(self) -> None:
-        """On a thread while the group is joined: the decoding, which the first batch
-        waits for, then the sink's staging (pyarrow), which only the first checkpoint
-        needs. Best effort: what fails here is done, and reported, where it is needed."""
-        self.decoders.warm_up()
+    def _prepare_sink(self) -> None:
+        """On a thread, once there is something to read: the sink's staging (pyarrow,
+        ~70 ms of CPU), which only the first checkpoint with rows needs. Not during the
+        join: a run with nothing to read would pay for it in the GIL. Best effort: what
+        fails here is done, and reported, where it is needed."""
         try:
             self.sink.prepare()
         except Exception as exc:
@@ -325,6 +327,11 @@ class ConsumerRuntime:
         # the sink's offsets, mirrored into the group for lag tools
         kafka_io.commit(consumer, [tp for tp in assign if tp.offset >= 0])
         log.info("assigned %s", sorted(self.offsets.assigned))
+        if not self._sink_preparing and (not self.options.until_end or self.offsets.to_read(
+                (tp.topic, tp.partition) for tp in assign)):
+            self._sink_preparing = True
+            threading.Thread(target=self._prepare_sink, name="rlmesh-sink-warm-up",
+                             daemon=True).start()
 
     def _beyond_end(self, key: TP, stored: int, marks: tuple[int, int]) -> int:
         """A stored offset above the partition's end: its topic was deleted and recreated

@@ -59,6 +59,12 @@ def kafka_config(config: StreamConfig, options: RuntimeOptions,
         # consumers) is joined within 10 s, not librdkafka's 5 minutes
         "topic.metadata.refresh.interval.ms": 10_000,
         "heartbeat.interval.ms": 1_000,
+        # connect to the brokers as the consumer is made (`Connection`), not at the first
+        # request: librdkafka's sparse connections connect on demand, and after the
+        # bootstrap broker's first answer wait up to reconnect.backoff.ms / 2 (50 ms) before
+        # connecting to the broker it named, which the --until-end topic check paid
+        # (54 ms against 6 to 10 eager; docs/benchmarks.md, "Start-up")
+        "enable.sparse.connections": False,
         "error_cb": error_cb,
         # librdkafka's lines stay off the terminal (a broker that is down repeats them
         # every few ms); its errors reach `error_cb`, logged once per kind and 30 s
@@ -74,8 +80,9 @@ class Connection:
     """A group member's Kafka consumer, made before the process opens its sink.
 
     librdkafka reaches the brokers on threads of its own (connect, API versions,
-    metadata: ~50 ms on this machine) while Python opens the sink (~90 ms: DuckDB's
-    import and connect), so the topic checks that follow find a connection ready. It
+    metadata; eagerly: `enable.sparse.connections` off) while Python opens the sink
+    (~90 ms: DuckDB's import and connect), so the topic checks that follow find a
+    connection ready. It
     subscribes to nothing: a sink that cannot be used stops the run before it joins the
     group (`close`), and never rebalances the other members."""
 

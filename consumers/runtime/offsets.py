@@ -172,6 +172,12 @@ class Offsets:
             self.next.pop(key, None)
             self.starts.pop(key, None)
 
+    def to_read(self, keys: Iterable[TP]) -> bool:
+        """Whether any of `keys` has a record to read now: resumes below the end seen at
+        its assignment (or either is unknown)."""
+        return any(k not in self.next or k not in self.highs or self.next[k] < self.highs[k]
+                   for k in keys)
+
     def forget(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             key = (tp.topic, tp.partition)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from rlmesh_stream.schemas.codec.avro_subtrees import SpaceSpecReader, meta_reader
+from rlmesh_stream.schemas.codec.projection_items import Call, Const, Item
 from rlmesh_stream.schemas.codec.schema_walk import Generator, full_name, kind, optional_branch
 from rlmesh_stream.schemas.codec.zigzag import ZD, Malformed, read_long
 from rlmesh_stream.schemas.contract import bindings as bd
@@ -151,32 +152,6 @@ class _Gen(Generator):
             inner += [f"for _ in range({n}):"] + [f"    {x}" for x in loop]
             inner += [f"    {v}.append({item})"]
         body += [f"    {x}" for x in inner]
-
-
-class Const:
-    """A projection item: this value, whatever the payload holds."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
-class Arg:
-    """A projection item: the projection's extra argument (e.g. the record timestamp)."""
-
-
-class Call:
-    """A projection item: `fn(value at path)` (a conversion, e.g. MetaMap -> JSON text)."""
-
-    __slots__ = ("fn", "path")
-
-    def __init__(self, fn: Callable[[Any], Any], path: str) -> None:
-        self.fn, self.path = fn, path
-
-
-Item = str | Const | Arg | Call
-"""A projection item; a str is a dotted field path (`route.env_id`)."""
 
 
 def _path_of(item: Item) -> str | None:

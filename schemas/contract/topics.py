@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlmesh_stream.schemas.connection.config import DEFAULT_TOPIC_PREFIX
-from rlmesh_stream.schemas.contract import events as ev
+
+if TYPE_CHECKING:  # the event classes load when first asked for (`_classes`)
+    from rlmesh_stream.schemas.contract import events as ev
 
 
 class EventType(enum.Enum):
@@ -35,7 +37,7 @@ class EventType(enum.Enum):
 
     @property
     def event_class(self) -> type[ev.RuntimeEvent]:
-        return _CLASSES[self]
+        return _classes()[self]
 
     def topic(self, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
         return topic_name(prefix, self)
@@ -46,25 +48,42 @@ class EventType(enum.Enum):
         try:
             return _BY_CLASS[type(event)]
         except KeyError:
+            pass
+        if not _BY_CLASS:  # the first event asked about (one update: no thread sees half)
+            _BY_CLASS.update({c: et for et, c in _classes().items()})
+        try:
+            return _BY_CLASS[type(event)]
+        except KeyError:
             raise TypeError(f"not a runtime event: {type(event).__name__}") from None
 
 
-_CLASSES: dict[EventType, type[ev.RuntimeEvent]] = {
-    EventType.ENV_CONNECTED: ev.EnvConnectedEvent,
-    EventType.MODEL_CONNECTED: ev.ModelConnectedEvent,
-    EventType.SESSION_STARTED: ev.SessionStartedEvent,
-    EventType.SESSION_ENDED: ev.SessionEndedEvent,
-    EventType.SESSION_FAILED: ev.SessionFailedEvent,
-    EventType.LOG: ev.LogEvent,
-    EventType.EPISODE_STARTED: ev.EpisodeStartedEvent,
-    EventType.EPISODE_COMPLETED: ev.EpisodeCompletedEvent,
-    EventType.ACTION_RECEIVED: ev.ActionReceivedEvent,
-    EventType.STEP_COMPLETED: ev.StepCompletedEvent,
-    EventType.OBSERVATION_EMITTED: ev.ObservationEmittedEvent,
-    EventType.RELAY_ADVISORY: ev.RelayAdvisoryEvent,
-    EventType.TELEMETRY_SNAPSHOT: ev.TelemetrySnapshotEvent,
-}
-_BY_CLASS: dict[type, EventType] = {cls: et for et, cls in _CLASSES.items()}
+_CLASSES: dict[EventType, type[ev.RuntimeEvent]] = {}
+_BY_CLASS: dict[type, EventType] = {}
+
+
+def _classes() -> dict[EventType, type[ev.RuntimeEvent]]:
+    """Each event type's dataclass, imported when first needed: naming topics (a
+    consumer's start-up) needs no event class (~10 ms of dataclasses)."""
+    if not _CLASSES:
+        from rlmesh_stream.schemas.contract import events as ev
+
+        _CLASSES.update({  # one update: no thread sees half of it
+            EventType.ENV_CONNECTED: ev.EnvConnectedEvent,
+            EventType.MODEL_CONNECTED: ev.ModelConnectedEvent,
+            EventType.SESSION_STARTED: ev.SessionStartedEvent,
+            EventType.SESSION_ENDED: ev.SessionEndedEvent,
+            EventType.SESSION_FAILED: ev.SessionFailedEvent,
+            EventType.LOG: ev.LogEvent,
+            EventType.EPISODE_STARTED: ev.EpisodeStartedEvent,
+            EventType.EPISODE_COMPLETED: ev.EpisodeCompletedEvent,
+            EventType.ACTION_RECEIVED: ev.ActionReceivedEvent,
+            EventType.STEP_COMPLETED: ev.StepCompletedEvent,
+            EventType.OBSERVATION_EMITTED: ev.ObservationEmittedEvent,
+            EventType.RELAY_ADVISORY: ev.RelayAdvisoryEvent,
+            EventType.TELEMETRY_SNAPSHOT: ev.TelemetrySnapshotEvent,
+        })
+    return _CLASSES
+
 
 EVENT_TYPES: tuple[EventType, ...] = tuple(EventType)
 

@@ -1,7 +1,7 @@
 """What a consumer prepares while its group is joined: the reader of each topic's
 projection for the schema its producers most likely write with (the subject's latest),
-so the first records read are not the ones that wait for the registry; and what the
-first batch waits for of it (the decoding, not the sink's staging)."""
+so the first records read are not the ones that wait for the registry; and, once an
+assignment has records to read, the sink's staging (never in a run that has none)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
+from consumer_helpers import PlainKafkaHooks, create_topics, run_offline
 
 from rlmesh_stream.consumers.builders import EpisodesBuilder
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import open_sink
 from rlmesh_stream.schemas.codec import wire
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.topics import EventType
 from rlmesh_stream.schemas.registry.registrar import SchemaRegistrar
 
@@ -58,15 +60,33 @@ def test_a_registry_that_does_not_answer_is_left_to_the_first_record(
         assert all(not readers for readers in runtime.decoders.projectors.values())
 
 
-def test_the_first_batch_waits_for_the_decoding_not_for_the_sinks_staging(
-        runtime: ConsumerRuntime) -> None:
-    staging = threading.Event()
-    runtime.sink.prepare = lambda: staging.wait(10)  # type: ignore[method-assign]
-    warming = threading.Thread(target=runtime._warm_up)
-    warming.start()
+def _prepared_in(config: StreamConfig, tmp_path: Path) -> bool:
+    """Runs the sessions builder over the topics until their end: whether the sink's
+    staging was prepared."""
+    sink = open_sink(f"duckdb://{tmp_path / 'store.duckdb'}")
+    prepared = threading.Event()
+    sink.prepare = prepared.set  # type: ignore[method-assign]
     try:
-        assert runtime.decoders.warmed.wait(10)
-        assert warming.is_alive()  # the sink's staging is still being prepared
+        run_offline(config, "", ["sessions"], sink=sink)
     finally:
-        staging.set()
-        warming.join(10)
+        sink.close()
+    return prepared.wait(10)
+
+
+def test_a_run_with_nothing_to_read_never_prepares_the_sinks_staging(
+        stream_config: StreamConfig, tmp_path: Path) -> None:
+    """pyarrow's import (~70 ms of CPU) on a thread held the GIL from the main thread of
+    a run that had nothing to read."""
+    create_topics(stream_config)
+    assert not _prepared_in(stream_config, tmp_path)
+
+
+def test_the_sinks_staging_is_prepared_once_an_assignment_has_records_to_read(
+        stream_config: StreamConfig, tmp_path: Path) -> None:
+    create_topics(stream_config)
+    hooks = PlainKafkaHooks(stream_config)
+    route = ev.RuntimeEnvContext(env_id="e", env_component_id="ec", model_component_id="m")
+    hooks.publish(EventType.SESSION_STARTED,
+                  ev.SessionStartedEvent(session_id="s-1", route=route, env_id="e"))
+    hooks.flush()
+    assert _prepared_in(stream_config, tmp_path)
