@@ -151,8 +151,7 @@ class ConsumerRuntime:
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         # the group join is a wait: import and compile what the first batch needs meanwhile
         self.decoders.warming = True
-        threading.Thread(target=self.decoders.warm_up, name="rlmesh-warm-up",
-                         daemon=True).start()
+        threading.Thread(target=self._warm_up, name="rlmesh-warm-up", daemon=True).start()
         writer = self.policy.writer
         try:
             with tuned_for_reading():
@@ -174,11 +173,20 @@ class ConsumerRuntime:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
 
+    def _warm_up(self) -> None:
+        """On a thread while the group is joined: the decoding, which the first batch
+        waits for; then, live, the sink's staging (pyarrow), which the first checkpoint
+        needs (an offline run prepares it once it has records to read: `_on_assign`)."""
+        self.decoders.warm_up()
+        if not self.options.until_end:
+            self._prepare_sink()
+
     def _prepare_sink(self) -> None:
-        """On a thread, once there is something to read: the sink's staging (pyarrow,
-        ~70 ms of CPU), which only the first checkpoint with rows needs. Not during the
-        join: a run with nothing to read would pay for it in the GIL. Best effort: what
-        fails here is done, and reported, where it is needed."""
+        """The sink's staging (pyarrow, ~70 ms of CPU), ahead of the first checkpoint with
+        rows. Not in an offline run that has nothing to read: on a thread, its import held
+        the GIL from the main thread. Best effort: what fails here is done, and reported,
+        where it is needed."""
+        self._sink_preparing = True
         try:
             self.sink.prepare()
         except Exception as exc:
@@ -327,8 +335,8 @@ class ConsumerRuntime:
         # the sink's offsets, mirrored into the group for lag tools
         kafka_io.commit(consumer, [tp for tp in assign if tp.offset >= 0])
         log.info("assigned %s", sorted(self.offsets.assigned))
-        if not self._sink_preparing and (not self.options.until_end or self.offsets.to_read(
-                (tp.topic, tp.partition) for tp in assign)):
+        if (self.options.until_end and not self._sink_preparing
+                and self.offsets.to_read((tp.topic, tp.partition) for tp in assign)):
             self._sink_preparing = True
             threading.Thread(target=self._prepare_sink, name="rlmesh-sink-warm-up",
                              daemon=True).start()

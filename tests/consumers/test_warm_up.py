@@ -90,3 +90,22 @@ def test_the_sinks_staging_is_prepared_once_an_assignment_has_records_to_read(
                   ev.SessionStartedEvent(session_id="s-1", route=route, env_id="e"))
     hooks.flush()
     assert _prepared_in(stream_config, tmp_path)
+
+
+def test_a_live_run_prepares_the_sinks_staging_while_it_joins(
+        stream_config: StreamConfig, tmp_path: Path) -> None:
+    """Live, records come at any moment: the first checkpoint must not wait for pyarrow."""
+    create_topics(stream_config)
+    sink = open_sink(f"duckdb://{tmp_path / 'store.duckdb'}")
+    prepared = threading.Event()
+    sink.prepare = prepared.set  # type: ignore[method-assign]
+    runtime = ConsumerRuntime(stream_config, [EpisodesBuilder()], sink,
+                              RuntimeOptions(group_id="g-live"))
+    running = threading.Thread(target=runtime.run)
+    running.start()
+    try:
+        assert prepared.wait(30)  # no record was published
+    finally:
+        runtime.stop()
+        running.join(30)
+        sink.close()
