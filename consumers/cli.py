@@ -62,7 +62,7 @@ def _builder_command(name: str) -> click.Command:
                        "RLMESH_STREAM_METRICS_ADDR, default 0.0.0.0: all interfaces.")
     def command(config: StreamConfig, sink: SinkURL, reading: dict[str, Any], steps: bool,
                 window_s: float, reset_recreated: bool, instance_id: str | None,
-                quiet: bool, metrics_port: int | None) -> ConsumerRuntime:
+                quiet: bool, metrics_port: int | None) -> ConsumerRuntime | None:
         builders = make_builders([name], steps=steps, window=timedelta(seconds=window_s))
         reading["group_id"] = reading["group_id"] or f"rlmesh-stream.{name}"
         metrics = _serve_metrics(reading["group_id"], metrics_port)
@@ -79,19 +79,22 @@ def _builder_command(name: str) -> click.Command:
             from rlmesh_stream.consumers.progress import Progress
 
             progress = Progress(f"consume {name}")
-        runtime = ConsumerRuntime(config, builders, store, options, progress=progress,
-                                  metrics=metrics, connection=connection)
+        runtime = None
         try:
+            runtime = ConsumerRuntime(config, builders, store, options, progress=progress,
+                                      metrics=metrics, connection=connection)
             runtime.run()
         except KeyboardInterrupt:
             pass
         except (AccessDeniedError, ConsumerError) as exc:  # says what to do; no traceback
             raise click.ClickException(str(exc)) from None
         finally:
+            if runtime is None:  # not made: its connection, subscribed to nothing, is unused
+                connection.close()
             store.close()
             if metrics is not None:
                 metrics.close()
-        return runtime  # its dead letters are counted by `reading_options`
+        return runtime  # its dead letters are counted by `reading_options` (None: not made)
 
     return command
 

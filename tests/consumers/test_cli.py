@@ -117,3 +117,33 @@ def test_sigterm_stops_a_live_consumer_after_a_last_checkpoint(
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert query(duckdb_url, "SELECT session_id FROM sessions") == [("s0",)]
+
+
+def test_a_runtime_that_cannot_be_made_gives_one_line_and_its_unused_connection_up(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """The Kafka consumer is made before the sink opens; a runtime refused after that
+    (a ConsumerError from its checks) ends the command with one line, the consumer closed."""
+    from click.testing import CliRunner
+
+    from rlmesh_stream.consumers import cli
+    from rlmesh_stream.consumers.runtime import Connection, ConsumerError
+
+    made: list[Connection] = []
+
+    class Recorded(Connection):
+        def __init__(self, *args: object) -> None:
+            super().__init__(*args)  # type: ignore[arg-type]
+            made.append(self)
+
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise ConsumerError("dead-letter topic refused")
+
+    monkeypatch.setattr(cli, "Connection", Recorded)
+    monkeypatch.setattr(cli, "ConsumerRuntime", refused)
+    result = CliRunner().invoke(cli.consume, [
+        "sessions", "--sink", f"duckdb://{tmp_path / 's.duckdb'}", "--quiet",
+        "--bootstrap", "127.0.0.1:1", "--registry-url", "http://127.0.0.1:1"])
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: dead-letter topic refused"
+    with pytest.raises(RuntimeError, match="closed"):
+        made[0].consumer.poll(0)
