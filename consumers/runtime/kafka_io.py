@@ -63,7 +63,9 @@ def kafka_config(config: StreamConfig, options: RuntimeOptions,
         # request: librdkafka's sparse connections connect on demand, and after the
         # bootstrap broker's first answer wait up to reconnect.backoff.ms / 2 (50 ms) before
         # connecting to the broker it named, which the --until-end topic check paid
-        # (54 ms against 6 to 10 eager; docs/benchmarks.md, "Start-up")
+        # (54 ms against 6 to 10 eager; docs/benchmarks.md, "Start-up"). The cost: one
+        # connection to every broker, most of which a group member fetches from anyway
+        # (its partitions' leaders are spread over them)
         "enable.sparse.connections": False,
         "error_cb": error_cb,
         # librdkafka's lines stay off the terminal (a broker that is down repeats them
