@@ -38,11 +38,16 @@ class ShardedSink(DatasetSink):
         self.table = IcebergStore(self.options.iceberg, self.options.group)
         self.held: set[int] = set()
         self.finished = False
+        # at a revocation: shard -> (its joiner and certificate, the state file committed)
+        self._parked: dict[int, tuple[tuple[Joiner, Certificate], str | None]] = {}
         self._restore()
 
     def _restore(self) -> None:
         self.rows = IcebergWriter(self.table)
         self.shards: dict[int, tuple[Joiner, Certificate]] = {}
+        # shards taken back as this member left them at a revocation (`rewound`): read on
+        # from their read offsets, not again from their resume offsets (`load_offsets`)
+        self.resumed: set[int] = set()
         self.joiner = Joiner(self.options.filters)  # the skip counts of writer refusals
         self.certificate = Certificate()
 
@@ -68,22 +73,52 @@ class ShardedSink(DatasetSink):
 
     def rewound(self, partitions: list[TP] | None = None) -> None:
         """Reading goes back to the table's offsets for `partitions`: their shards' state
-        from the table, claimed (whoever committed them before is fenced)."""
+        from the table, claimed (whoever committed them before is fenced). A shard this
+        member set aside at its revocation (`revoked`) is taken back as it was when the
+        table still names the state file this member committed for it last: nobody
+        committed it since (a claim writes a new one), so what is in memory is the table's
+        state with the open episodes' records already read."""
+        parked, self._parked = self._parked, {}
         self.table.reload()
         self._restore()
         if partitions is not None:
             self.held = {p for _, p in partitions}
+        for n in self.held & parked.keys():
+            shard, path = parked[n]
+            if path is not None and self.table.shards.get(str(n)) == path:
+                self.shards[n] = shard
+                self.resumed.add(n)
         if self.held:
             self._commit_shards({}, claim=True)
 
-    def revoked(self) -> None:
+    def revoked(self, lost: bool = False) -> None:
         """Every partition was taken away (what was complete is committed): this member
-        holds no shard, so it decides on none, and forgets what it read of them."""
+        holds no shard, so it decides on none. An eager revocation takes every partition,
+        even those the next assignment gives straight back: the shards whose every record
+        read is committed (and, restored from the table, read past their frontier) are set
+        aside with the state file committed for them, so that one coming back is not read
+        again from its resume offsets (`rewound`). Lost partitions set nothing aside."""
+        self._parked = {} if lost else self._parkable()
         self.held = set()
         self._restore()
 
+    def _parkable(self) -> dict[int, tuple[tuple[Joiner, Certificate], str | None]]:
+        read = self.table.offsets(CertificateBuilder.name)
+        out = {}
+        for n in self.held & self.shards.keys():
+            joiner = self.shards[n][0]
+            if all(read.get(tp, -1) >= at for tp, at in joiner.frontier.items()):
+                out[n] = (self.shards[n], self.table.shards.get(str(n)))
+        return out
+
     def load_offsets(self, builder: str) -> dict[TP, int]:
-        return self.table.offsets(builder)
+        """The table's offsets; a resumed shard's trajectory partitions at their read
+        offsets (its open episodes' records are in memory, not to be read again)."""
+        out = self.table.offsets(builder)
+        if builder == TrajectoryBuilder.name and self.resumed:
+            read = self.table.offsets(CertificateBuilder.name)
+            out.update({tp: read[tp] for tp in out if tp[1] in self.resumed and tp in read})
+        return out
 
     def group_offsets(self) -> dict[TP, int]:
         """How far every partition is read, as the table's head says (all members')."""

@@ -369,7 +369,7 @@ class ConsumerRuntime:
         if not self._aborted:
             self.checkpoints.flush(wait=True)
         self.offsets.forget(partitions)
-        self._revoked()
+        self._revoked(lost=self._aborted or self.checkpoints.rewind)
         self._unassign(consumer, partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -379,7 +379,7 @@ class ConsumerRuntime:
         self.offsets.forget(partitions)
         if self.options.single_member:  # its session timed out (a pause, a zombie): the
             self.until_end.first_assigned_at = None  # next assignment is checked as a newcomer's
-        self._revoked()
+        self._revoked(lost=True)
         self.checkpoints.rewind = True
         self._unassign(consumer, partitions)
 
@@ -391,14 +391,15 @@ class ConsumerRuntime:
         if rewound is not None:
             rewound(partitions)
 
-    def _revoked(self) -> None:
+    def _revoked(self, lost: bool) -> None:
         """Tell a sink that keeps state per partition that it holds none now (an eager
-        revocation or a loss takes them all)."""
+        revocation or a loss takes them all); `lost`: what it read of them since its last
+        commit is not all committed (a loss, a failed run, a fenced last checkpoint)."""
         if self.options.whole_sessions:
             self.offsets.between_assignments = True
             revoked = getattr(self.sink, "revoked", None)
             if revoked is not None:
-                revoked()
+                revoked(lost=lost)
 
     def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self.options.whole_sessions:
@@ -445,7 +446,7 @@ class ConsumerRuntime:
         self.checkpoints.finish()
         self.policy.drop()
         self.offsets.forget([TopicPartition(*key) for key in sorted(self.offsets.assigned)])
-        self._revoked()
+        self._revoked(lost=True)
         self.consumer.unassign()
         self.checkpoints.rewind = False
         return True

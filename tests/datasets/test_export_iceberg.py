@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -499,3 +500,55 @@ def test_the_state_files_only_expired_snapshots_named_are_removed(
     assert _generation(catalog) > 2 * 4  # enough checkpoints to expire some
     assert on_disk == named
     _same_rows(catalog, fleet[1])
+
+
+def test_shards_an_eager_rebalance_gives_straight_back_are_read_on_not_again(
+        fleet: tuple[StreamConfig, Path], tmp_path: Path) -> None:
+    """A second member joins: the range assignment revokes every partition of the first,
+    then gives it half back. Those shards go on from the offsets it had read to, their open
+    episodes kept in memory (they were read again from their resume offsets: a fifth to a
+    quarter of a two-member export's records read twice); the rows are a clean run's."""
+    from rlmesh_stream.consumers.datasets.export import make_export
+    from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
+
+    config, clean = fleet
+    catalog = tmp_path / "catalog.db"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    target = IcebergTarget(f"sqlite:///{catalog}", TABLE)
+    sink, runtime = make_export(
+        config, ExportOptions(None, "iceberg", TABLE, Filters(), iceberg=target, group=group),
+        RuntimeOptions(group_id=group, from_beginning=True, until_end=True, max_batch=300))
+    commit, rewound = sink.table.commit, sink.rewound
+    committed, resumed, starts = threading.Event(), [], []
+
+    def slow_commit(*, offsets: Any, shards: Any) -> None:
+        commit(offsets=offsets, shards=shards)
+        committed.set()
+        time.sleep(0.2)  # the second member joins while there is still much to read
+
+    def recorded(partitions: Any = None) -> None:
+        rewound(partitions)
+        if sink.resumed:
+            resumed.append(sorted(sink.resumed))
+            starts.append((sink.load_offsets("trajectories"),
+                           sink.table.offsets("certificate")))
+
+    sink.table.commit, sink.rewound = slow_commit, recorded
+    reading = threading.Thread(target=runtime.run)
+    reading.start()
+    try:
+        assert committed.wait(120)
+        second = subprocess.run(_cli(config, catalog, group), capture_output=True, text=True,
+                                timeout=600)
+        reading.join(600)
+        sink.finish()
+    finally:
+        sink.close()
+
+    assert second.returncode == 0, second.stderr[-1500:]
+    assert runtime.reached_end
+    assert len(resumed[0]) == 2  # half of the four shards came straight back
+    trajectory, read = starts[0]
+    back = {tp: o for tp, o in trajectory.items() if tp[1] in resumed[0]}
+    assert back and all(o == read[tp] for tp, o in back.items())
+    _same_rows(catalog, clean)
