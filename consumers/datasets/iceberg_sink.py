@@ -91,24 +91,31 @@ class ShardedSink(DatasetSink):
         if self.held:
             self._commit_shards({}, claim=True)
 
-    def revoked(self, lost: bool = False) -> None:
+    def revoked(self, lost: bool = False, read: dict[TP, int] | None = None) -> None:
         """Every partition was taken away (what was complete is committed): this member
         holds no shard, so it decides on none. An eager revocation takes every partition,
-        even those the next assignment gives straight back: the shards whose every record
-        read is committed (and, restored from the table, read past their frontier) are set
-        aside with the state file committed for them, so that one coming back is not read
-        again from its resume offsets (`rewound`). Lost partitions set nothing aside."""
-        self._parked = {} if lost else self._parkable()
+        even those the next assignment gives straight back: the shards whose records are
+        all read again (`_parkable`, from `read`: the next offset read per partition, all
+        of it committed) are set aside with the state file this member committed for them
+        last, so that one coming back is not read again from its resume offsets
+        (`rewound`). Lost partitions, or a checkpoint not committed, set nothing aside."""
+        self._parked = {} if lost or read is None else self._parkable(read)
         self.held = set()
         self._restore()
 
-    def _parkable(self) -> dict[int, tuple[tuple[Joiner, Certificate], str | None]]:
-        read = self.table.offsets(CertificateBuilder.name)
+    def _parkable(self, read: dict[TP, int]) -> dict[int, tuple[tuple[Joiner, Certificate],
+                                                               str | None]]:
+        """The held shards whose joiner holds every record of its open episodes: made here,
+        or restored from the table and read again past its frontier (what was read before
+        the restore), as `read` says. A restored shard short of it still lacks records of
+        the episodes it keeps (they are read again from the resume offsets)."""
         out = {}
         for n in self.held & self.shards.keys():
             joiner = self.shards[n][0]
             if all(read.get(tp, -1) >= at for tp, at in joiner.frontier.items()):
-                out[n] = (self.shards[n], self.table.shards.get(str(n)))
+                # the state file this member wrote last (`base`), not the head's, which
+                # another member's claim may have replaced already
+                out[n] = (self.shards[n], self.table.base.get(str(n)))
         return out
 
     def load_offsets(self, builder: str) -> dict[TP, int]:

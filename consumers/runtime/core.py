@@ -368,8 +368,9 @@ class ConsumerRuntime:
         the run failed: the next run reads it again from the sink's offsets)."""
         if not self._aborted:
             self.checkpoints.flush(wait=True)
+        read = dict(self.offsets.next)  # everything below it is in the flushed checkpoint
         self.offsets.forget(partitions)
-        self._revoked(lost=self._aborted or self.checkpoints.rewind)
+        self._revoked(lost=self._aborted or self.checkpoints.rewind, read=read)
         self._unassign(consumer, partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -391,15 +392,16 @@ class ConsumerRuntime:
         if rewound is not None:
             rewound(partitions)
 
-    def _revoked(self, lost: bool) -> None:
+    def _revoked(self, lost: bool, read: dict[TP, int] | None = None) -> None:
         """Tell a sink that keeps state per partition that it holds none now (an eager
         revocation or a loss takes them all); `lost`: what it read of them since its last
-        commit is not all committed (a loss, a failed run, a fenced last checkpoint)."""
+        commit is not all committed (a loss, a failed run, a fenced last checkpoint);
+        `read`: the next offset read per partition, everything below it committed."""
         if self.options.whole_sessions:
             self.offsets.between_assignments = True
             revoked = getattr(self.sink, "revoked", None)
             if revoked is not None:
-                revoked(lost=lost)
+                revoked(lost=lost, read=read)
 
     def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self.options.whole_sessions:

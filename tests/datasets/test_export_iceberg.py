@@ -519,12 +519,33 @@ def test_shards_an_eager_rebalance_gives_straight_back_are_read_on_not_again(
         config, ExportOptions(None, "iceberg", TABLE, Filters(), iceberg=target, group=group),
         RuntimeOptions(group_id=group, from_beginning=True, until_end=True, max_batch=300))
     commit, rewound = sink.table.commit, sink.rewound
-    committed, resumed, starts = threading.Event(), [], []
+    consume, on_revoke = runtime._consume, runtime._on_revoke
+    committed, rebalancing, resumed, starts = threading.Event(), threading.Event(), [], []
+    resumed_reading: list[bool] = []
 
-    def slow_commit(*, offsets: Any, shards: Any) -> None:
+    def noted_commit(*, offsets: Any, shards: Any) -> None:
         commit(offsets=offsets, shards=shards)
-        committed.set()
-        time.sleep(0.2)  # the second member joins while there is still much to read
+        if offsets:  # records read and committed (a claim has no offsets)
+            committed.set()
+
+    def paused_consume() -> Any:
+        """Once something is committed, reading waits for the second member (the group's
+        callbacks are still served): the rebalance comes with much left to read. The
+        partitions given back are resumed (librdkafka keeps a partition's pause)."""
+        assert runtime.consumer is not None
+        if committed.is_set() and not rebalancing.is_set():
+            runtime.consumer.pause(runtime.consumer.assignment())
+            return runtime.consumer.consume(runtime.options.poll_batch, 0.05)
+        if rebalancing.is_set() and not resumed_reading:
+            held = runtime.consumer.assignment()
+            if held:
+                runtime.consumer.resume(held)
+                resumed_reading.append(True)
+        return consume()
+
+    def revoking(*args: Any) -> None:
+        rebalancing.set()
+        on_revoke(*args)
 
     def recorded(partitions: Any = None) -> None:
         rewound(partitions)
@@ -533,7 +554,8 @@ def test_shards_an_eager_rebalance_gives_straight_back_are_read_on_not_again(
             starts.append((sink.load_offsets("trajectories"),
                            sink.table.offsets("certificate")))
 
-    sink.table.commit, sink.rewound = slow_commit, recorded
+    sink.table.commit, sink.rewound = noted_commit, recorded
+    runtime._consume, runtime._on_revoke = paused_consume, revoking  # type: ignore[method-assign]
     reading = threading.Thread(target=runtime.run)
     reading.start()
     try:
@@ -552,3 +574,32 @@ def test_shards_an_eager_rebalance_gives_straight_back_are_read_on_not_again(
     back = {tp: o for tp, o in trajectory.items() if tp[1] in resumed[0]}
     assert back and all(o == read[tp] for tp, o in back.items())
     _same_rows(catalog, clean)
+
+
+@pytest.mark.parametrize(("read_to", "set_aside"), [(60, []), (100, [0])])
+def test_a_restored_shard_is_set_aside_only_once_read_again_past_its_frontier(
+        fleet: tuple[StreamConfig, Path], tmp_path: Path, read_to: int,
+        set_aside: list[int]) -> None:
+    """A shard restored from the table holds its open episodes' records only once reading
+    has passed what was read before the restore (its frontier): short of it, taking it back
+    as it is would start at the read offsets and never read the rest of those records."""
+    from rlmesh_stream.consumers.datasets.episodes import Joiner
+    from rlmesh_stream.consumers.datasets.export import make_export
+    from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
+    from rlmesh_stream.consumers.datasets.manifest import Certificate
+
+    config, _ = fleet
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    target = IcebergTarget(f"sqlite:///{tmp_path / 'catalog.db'}", TABLE)
+    sink, _runtime = make_export(
+        config, ExportOptions(None, "iceberg", TABLE, Filters(), iceberg=target, group=group),
+        RuntimeOptions(group_id=group, from_beginning=True, until_end=True))
+    try:
+        joiner = Joiner(Filters())
+        topic = f"{config.topic_prefix}.step_completed"
+        joiner.frontier = {(topic, 0): 100}
+        sink.held, sink.shards[0] = {0}, (joiner, Certificate())
+        sink.revoked(read={(topic, 0): read_to})
+        assert sorted(sink._parked) == set_aside
+    finally:
+        sink.close()
