@@ -91,15 +91,16 @@ class ShardedSink(DatasetSink):
         if self.held:
             self._commit_shards({}, claim=True)
 
-    def revoked(self, lost: bool = False, read: dict[TP, int] | None = None) -> None:
+    def revoked(self, read: dict[TP, int] | None = None) -> None:
         """Every partition was taken away (what was complete is committed): this member
         holds no shard, so it decides on none. An eager revocation takes every partition,
         even those the next assignment gives straight back: the shards whose records are
         all read again (`_parkable`, from `read`: the next offset read per partition, all
         of it committed) are set aside with the state file this member committed for them
         last, so that one coming back is not read again from its resume offsets
-        (`rewound`). Lost partitions, or a checkpoint not committed, set nothing aside."""
-        self._parked = {} if lost or read is None else self._parkable(read)
+        (`rewound`). Without `read` (lost partitions, a checkpoint not committed),
+        nothing is set aside."""
+        self._parked = {} if read is None else self._parkable(read)
         self.held = set()
         self._restore()
 

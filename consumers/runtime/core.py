@@ -186,7 +186,6 @@ class ConsumerRuntime:
         rows. Not in an offline run that has nothing to read: on a thread, its import held
         the GIL from the main thread. Best effort: what fails here is done, and reported,
         where it is needed."""
-        self._sink_preparing = True
         try:
             self.sink.prepare()
         except Exception as exc:
@@ -370,7 +369,7 @@ class ConsumerRuntime:
             self.checkpoints.flush(wait=True)
         read = dict(self.offsets.next)  # everything below it is in the flushed checkpoint
         self.offsets.forget(partitions)
-        self._revoked(lost=self._aborted or self.checkpoints.rewind, read=read)
+        self._revoked(None if self._aborted or self.checkpoints.rewind else read)
         self._unassign(consumer, partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -380,7 +379,7 @@ class ConsumerRuntime:
         self.offsets.forget(partitions)
         if self.options.single_member:  # its session timed out (a pause, a zombie): the
             self.until_end.first_assigned_at = None  # next assignment is checked as a newcomer's
-        self._revoked(lost=True)
+        self._revoked(None)
         self.checkpoints.rewind = True
         self._unassign(consumer, partitions)
 
@@ -392,16 +391,16 @@ class ConsumerRuntime:
         if rewound is not None:
             rewound(partitions)
 
-    def _revoked(self, lost: bool, read: dict[TP, int] | None = None) -> None:
+    def _revoked(self, read: dict[TP, int] | None) -> None:
         """Tell a sink that keeps state per partition that it holds none now (an eager
-        revocation or a loss takes them all); `lost`: what it read of them since its last
-        commit is not all committed (a loss, a failed run, a fenced last checkpoint);
-        `read`: the next offset read per partition, everything below it committed."""
+        revocation or a loss takes them all); `read`: the next offset read per partition,
+        everything below it committed (None: not all of it is: a loss, a failed run, a
+        fenced last checkpoint)."""
         if self.options.whole_sessions:
             self.offsets.between_assignments = True
             revoked = getattr(self.sink, "revoked", None)
             if revoked is not None:
-                revoked(lost=lost, read=read)
+                revoked(read)
 
     def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self.options.whole_sessions:
@@ -448,7 +447,7 @@ class ConsumerRuntime:
         self.checkpoints.finish()
         self.policy.drop()
         self.offsets.forget([TopicPartition(*key) for key in sorted(self.offsets.assigned)])
-        self._revoked(lost=True)
+        self._revoked(None)
         self.consumer.unassign()
         self.checkpoints.rewind = False
         return True

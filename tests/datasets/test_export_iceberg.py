@@ -287,6 +287,20 @@ def test_duckdb_reads_the_steps_through_pyiceberg(fleet: tuple[StreamConfig, Pat
     assert sum(n for _, n in per_env) == len(_parquet(clean, "steps"))
 
 
+def _in_process(config: StreamConfig, catalog: str, **options: Any) -> tuple[Any, Any]:
+    """An iceberg export made in this process (its sink and runtime), in a group of its
+    own: `catalog` an SQLite catalog's URI, `options` the RuntimeOptions beyond those of
+    an offline run from the beginning."""
+    from rlmesh_stream.consumers.datasets.export import make_export
+    from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
+
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    target = IcebergTarget(catalog, TABLE)
+    return make_export(
+        config, ExportOptions(None, "iceberg", TABLE, Filters(), iceberg=target, group=group),
+        RuntimeOptions(group_id=group, from_beginning=True, until_end=True, **options))
+
+
 def _summary(stdout: str) -> dict[str, Any]:
     import json
 
@@ -315,16 +329,10 @@ def test_a_member_whose_last_checkpoint_is_fenced_reads_again_before_it_ends(
     reaching every partition's end) commits: the checkpoint is dropped, and the member
     reads again from the table's offsets before it ends and decides. It used to end at
     once (everything had been read), exit 0 and leave that checkpoint's episodes out."""
-    from rlmesh_stream.consumers.datasets.export import make_export
-    from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
-
     config, clean = fleet
     catalog = tmp_path / "catalog.db"
-    group = f"g-{uuid.uuid4().hex[:8]}"
-    target = IcebergTarget(f"sqlite:///{catalog}", TABLE)
-    sink, runtime = make_export(
-        config, ExportOptions(None, "iceberg", TABLE, Filters(), iceberg=target, group=group),
-        RuntimeOptions(group_id=group, from_beginning=True, until_end=True, max_batch=500))
+    sink, runtime = _in_process(config, f"sqlite:///{catalog}", max_batch=500)
+    group = runtime.options.group_id
     commit, claimed = sink.table.commit, []
 
     def claimed_before_the_last_checkpoint(*, offsets: Any, shards: Any) -> None:
@@ -508,16 +516,10 @@ def test_shards_an_eager_rebalance_gives_straight_back_are_read_on_not_again(
     then gives it half back. Those shards go on from the offsets it had read to, their open
     episodes kept in memory (they were read again from their resume offsets: a fifth to a
     quarter of a two-member export's records read twice); the rows are a clean run's."""
-    from rlmesh_stream.consumers.datasets.export import make_export
-    from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
-
     config, clean = fleet
     catalog = tmp_path / "catalog.db"
-    group = f"g-{uuid.uuid4().hex[:8]}"
-    target = IcebergTarget(f"sqlite:///{catalog}", TABLE)
-    sink, runtime = make_export(
-        config, ExportOptions(None, "iceberg", TABLE, Filters(), iceberg=target, group=group),
-        RuntimeOptions(group_id=group, from_beginning=True, until_end=True, max_batch=300))
+    sink, runtime = _in_process(config, f"sqlite:///{catalog}", max_batch=300)
+    group = runtime.options.group_id
     commit, rewound = sink.table.commit, sink.rewound
     consume, on_revoke = runtime._consume, runtime._on_revoke
     committed, rebalancing, resumed, starts = threading.Event(), threading.Event(), [], []
@@ -584,16 +586,10 @@ def test_a_restored_shard_is_set_aside_only_once_read_again_past_its_frontier(
     has passed what was read before the restore (its frontier): short of it, taking it back
     as it is would start at the read offsets and never read the rest of those records."""
     from rlmesh_stream.consumers.datasets.episodes import Joiner
-    from rlmesh_stream.consumers.datasets.export import make_export
-    from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
     from rlmesh_stream.consumers.datasets.manifest import Certificate
 
     config, _ = fleet
-    group = f"g-{uuid.uuid4().hex[:8]}"
-    target = IcebergTarget(f"sqlite:///{tmp_path / 'catalog.db'}", TABLE)
-    sink, _runtime = make_export(
-        config, ExportOptions(None, "iceberg", TABLE, Filters(), iceberg=target, group=group),
-        RuntimeOptions(group_id=group, from_beginning=True, until_end=True))
+    sink, _runtime = _in_process(config, f"sqlite:///{tmp_path / 'catalog.db'}")
     try:
         joiner = Joiner(Filters())
         topic = f"{config.topic_prefix}.step_completed"
