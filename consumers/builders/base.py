@@ -31,6 +31,10 @@ class Builder:
     event_types: ClassVar[frozenset[EventType]]
     tables: ClassVar[tuple[Table, ...]]
     needs_decode: ClassVar[bool] = True
+    # every record it reads must be keyed by its event's session id (`record_key`): a
+    # builder that holds a session's state per partition. A record keyed otherwise is
+    # dead-lettered (`runtime.decoding.check_key`); such a builder is never packed
+    checks_keys: bool = False
     # statements run after the batch's upserts, in the same transaction;
     # `{stage:<table>}` names the relation holding this batch's rows of <table>. One
     # that names a stage touches only rows its stages name: a batch with no rows skips it

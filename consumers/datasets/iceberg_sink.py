@@ -33,6 +33,8 @@ TP = tuple[str, int]
 class ShardedSink(DatasetSink):
     """`DatasetSink` for an Iceberg table written by several members."""
 
+    joins_per_partition = True
+
     def _load(self) -> None:
         assert self.options.iceberg is not None
         self.table = IcebergStore(self.options.iceberg, self.options.group)

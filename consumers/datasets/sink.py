@@ -54,6 +54,7 @@ class TrajectoryBuilder(Builder):
 
     def __init__(self, sink: DatasetSink) -> None:
         self.sink = sink
+        self.checks_keys = sink.joins_per_partition
 
     def rows(self, record: Record) -> Iterator[PartialRow]:
         if record.event is not None:
@@ -134,6 +135,9 @@ class DatasetSink:
     """
 
     shared_writers = False  # one process exports a dataset: no lock keys
+    # one joiner per partition (a shard of whole sessions), not one for the dataset: a
+    # record must then sit in its session's partition, so be keyed by its session id
+    joins_per_partition = False
     reads_builder_state = True  # the builders feed the joiner and certificate `apply` reads
 
     def __init__(self, options: ExportOptions, prefix: str) -> None:

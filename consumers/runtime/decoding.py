@@ -16,13 +16,14 @@ from rlmesh_stream.consumers.builders import Builder
 from rlmesh_stream.consumers.builders.projection import Projection
 from rlmesh_stream.schemas.codec import wire
 from rlmesh_stream.schemas.connection.config import StreamConfig
-from rlmesh_stream.schemas.contract.errors import WrongEventTypeError
+from rlmesh_stream.schemas.contract.errors import WrongEventTypeError, WrongKeyError
 from rlmesh_stream.schemas.contract.topics import EventType, event_type_of_topic, subject_name
 
 log = logging.getLogger(__name__)
 
-# per topic: (event type, decode?, read headers?, the projection its packed builder reads)
-Plan = tuple[EventType, bool, bool, Projection | None]
+# per topic: (event type, decode?, read headers?, the projection its packed builder reads,
+# must a record be keyed by its event's session id?)
+Plan = tuple[EventType, bool, bool, Projection | None, bool]
 
 
 class Decoder(Protocol):
@@ -43,7 +44,8 @@ class Decoders:
         # header-only builders (delivery checks) are the ones that read headers
         self.plans: dict[str, Plan] = {
             t: (self.event_type[t], any(b.needs_decode for b in bs),
-                any(not b.needs_decode for b in bs), self._packer(t, bs))
+                any(not b.needs_decode for b in bs), self._packer(t, bs),
+                any(b.checks_keys for b in bs))
             for t, bs in builders_of.items()}
         # per topic, per 5-byte value header (magic byte, schema id): the generated reader
         # of the topic's projection, or None (decode whole events)
@@ -56,7 +58,7 @@ class Decoders:
         """The projection the runtime reads straight from the payloads of `topic`: when
         its one decoding builder is packed (other builders read headers only)."""
         decoding = [b for b in builders if b.needs_decode]
-        if len(decoding) != 1 or not decoding[0].packed:
+        if len(decoding) != 1 or not decoding[0].packed or decoding[0].checks_keys:
             return None
         return decoding[0].projections[self.event_type[topic]]
 
@@ -153,3 +155,22 @@ def check_event_type(event: Any, expected: EventType, topic: str) -> None:
         raise WrongEventTypeError(
             f"{topic} carries {expected.value} events, this record holds "
             f"{EventType.of(event).value}")
+
+
+def check_key(event: Any, key: bytes | None) -> None:
+    """For a builder that holds sessions per partition: a record keyed otherwise than by
+    its session id (`record_key`) may sit in another partition than the rest of its
+    session, where no member holds the session whole. It is a bad record, named, not an
+    episode skipped as misaligned for no visible reason."""
+    session_id = event.session_id
+    if key is None or key != session_id.encode("utf-8"):
+        shown = "no key" if key is None else f"key {_shown(key)}"
+        raise WrongKeyError(
+            f"the record has {shown}, not its session id {_shown(session_id)}: every "
+            "event of a session must be keyed by its session id, or the session is "
+            "split over partitions that different members hold")
+
+
+def _shown(value: bytes | str, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -15,7 +15,7 @@ from confluent_kafka import Message
 
 from rlmesh_stream.consumers.deadletter import DeadLetter
 from rlmesh_stream.consumers.records import Record, timestamp_of
-from rlmesh_stream.consumers.runtime.decoding import Decoders, check_event_type
+from rlmesh_stream.consumers.runtime.decoding import Decoders, check_event_type, check_key
 from rlmesh_stream.consumers.runtime.kafka_io import ClientErrors, header_dict, header_pairs
 from rlmesh_stream.consumers.runtime.offsets import Offsets
 from rlmesh_stream.consumers.runtime.options import TP, ConsumerError, RegistryDown
@@ -76,7 +76,7 @@ class Reader:
                 run = key = (topic, partition)
                 taken = key in assigned  # not: fetched before a revoke
                 expected = nxt.get(key, -1)  # below it: already buffered or applied
-                event_type, needs_decode, reads_headers, packer = plans[topic]
+                event_type, needs_decode, reads_headers, packer, keyed = plans[topic]
                 readers, head, project = projectors[topic], _NO_HEAD, None
             offset = message.offset()
             if not taken or offset < expected:
@@ -110,6 +110,8 @@ class Reader:
                 try:
                     event = decode(value)  # type: ignore[misc,arg-type]  # None: a tombstone, named as one
                     check_event_type(event, event_type, topic)
+                    if keyed:
+                        check_key(event, message.key())
                 except RegistryUnavailableError as exc:
                     raise RegistryDown(str(exc)) from exc
                 except RegistryProtocolError as exc:  # a wrong URL: waiting cannot help

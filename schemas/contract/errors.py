@@ -44,6 +44,11 @@ class WrongEventTypeError(DecodeError):
     """A valid event of another type than the topic it was read from carries."""
 
 
+class WrongKeyError(DecodeError):
+    """A valid event whose record is not keyed by its session id, as the contract keys
+    every event (`record_key`): it may sit in another partition than its session's."""
+
+
 class RegistryUnavailableError(ConnectionError):
     """The schema registry could not be reached; retry later."""
 
