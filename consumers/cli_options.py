@@ -91,9 +91,10 @@ def reading_options(*, default_group: str, store: str, until_end_help: str) -> C
             _check_dlq_topic(reading["dlq_topic"], kwargs.get("config"))
             ran: Ran | None = command(*args, reading=reading, **kwargs)
             if ran is not None and ran.dead_letters:
-                click.echo(f"{ran.dead_letters} records that could not be applied sent to "
-                           "the dead-letter topic (each one's reason in its rlmesh.dlq.error "
-                           "header)", err=True)
+                n = ran.dead_letters
+                click.echo(f"{n} record{'' if n == 1 else 's'} that could not be applied sent "
+                           "to the dead-letter topic (each one's reason in its "
+                           "rlmesh.dlq.error header)", err=True)
             return ran
 
         decorated: Any = with_reading

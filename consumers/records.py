@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from rlmesh_stream.schemas.contract.errors import DecodeError
 from rlmesh_stream.schemas.contract.topics import EventType
 
 if TYPE_CHECKING:  # hints only: the event dataclasses load when a decoder needs them
@@ -35,9 +36,24 @@ class Record:
     values: tuple[Any, ...] | None = None
 
 
+class TimestampOutOfRangeError(DecodeError):
+    """A record timestamp no datetime holds (after the year 9999). Any producer may set a
+    record's timestamp, and a broker takes it unless `message.timestamp.after.max.ms`
+    says otherwise (an hour since Kafka 4.0; unbounded before)."""
+
+
+# The record time of a record whose timestamp no datetime holds: it is dead-lettered, and
+# only the builders that read headers (delivery checks) see it.
+OUT_OF_RANGE = datetime.max.replace(tzinfo=UTC)
+
+
 def timestamp_of(ms: int) -> datetime:
     """A Kafka record timestamp (ms since the epoch) as an aware UTC datetime."""
-    return datetime.fromtimestamp(ms / 1000.0, tz=UTC)
+    try:
+        return datetime.fromtimestamp(ms / 1000.0, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        raise TimestampOutOfRangeError(
+            f"record timestamp {ms} ms is outside the years 1 to 9999") from None
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -25,6 +25,7 @@ from typing import Any
 
 import click
 
+from rlmesh_stream.consumers.records import TimestampOutOfRangeError, timestamp_of
 from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.connection.redact import redact_url
@@ -116,19 +117,30 @@ def route_text(route: Any) -> str:
     return f"env={route.env_id} model={route.model_component_id}{lane}"
 
 
+def _record_time(timestamp_ms: int | None) -> dt.datetime | None:
+    """The record time, or None: none set, or one no datetime holds (any producer may
+    set a record's timestamp, a year past 9999 included)."""
+    if timestamp_ms is None:
+        return None
+    try:
+        return timestamp_of(timestamp_ms)
+    except TimestampOutOfRangeError:
+        return None
+
+
 def format_line(event: Any, timestamp_ms: int | None) -> str:
-    when = "-" if timestamp_ms is None else dt.datetime.fromtimestamp(
-        timestamp_ms / 1000, dt.UTC).strftime("%H:%M:%S.%f")[:-3]
+    time = _record_time(timestamp_ms)
+    when = "-" if time is None else time.strftime("%H:%M:%S.%f")[:-3]
     return f"{when} {event.session_id} [{route_text(event.route)}] {describe(event)}"
 
 
 def format_json(event: Any, *, topic: str, partition: int, offset: int,
                 timestamp_ms: int | None) -> str:
     """kcat-style envelope (where the record was) around the decoded event."""
+    time = _record_time(timestamp_ms)
     doc = {
         "topic": topic, "partition": partition, "offset": offset,
-        "timestamp": None if timestamp_ms is None else dt.datetime.fromtimestamp(
-            timestamp_ms / 1000, dt.UTC).isoformat().replace("+00:00", "Z"),
+        "timestamp": None if time is None else time.isoformat().replace("+00:00", "Z"),
         "key": event.session_id,
         "event": to_jsonable(event),
     }

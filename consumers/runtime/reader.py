@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import Message
 
 from rlmesh_stream.consumers.deadletter import DeadLetter
-from rlmesh_stream.consumers.records import Record, timestamp_of
+from rlmesh_stream.consumers.records import OUT_OF_RANGE, Record, timestamp_of
 from rlmesh_stream.consumers.runtime.decoding import Decoders, check_event_type, check_key
 from rlmesh_stream.consumers.runtime.kafka_io import ClientErrors, header_dict, header_pairs
 from rlmesh_stream.consumers.runtime.offsets import Offsets
@@ -85,7 +85,14 @@ class Reader:
             ts_ms = message.timestamp()[1]
             stamp = stamps.get(ts_ms)
             if stamp is None:
-                stamp = stamps[ts_ms] = timestamp_of(ts_ms)
+                try:
+                    stamp = stamps[ts_ms] = timestamp_of(ts_ms)
+                except DecodeError as exc:  # a time no datetime holds: no builder can use it
+                    nxt[key] = offset + 1
+                    append(dead_letter(message, exc))
+                    append(Record(topic, partition, offset, OUT_OF_RANGE, event_type, None,
+                                  headers))
+                    continue
             event = None
             value = message.value() if needs_decode else None
             if packer is not None and value:  # the packed row, straight from the payload

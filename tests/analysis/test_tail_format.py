@@ -36,6 +36,11 @@ def test_a_line_starts_with_time_session_and_route() -> None:
     assert line.startswith("00:00:00.250 sess-9 [env=CartPole-v1 model=ppo] episode_id=")
 
 
+def test_a_record_time_past_the_year_9999_shows_as_unknown() -> None:
+    line = format_line(completed("sess-9", 1), timestamp_ms=253_402_300_800_000)
+    assert line.startswith("- sess-9 [env=CartPole-v1 model=ppo]")
+
+
 def test_no_kafka_is_one_clear_error() -> None:
     config = StreamConfig(bootstrap="127.0.0.1:1", registry_url="http://127.0.0.1:1")
     with pytest.raises(TailError, match=r"^Kafka at 127.0.0.1:1: .*transport failure"):

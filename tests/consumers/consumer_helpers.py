@@ -55,17 +55,20 @@ class PlainKafkaHooks:
         et = _CALLBACKS[name]
         return lambda event: self.publish(et, event)
 
-    def publish(self, et: EventType, event: Any, *, seq: int | None = None) -> None:
+    def publish(self, et: EventType, event: Any, *, seq: int | None = None,
+                timestamp: int = 0) -> None:
         if self.drop_leaves:  # small events: the payload leaves are not what is tested
             if isinstance(event, ev.ObservationEmittedEvent):
                 event.observation = event.raw_observation = None
             elif isinstance(event, ev.ActionReceivedEvent):
                 event.action = event.raw_action = None
-        self.produce_raw(et, event.session_id, self.serializer.serialize(event), seq=seq)
+        self.produce_raw(et, event.session_id, self.serializer.serialize(event), seq=seq,
+                         timestamp=timestamp)
         self.sent.append((et, event))
 
     def produce_raw(self, et: EventType, key: str, value: bytes, *,
-                    seq: int | None = None) -> None:
+                    seq: int | None = None, timestamp: int = 0) -> None:
+        """`timestamp`: the record's, in ms (0: now)."""
         number = self.seq if seq is None else seq
         if seq is None:
             self.seq += 1
@@ -75,7 +78,7 @@ class PlainKafkaHooks:
         while True:
             try:
                 self.producer.produce(et.topic(self.config.topic_prefix), key=key.encode(),
-                                      value=value, headers=headers)
+                                      value=value, headers=headers, timestamp=timestamp)
                 break
             except BufferError:
                 self.producer.poll(0.05)

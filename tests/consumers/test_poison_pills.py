@@ -76,6 +76,46 @@ def test_an_undecodable_record_larger_than_a_megabyte_is_dead_lettered(
         (1, f"{stream_config.topic_prefix}.dlq")]
 
 
+def test_a_record_timestamped_past_the_year_9999_is_dead_lettered_and_the_rest_applied(
+    stream_config: StreamConfig, duckdb_url: str,
+) -> None:
+    """Any producer sets its records' timestamps; a broker takes one past the year 9999
+    where `message.timestamp.after.max.ms` allows it (unbounded before Kafka 4.0). No
+    datetime holds it: the consumer stopped on it, at every restart."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    create_topics(stream_config, partitions=1)
+    et = EventType.SESSION_STARTED
+    unbounded = ConfigEntry("message.timestamp.after.max.ms", str(INT64_MAX),
+                            incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.TOPIC, et.topic(stream_config.topic_prefix),
+                              incremental_configs=[unbounded])
+    admin = AdminClient(stream_config.kafka_config())  # alive until the result is in
+    for done in admin.incremental_alter_configs([resource]).values():
+        done.result(30)
+    hooks = PlainKafkaHooks(stream_config)
+    hooks.publish(et, _started("before"))
+    hooks.publish(et, _started("year-10000"), timestamp=253_402_300_800_000)
+    hooks.publish(et, _started("after"))
+    hooks.flush()
+
+    runtime = run_offline(stream_config, duckdb_url, ["sessions", "delivery"])
+    again = run_offline(stream_config, duckdb_url, ["sessions"])
+
+    assert (runtime.dead_letters, again.dead_letters) == (1, 0)
+    assert query(duckdb_url, "SELECT session_id FROM sessions ORDER BY 1") == [
+        ("after",), ("before",)]
+    assert query(duckdb_url, "SELECT record_offset, error FROM dead_letters") == [
+        (1, "TimestampOutOfRangeError: record timestamp 253402300800000 ms is outside the "
+            "years 1 to 9999")]
+
+
 def test_a_record_the_dead_letter_topic_refuses_is_recorded_with_the_reason_and_skipped(
     stream_config: StreamConfig, duckdb_url: str,
 ) -> None:
