@@ -126,12 +126,15 @@ class Certificate:
 
 
 def header_sequence(headers: dict[str, bytes]) -> tuple[str, int] | None:
+    """(producer, sequence) of a record's delivery headers, either version; None without
+    them or with a sequence the delivery check calls invalid (`parse_sequence`: negative,
+    past a BIGINT, not ASCII digits), which no range counts."""
     stamp = h.delivery_stamp(headers)  # either version of the contract's headers
     if stamp is None:
         return None
     _, producer, seq = stamp
     try:
-        return producer.decode("utf-8", "replace"), int(seq)
+        return producer.decode("utf-8", "replace"), h.parse_sequence(seq)
     except ValueError:
         return None
 

@@ -62,6 +62,15 @@ def test_a_bad_packed_sequence_is_an_invalid_header_named_rlmesh_ps(
         h.PRODUCER_SEQUENCE, producer, seq)
 
 
+@pytest.mark.parametrize("seq", ["-5", " 7", "1_000", "\u0661", str(2**63), "9" * 4000])
+def test_the_exports_certificate_counts_no_sequence_the_delivery_check_calls_invalid(
+    seq: str,
+) -> None:
+    """int() takes a sign, blanks, underscores and thousands of digits: the certificate
+    counted "-5" and 2**63 as sequences, which the delivery check calls invalid."""
+    assert header_sequence(_v2("p1", seq)) is None
+
+
 def test_records_without_delivery_headers_are_not_counted() -> None:
     assert _rows({}) == []
     assert _rows({h.PRODUCER_ID: b"p1"}) == []
