@@ -95,16 +95,20 @@ class Checkpoints:
             return  # the one before was dropped: rewinding, this cut is read again
         for key, position in self.offsets.unstored().items():  # nothing of it in the cut
             progress.setdefault(key, position)
+        for key, end in self.offsets.skips_to_store(self.policy.buffer).items():
+            progress[key] = max(end, progress.get(key, end))
         batch.offsets.extend(self.offsets.updates(progress))
         self.writer.submit(batch, _Checkpoint(cut, len(dead), by_builder, progress, started))
         if final or wait:
             self.finish(final=final)
 
     def positions_pending(self) -> bool:
-        """A held partition has no stored offset yet: a checkpoint is due even with no
-        record to apply (not for a sink that reads its builders' state: its offsets are
-        its manifest's, stored with the records)."""
-        return not self.sink.reads_builder_state and bool(self.offsets.unstored())
+        """A held partition has no stored offset yet (not for a sink that reads its
+        builders' state: its offsets are its manifest's, stored with the records), or was
+        read to an end past its last record (`Offsets.skips_to_store`): a checkpoint is
+        due even with no record to apply."""
+        return ((not self.sink.reads_builder_state and bool(self.offsets.unstored()))
+                or bool(self.offsets.skips_to_store(self.policy.buffer)))
 
     def _send_dead_letters(self, dead: list[DeadLetter], final: bool
                            ) -> dict[LetterId, str] | None:

@@ -42,6 +42,11 @@ def kafka_config(config: StreamConfig, options: RuntimeOptions,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest" if options.from_beginning else "latest",
         "isolation.level": "read_committed",
+        # an end of partition is reported in line with the records (after every one
+        # before it): where a partition ends past its last record (a transaction's
+        # commit marker, an aborted transaction's records: never handed over), the
+        # only word that reading has reached that end (`Offsets.reached_end`)
+        "enable.partition.eof": True,
         "fetch.wait.max.ms": 100,
         # 64 KiB per partition and fetch (librdkafka: 1 MiB) keeps the partitions of a
         # backlog in step, so an aligned cut (`policy.py`) leaves little behind: 60 400 rows

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
 
@@ -23,6 +24,9 @@ from rlmesh_stream.consumers.builders import Builder
 from rlmesh_stream.consumers.runtime.kafka_io import watermarks
 from rlmesh_stream.consumers.runtime.options import TP, ConsumerError, RuntimeOptions
 from rlmesh_stream.consumers.sinks import OffsetUpdate, Sink
+
+if TYPE_CHECKING:
+    from rlmesh_stream.consumers.runtime.policy import Buffered
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +77,10 @@ class Offsets:
         self.start_ends: dict[TP, int] | None = None
         # where reading each held partition started (a logical start resolved)
         self.starts: dict[TP, int] = {}
+        # partitions read to an end past their last record (a transaction's commit
+        # marker, an aborted transaction's records: the consumer hands neither over), and
+        # that end: a checkpoint stores it once no record before it is left to store
+        self.skipped: dict[TP, int] = {}
         # whole_sessions + --until-end: every partition of the topics, its end at start
         # (single_member, live: the partitions a lone member's first assignment holds)
         self.group_ends: dict[TP, int] = {}
@@ -163,6 +171,7 @@ class Offsets:
         """Where reading `key` resumes; a logical start is resolved (from the partition's
         `marks`, its low and high offsets, when already known), so that where reading
         started is known, and stored, even for a partition that has no record to read."""
+        self.skipped.pop(key, None)  # read again from `start`: an end seen is ahead
         if start >= 0:
             self.next[key] = self.starts[key] = start
         elif consumer is not None:
@@ -186,7 +195,29 @@ class Offsets:
             self.ends.pop(key, None)
             self.highs.pop(key, None)
             self.starts.pop(key, None)
+            self.skipped.pop(key, None)
 
+    def reached_end(self, key: TP, end: int) -> None:
+        """The consumer reached the end of a held partition at `end` (in line with the
+        records: each one before it was read). Past the next offset expected, the
+        offsets between were never handed over (control records, an aborted
+        transaction's records): reading is at `end`, for the stop rule and the lag, and
+        a checkpoint stores it (`skips_to_store`). Without it an --until-end run over a
+        transactional producer's records never reached its end."""
+        nxt = self.next.get(key)
+        if key in self.assigned and nxt is not None and end > nxt:
+            self.next[key] = self.skipped[key] = end
+
+    def skips_to_store(self, left: list[Buffered]) -> dict[TP, int]:
+        """The ends `reached_end` noted that a checkpoint may store now: above a stored
+        offset of the partition, and no record of it `left` in the buffer (one before the
+        end would be stored past, unapplied)."""
+        due = {key: end for key, end in self.skipped.items()
+               if any(self.stored[name].get(key, -1) < end for name in self.builders_of[key[0]])}
+        if due and left:
+            for item in left:
+                due.pop((item.topic, item.partition), None)
+        return due
     # -- what a checkpoint stores ----------------------------------------------------
 
     def updates(self, progress: dict[TP, int]) -> list[OffsetUpdate]:

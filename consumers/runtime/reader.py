@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaError, Message
 
 from rlmesh_stream.consumers.deadletter import DeadLetter
 from rlmesh_stream.consumers.records import OUT_OF_RANGE, Record, timestamp_of
@@ -32,6 +32,7 @@ _UNSEEN = object()  # a value header not looked up yet
 _NO_HEAD = b"\xff" * 6
 # The headers of a record whose builders read none: one shared dict, never written to.
 _NO_HEADERS: dict[str, bytes] = {}
+_EOF = KafkaError._PARTITION_EOF
 
 
 class Reader:
@@ -66,8 +67,14 @@ class Reader:
         run: TP | None = None  # the partition of the run of messages being read
         message: Any  # without an error, topic(), partition() and offset() are set
         for message in messages:
-            if message.error() is not None:
-                self.errors.record_error(message)
+            error = message.error()
+            if error is not None:
+                if error.code() == _EOF:  # in line: every record before it was read
+                    self.offsets.reached_end((message.topic(), message.partition()),
+                                             message.offset())
+                    run = None  # the run's next offset may have moved
+                else:
+                    self.errors.record_error(message)
                 continue
             topic = message.topic()
             partition = message.partition()

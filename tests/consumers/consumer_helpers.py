@@ -37,13 +37,19 @@ class PlainKafkaHooks:
     """The runtime callbacks, each publishing its event to its topic."""
 
     def __init__(self, config: StreamConfig, *, drop_leaves: bool = True,
-                 producer_id: str | None = None) -> None:
+                 producer_id: str | None = None, transactional: bool = False) -> None:
+        """`transactional`: a transactional producer (as a Kafka Streams or Flink job
+        writing exactly once has), its transactions begun and ended through `producer`."""
         self.config = config
         self.serializer = EventSerializer(SchemaRegistryClient(config.registry_config()),
                                           topic_prefix=config.topic_prefix)
         self.producer = Producer({**config.kafka_config(), "linger.ms": 20,
                                   "enable.idempotence": True,
-                                  "queue.buffering.max.messages": 1_000_000})
+                                  "queue.buffering.max.messages": 1_000_000,
+                                  **({"transactional.id": f"tx-{uuid.uuid4().hex}"}
+                                     if transactional else {})})
+        if transactional:
+            self.producer.init_transactions(30)
         self.drop_leaves = drop_leaves
         self.producer_id = producer_id or uuid.uuid4().hex
         self.seq = 0

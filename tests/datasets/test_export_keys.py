@@ -12,8 +12,8 @@ from typing import Any
 
 import pyarrow.dataset as pads
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 from publishing import close_delivered
+from record_copies import copy_records, new_prefix, read_records
 
 from rlmesh_stream.consumers.datasets.episodes import Filters
 from rlmesh_stream.consumers.datasets.export import ExportOptions, run_export
@@ -42,59 +42,26 @@ class Copied:
     rekeyed: int  # how many
 
 
-def _config(stack: Any) -> StreamConfig:
-    return StreamConfig.from_env(env={}, bootstrap=stack.bootstrap,
-                                 registry_url=stack.registry_url,
-                                 topic_prefix=f"k{uuid.uuid4().hex[:10]}.rlmesh.runtime")
-
-
-def _read(config: StreamConfig, topics: list[str]) -> list[Any]:
-    """Every record of `topics` (one consumer assigned all their partitions at once)."""
-    consumer = Consumer({"bootstrap.servers": config.bootstrap,
-                         "group.id": f"read-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False})
-    try:
-        assignment, left = [], 0
-        for topic in topics:
-            for partition in consumer.list_topics(topic, timeout=30).topics[topic].partitions:
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=30)
-                assignment.append(TopicPartition(topic, partition, low))
-                left += high - low
-        consumer.assign(assignment)
-        records: list[Any] = []
-        while left > 0:
-            # consume() waits until it has as many as it asks for, or the timeout
-            batch = [m for m in consumer.consume(min(left, 1000), 10) if m.error() is None]
-            assert batch, f"{left} records of {topics} not read"
-            records += batch
-            left -= len(batch)
-        return records
-    finally:
-        consumer.close()
-
-
 @pytest.fixture(scope="module")
 def copied(stack: Any) -> Iterator[Copied]:
-    original, copy = _config(stack), _config(stack)
+    original, copy = new_prefix(stack), new_prefix(stack)
     for config in (original, copy):
         ensure_topics(config, partitions=PARTITIONS)
     hooks = KafkaRuntimeHooks(config=original, install_exit_handlers=False)
     simulate_fleet(hooks, sessions=12, lanes=2, episodes=3, seed=7, failure_rate=0.0)
     close_delivered(hooks)
-    producer = Producer({"bootstrap.servers": copy.bootstrap})
-    session, rekeyed = "", 0
     observations = EventType.OBSERVATION_EMITTED.topic(original.topic_prefix)
-    for m in _read(original, [et.topic(original.topic_prefix) for et in EventType]):
-        key, partition = m.key(), m.partition()
-        if m.topic() == observations:
-            session = session or key.decode()
-            if key == session.encode():
-                key, partition = key + b"-obs", (partition + 1) % PARTITIONS
-                rekeyed += 1
-        topic = copy.topic_prefix + m.topic().removeprefix(original.topic_prefix)
-        producer.produce(topic, m.value(), key, partition, headers=m.headers())
-    assert producer.flush(60) == 0
+    moved: list[bytes] = []
+
+    def rekey(topic: str, key: bytes, partition: int) -> tuple[bytes, int]:
+        """The first session's observations: keyed otherwise, in the next partition."""
+        if topic == observations and key == (moved[:1] or [key])[0]:
+            moved.append(key)
+            return key + b"-obs", (partition + 1) % PARTITIONS
+        return key, partition
+
+    copy_records(original, copy, change=rekey)
+    session, rekeyed = moved[0].decode(), len(moved)
     yield Copied(original, copy, session, rekeyed)
 
 
@@ -132,7 +99,7 @@ def _iceberg_episodes(catalog: Path) -> list[dict[str, Any]]:
 
 def _dead_letter_errors(config: StreamConfig) -> list[str]:
     return [dict(m.headers())["rlmesh.dlq.error"].decode()
-            for m in _read(config, [f"{config.topic_prefix}.dlq"])]
+            for m in read_records(config, [f"{config.topic_prefix}.dlq"])]
 
 
 def test_an_iceberg_export_dead_letters_records_not_keyed_by_their_session_id(

@@ -1,0 +1,89 @@
+"""A published fleet copied record for record into another topic prefix, as another
+producer would write it: some records re-keyed or moved, or every one written in
+transactions (a Kafka Streams or Flink job writing exactly once)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.topics import EventType
+
+# (topic, key, partition) of a record -> the key and partition its copy is written with
+Change = Callable[[str, bytes, int], tuple[bytes, int]]
+
+
+def new_prefix(stack: Any) -> StreamConfig:
+    """The test stack under a topic prefix of its own (an original, or a copy)."""
+    return StreamConfig.from_env(env={}, bootstrap=stack.bootstrap,
+                                 registry_url=stack.registry_url,
+                                 topic_prefix=f"c{uuid.uuid4().hex[:10]}.rlmesh.runtime")
+
+
+def read_records(config: StreamConfig, topics: list[str]) -> list[Any]:
+    """Every record of `topics` (one consumer assigned all their partitions at once)."""
+    consumer = Consumer({"bootstrap.servers": config.bootstrap,
+                         "group.id": f"read-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        assignment, left = [], 0
+        for topic in topics:
+            for partition in consumer.list_topics(topic, timeout=30).topics[topic].partitions:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=30)
+                assignment.append(TopicPartition(topic, partition, low))
+                left += high - low
+        consumer.assign(assignment)
+        records: list[Any] = []
+        while left > 0:
+            # consume() waits until it has as many as it asks for, or the timeout
+            batch = [m for m in consumer.consume(min(left, 1000), 10) if m.error() is None]
+            assert batch, f"{left} records of {topics} not read"
+            records += batch
+            left -= len(batch)
+        return records
+    finally:
+        consumer.close()
+
+
+def copy_records(original: StreamConfig, copy: StreamConfig, *,
+                 change: Change | None = None, transactions: int = 0) -> list[Any]:
+    """Write every event record of `original` into `copy`'s topics, in order per partition:
+    key and partition as `change` says (unchanged without it); with `transactions`, in
+    that many committed transactions, each followed by an aborted one holding copies of
+    its first records (which no read-committed consumer sees). Returns the records read."""
+    prefix = original.topic_prefix
+    records = read_records(original, [et.topic(prefix) for et in EventType])
+    conf: dict[str, Any] = {"bootstrap.servers": copy.bootstrap}
+    if transactions:
+        conf["transactional.id"] = f"tx-{uuid.uuid4().hex}"
+    producer = Producer(conf)
+
+    def write(chunk: list[Any]) -> None:
+        for m in chunk:
+            key, partition = m.key(), m.partition()
+            if change is not None:
+                key, partition = change(m.topic(), key, partition)
+            producer.produce(copy.topic_prefix + m.topic().removeprefix(prefix), m.value(),
+                             key, partition, headers=m.headers())
+
+    if not transactions:
+        write(records)
+        assert producer.flush(60) == 0
+        return records
+    producer.init_transactions(30)
+    size = -(-len(records) // transactions)
+    for start in range(0, len(records), size):
+        chunk = records[start:start + size]
+        producer.begin_transaction()
+        write(chunk)
+        producer.commit_transaction(30)
+        producer.begin_transaction()
+        write(chunk[:10])
+        assert producer.flush(60) == 0  # in the log, then aborted (an abort drops what is unsent)
+        producer.abort_transaction(30)
+    return records
