@@ -70,7 +70,7 @@ class ConsumerMetrics:
     # -- the runtime's calls ----------------------------------------------------------
 
     def read(self, messages: Iterable[Any]) -> None:
-        for topic, count in Tally(m.topic() for m in messages).items():
+        for topic, count in Tally(m.topic() for m in messages if m.error() is None).items():
             self.records_read.labels(self.group_id, topic).inc(count)
 
     def checkpoint(self, buffer: Iterable[Any], rows: Mapping[Any, list[Any]],

@@ -78,12 +78,18 @@ class Checkpoints:
         it: the two hold different offsets of every partition, and only the offsets,
         which move on from where that one leaves them, wait for it to be accounted for
         (all of it waits for a sink that `reads_builder_state`).
+
+        Nothing is cut while a dropped checkpoint's rewind is pending: reading goes back
+        to the stored offsets first (an offset cut meanwhile could pass records the
+        dropped one held, never applied).
         """
+        if self.rewind:
+            return
         policy = self.policy
         started = policy.last_cut = time.monotonic()
         if not policy.buffer or self.sink.reads_builder_state:
             dropped = self.finish(final=final)
-            if dropped or not (policy.buffer or self.positions_pending()):
+            if dropped or not (policy.buffer or self.positions_pending(now=True)):
                 return  # nothing to cut, or the one before was dropped: rewinding
         cut = policy.cut(align and not final)
         dead = [d for d in cut if isinstance(d, DeadLetter)]
@@ -95,20 +101,29 @@ class Checkpoints:
             return  # the one before was dropped: rewinding, this cut is read again
         for key, position in self.offsets.unstored().items():  # nothing of it in the cut
             progress.setdefault(key, position)
-        for key, end in self.offsets.skips_to_store(self.policy.buffer).items():
+        for key, end in self.offsets.take_skips(self.policy.buffer).items():
             progress[key] = max(end, progress.get(key, end))
         batch.offsets.extend(self.offsets.updates(progress))
         self.writer.submit(batch, _Checkpoint(cut, len(dead), by_builder, progress, started))
         if final or wait:
             self.finish(final=final)
 
-    def positions_pending(self) -> bool:
-        """A held partition has no stored offset yet (not for a sink that reads its
-        builders' state: its offsets are its manifest's, stored with the records), or was
-        read to an end past its last record (`Offsets.skips_to_store`): a checkpoint is
-        due even with no record to apply."""
-        return ((not self.sink.reads_builder_state and bool(self.offsets.unstored()))
-                or bool(self.offsets.skips_to_store(self.policy.buffer)))
+    def positions_pending(self, now: bool = False) -> bool:
+        """A checkpoint is due even with no record to apply: a held partition has no
+        stored offset yet (not for a sink that reads its builders' state: its offsets are
+        its manifest's, stored with the records), or was read to an end past its last
+        record (`Offsets.take_skips`). Those ends wait for the checkpoint interval (a
+        live consumer after a transactional producer meets one at each of its commits,
+        each an offsets-only transaction, an Iceberg snapshot) unless `now` or offline."""
+        if self.rewind:
+            return False
+        if not self.sink.reads_builder_state and self.offsets.unstored():
+            return True
+        if not self.offsets.skipped:
+            return False
+        policy = self.policy
+        return (now or policy.options.until_end
+                or time.monotonic() - policy.last_cut >= policy.options.checkpoint_interval)
 
     def _send_dead_letters(self, dead: list[DeadLetter], final: bool
                            ) -> dict[LetterId, str] | None:
@@ -144,6 +159,7 @@ class Checkpoints:
         if written.conflict is not None:
             log.warning("checkpoint dropped: %s", written.conflict)
             self.rewind = True
+            self.offsets.skipped.clear()  # reported again once read again to them
             self.fenced = not isinstance(written.conflict, ReadAgain)
             self.policy.drop()
             return True

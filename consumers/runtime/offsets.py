@@ -202,21 +202,29 @@ class Offsets:
         records: each one before it was read). Past the next offset expected, the
         offsets between were never handed over (control records, an aborted
         transaction's records): reading is at `end`, for the stop rule and the lag, and
-        a checkpoint stores it (`skips_to_store`). Without it an --until-end run over a
-        transactional producer's records never reached its end."""
+        a checkpoint stores it (`take_skips`). Without it an --until-end run over a
+        transactional producer's records never reached its end. With no next offset
+        known (a live start whose watermarks did not answer), no record was handed over
+        before the end: reading is there all the same."""
+        if key not in self.assigned:
+            return
         nxt = self.next.get(key)
-        if key in self.assigned and nxt is not None and end > nxt:
+        if nxt is None or end > nxt:
             self.next[key] = self.skipped[key] = end
 
-    def skips_to_store(self, left: list[Buffered]) -> dict[TP, int]:
-        """The ends `reached_end` noted that a checkpoint may store now: above a stored
-        offset of the partition, and no record of it `left` in the buffer (one before the
-        end would be stored past, unapplied)."""
-        due = {key: end for key, end in self.skipped.items()
-               if any(self.stored[name].get(key, -1) < end for name in self.builders_of[key[0]])}
-        if due and left:
-            for item in left:
-                due.pop((item.topic, item.partition), None)
+    def take_skips(self, left: list[Buffered]) -> dict[TP, int]:
+        """The ends `reached_end` noted that a checkpoint stores now, no longer noted: those
+        of partitions no record of which is `left` in the buffer (one before the end would
+        be stored past, unapplied), above a stored offset. (Dropped, the checkpoint
+        rewinds, and reading again to the end reports it again.)"""
+        held = {(item.topic, item.partition) for item in left} if left else set()
+        due: dict[TP, int] = {}
+        for key, end in list(self.skipped.items()):
+            if key in held:
+                continue
+            del self.skipped[key]
+            if any(self.stored[name].get(key, -1) < end for name in self.builders_of[key[0]]):
+                due[key] = end
         return due
     # -- what a checkpoint stores ----------------------------------------------------
 

@@ -53,8 +53,8 @@ class Reader:
         it is good)."""
         if not messages:
             return
-        if self.first_record_at is None:
-            self.first_record_at = time.monotonic()
+        if self.first_record_at is None and any(m.error() is None for m in messages):
+            self.first_record_at = time.monotonic()  # not an end-of-partition report's
         decoders = self.decoders
         decoders.wait_warm()
         assigned, nxt = self.offsets.assigned, self.offsets.next

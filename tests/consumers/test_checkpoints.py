@@ -318,3 +318,94 @@ def test_reading_live_at_the_head_keeps_the_interval_when_told_to(
     runtime.options.eager_at_head = False  # fewer transactions, as RuntimeOptions allows
     _caught_up(runtime, 3, last_checkpoint_ago=0.5, last_checkpoint_cost=0.0)
     assert not runtime.policy.due()
+
+
+# -- ends of partition past the last record (a transactional producer's markers) ---------
+
+@pytest.fixture
+def marked(tmp_path: Path) -> Iterator[tuple[ConsumerRuntime, tuple[str, int]]]:
+    """A runtime that stored offset 0 of a partition, then read records 0..8 of it and
+    an end of partition at 10 (a commit marker at 9): no Kafka is reached."""
+    sink = open_sink(f"duckdb://{tmp_path / 'store.duckdb'}")
+    rt = ConsumerRuntime(StreamConfig(), [EpisodesBuilder()], sink,
+                         RuntimeOptions(group_id="g", checkpoint_interval=60.0, max_batch=1000))
+    rt.checkpoints.commit = lambda progress, final: None  # no group to mirror offsets into
+    key = (EventType.EPISODE_STARTED.topic(rt.config.topic_prefix), 0)
+    offsets = rt.offsets
+    offsets.assigned, offsets.starts, offsets.next = {key}, {key: 0}, {key: 0}
+    offsets.load(sink)
+    rt.checkpoints.flush(wait=True)  # stores 0, where reading started
+    stamp = datetime(2026, 1, 1, tzinfo=UTC)
+    rt.policy.buffer = [Record(key[0], 0, i, stamp, EventType.EPISODE_STARTED, None)
+                        for i in range(9)]
+    offsets.next[key] = 9
+    offsets.reached_end(key, 10)
+    yield rt, key
+    sink.close()
+
+
+def test_an_end_past_the_last_record_is_stored_with_the_records_before_it(
+        marked: tuple[ConsumerRuntime, tuple[str, int]]) -> None:
+    rt, key = marked
+
+    rt.checkpoints.flush(wait=True)
+
+    assert rt.sink.load_offsets("episodes") == {key: 10}
+
+
+def test_an_end_is_not_stored_while_a_record_before_it_is_held_back(
+        marked: tuple[ConsumerRuntime, tuple[str, int]]) -> None:
+    rt, key = marked
+    cut = rt.policy.cut
+
+    def all_but_the_last(align: bool) -> list[Record | DeadLetter]:
+        """An aligned cut: the last record is left for the next checkpoint."""
+        buffer = rt.policy.buffer
+        rt.policy.buffer = buffer[-1:]
+        return buffer[:-1]
+
+    rt.policy.cut = all_but_the_last  # type: ignore[method-assign]
+    rt.checkpoints.flush(wait=True)
+    assert rt.sink.load_offsets("episodes") == {key: 8}
+
+    rt.policy.cut = cut  # type: ignore[method-assign]
+    rt.checkpoints.flush(wait=True)
+
+    assert rt.sink.load_offsets("episodes") == {key: 10}
+
+
+def test_an_end_noted_before_a_dropped_checkpoint_is_never_stored(
+        marked: tuple[ConsumerRuntime, tuple[str, int]]) -> None:
+    """The drop makes the run read again from 0: storing 10 in the checkpoint cut next,
+    before the rewind, passed records 0..8, never applied (a reviewer's find)."""
+    from rlmesh_stream.consumers.sinks import OffsetConflict
+
+    rt, key = marked
+    apply, calls = rt.sink.apply, []
+
+    def dropped_once(batch: SinkBatch) -> None:
+        calls.append(batch)
+        if len(calls) == 1:
+            raise OffsetConflict("another process moved one of these partitions")
+        apply(batch)
+
+    rt.sink.apply = dropped_once  # type: ignore[method-assign]
+    rt.checkpoints.flush(wait=True)  # records 0..8 and the end: dropped
+    assert rt.checkpoints.rewind and not rt.policy.buffer
+
+    if rt.checkpoints.positions_pending():  # the reading loop's next lines
+        rt.checkpoints.flush(wait=True)
+
+    assert rt.sink.load_offsets("episodes") == {key: 0}
+
+
+def test_a_live_end_waits_for_the_checkpoint_interval(
+        marked: tuple[ConsumerRuntime, tuple[str, int]]) -> None:
+    """Not an offsets-only transaction at each commit of a transactional producer."""
+    rt, _ = marked
+    rt.checkpoints.flush(wait=True)
+    rt.offsets.reached_end(next(iter(rt.offsets.assigned)), 12)
+
+    assert not rt.checkpoints.positions_pending()
+    rt.policy.last_cut -= 60.0
+    assert rt.checkpoints.positions_pending()
