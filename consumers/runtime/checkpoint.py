@@ -79,11 +79,13 @@ class Checkpoints:
         which move on from where that one leaves them, wait for it to be accounted for
         (all of it waits for a sink that `reads_builder_state`).
 
-        Nothing is cut while a dropped checkpoint's rewind is pending: reading goes back
-        to the stored offsets first (an offset cut meanwhile could pass records the
-        dropped one held, never applied).
+        Nothing is cut while a rewind is pending: reading goes back to the stored offsets
+        first (an offset cut meanwhile could pass records a dropped checkpoint held, never
+        applied); the checkpoint in flight is still accounted for (a stop during a
+        registry outage, a revocation: nothing may touch the sink while it is written).
         """
         if self.rewind:
+            self.finish(final=final)
             return
         policy = self.policy
         started = policy.last_cut = time.monotonic()

@@ -45,7 +45,10 @@ def kafka_config(config: StreamConfig, options: RuntimeOptions,
         # an end of partition is reported in line with the records (after every one
         # before it): where a partition ends past its last record (a transaction's
         # commit marker, an aborted transaction's records: never handed over), the
-        # only word that reading has reached that end (`Offsets.reached_end`)
+        # only word that reading has reached that end (`Offsets.reached_end`). librdkafka
+        # reports an end once per offset, again after a seek or an assignment (each
+        # starts a new fetch version: its source, rdkafka_fetcher.c), which a rewind
+        # relies on: it forgets the ends noted before it
         "enable.partition.eof": True,
         "fetch.wait.max.ms": 100,
         # 64 KiB per partition and fetch (librdkafka: 1 MiB) keeps the partitions of a

@@ -26,7 +26,8 @@ from rlmesh_stream.consumers.runtime.options import TP, ConsumerError, RuntimeOp
 from rlmesh_stream.consumers.sinks import OffsetUpdate, Sink
 
 if TYPE_CHECKING:
-    from rlmesh_stream.consumers.runtime.policy import Buffered
+    from rlmesh_stream.consumers.deadletter import DeadLetter
+    from rlmesh_stream.consumers.records import Record
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +213,7 @@ class Offsets:
         if nxt is None or end > nxt:
             self.next[key] = self.skipped[key] = end
 
-    def take_skips(self, left: list[Buffered]) -> dict[TP, int]:
+    def take_skips(self, left: list[Record | DeadLetter]) -> dict[TP, int]:
         """The ends `reached_end` noted that a checkpoint stores now, no longer noted: those
         of partitions no record of which is `left` in the buffer (one before the end would
         be stored past, unapplied), above a stored offset. (Dropped, the checkpoint
