@@ -218,6 +218,8 @@ class Offsets:
         of partitions no record of which is `left` in the buffer (one before the end would
         be stored past, unapplied), above a stored offset. (Dropped, the checkpoint
         rewinds, and reading again to the end reports it again.)"""
+        if not self.skipped:
+            return {}
         held = {(item.topic, item.partition) for item in left} if left else set()
         due: dict[TP, int] = {}
         for key, end in list(self.skipped.items()):
@@ -227,6 +229,7 @@ class Offsets:
             if any(self.stored[name].get(key, -1) < end for name in self.builders_of[key[0]]):
                 due[key] = end
         return due
+
     # -- what a checkpoint stores ----------------------------------------------------
 
     def updates(self, progress: dict[TP, int]) -> list[OffsetUpdate]:
