@@ -49,22 +49,29 @@ def _consume(rt: ConsumerRuntime, queue: _Queue) -> list[Any]:
     return rt._consume()
 
 
+def _records(*offsets: int) -> list[Any]:
+    return [_Message("t", 0, o) for o in offsets]
+
+
 def test_records_fetched_already_are_taken_without_waiting_for_a_full_batch(
         runtime: ConsumerRuntime) -> None:
-    queue = _Queue(fetched=["a", "b"], later=["c"])
-    assert _consume(runtime, queue) == ["a", "b"]
+    fetched = _records(0, 1)
+    queue = _Queue(fetched=fetched, later=_records(2))
+    assert _consume(runtime, queue) == fetched
     assert queue.timeouts == [0]
 
 
 def test_with_nothing_fetched_the_runtime_waits_up_to_the_poll_timeout(
         runtime: ConsumerRuntime) -> None:
-    queue = _Queue(fetched=[], later=["c"])
-    assert _consume(runtime, queue) == ["c"]
+    later = _records(2)
+    queue = _Queue(fetched=[], later=later)
+    assert _consume(runtime, queue) == later
     assert queue.timeouts == [0, 0.1]
 
 
 def test_a_poll_takes_at_most_poll_batch_records(runtime: ConsumerRuntime) -> None:
-    assert _consume(runtime, _Queue(fetched=list("abcde"), later=[])) == ["a", "b", "c"]
+    fetched = _records(0, 1, 2, 3, 4)
+    assert _consume(runtime, _Queue(fetched=fetched, later=[])) == fetched[:3]
 
 
 
