@@ -17,7 +17,12 @@ from rlmesh_stream.consumers.builders.projection import Projection
 from rlmesh_stream.schemas.codec import wire
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.errors import WrongEventTypeError, WrongKeyError
-from rlmesh_stream.schemas.contract.topics import EventType, event_type_of_topic, subject_name
+from rlmesh_stream.schemas.contract.topics import (
+    EventType,
+    event_type_of_topic,
+    record_key,
+    subject_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -162,11 +167,10 @@ def check_key(event: Any, key: bytes | None) -> None:
     its session id (`record_key`) may sit in another partition than the rest of its
     session, where no member holds the session whole. It is a bad record, named, not an
     episode skipped as misaligned for no visible reason."""
-    session_id = event.session_id
-    if key is None or key != session_id.encode("utf-8"):
+    if key is None or key != record_key(event):
         shown = "no key" if key is None else f"key {_shown(key)}"
         raise WrongKeyError(
-            f"the record has {shown}, not its session id {_shown(session_id)}: every "
+            f"the record has {shown}, not its session id {_shown(event.session_id)}: every "
             "event of a session must be keyed by its session id, or the session is "
             "split over partitions that different members hold")
 
