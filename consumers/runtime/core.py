@@ -41,6 +41,10 @@ if TYPE_CHECKING:  # only passed in: their imports (prometheus_client, rich) are
     from rlmesh_stream.consumers.progress import Progress
 
 log = logging.getLogger(__name__)
+# Live start: how often the partitions' end offsets are asked for before giving up, and
+# the pause before the second try (twice that before the third).
+_END_OFFSET_TRIES = 3
+_END_OFFSET_PAUSE_S = 0.5
 
 
 class ConsumerRuntime:
@@ -294,17 +298,24 @@ class ConsumerRuntime:
 
     def _ends_at_start(self) -> dict[TP, int] | None:
         """Live mode: each of the topics' partitions and its end offset as reading starts
-        (None: Kafka did not answer within a few seconds, and each partition starts at
-        its end when assigned). A partition the sink has no offset for starts there, so
-        what is published while the group forms is read; one created later holds only
-        records from after the start, and is read from its first
-        (`Offsets.start_offset`)."""
+        (None: Kafka did not answer in `_END_OFFSET_TRIES` tries, and each partition
+        starts at its end when assigned: what is published while the group forms is then
+        not read, hence the tries and the warning). A partition the sink has no offset
+        for starts there, so what is published while the group forms is read; one
+        created later holds only records from after the start, and is read from its
+        first (`Offsets.start_offset`)."""
         assert self.consumer is not None
-        try:
-            return kafka_io.end_offsets(self.consumer, self._admin_client, self.topics)
-        except Exception as exc:  # any failure: the old rule, never a crash
-            log.debug("no end offsets at start (%s): partitions start at their end", exc)
-            return None
+        for attempt in range(1, _END_OFFSET_TRIES + 1):
+            try:
+                return kafka_io.end_offsets(self.consumer, self._admin_client, self.topics)
+            except Exception as exc:  # any failure: try again, then the old rule; no crash
+                failure = exc
+            if attempt == _END_OFFSET_TRIES or self._stopping:
+                break
+            time.sleep(_END_OFFSET_PAUSE_S * attempt)
+        log.warning("no end offsets at start after %d tries (%s): a partition without a "
+                    "stored offset starts at its end when assigned", attempt, failure)
+        return None
 
     def _admin_client(self) -> Any:
         from confluent_kafka.admin import AdminClient
