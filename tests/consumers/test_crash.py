@@ -10,7 +10,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -56,6 +58,73 @@ def _consume_command(config: StreamConfig, sink: str, group: str) -> list[str]:
             "--checkpoint-interval", "0.2", "--quiet"]
 
 
+class _InTransactions:
+    """The simulator's events published in transactions of `size` events, each followed by
+    an aborted one (as a Kafka Streams or Flink job copying the events exactly once
+    writes them): commit markers and aborted records take offsets no read-committed
+    consumer is handed."""
+
+    def __init__(self, config: StreamConfig, size: int) -> None:
+        self.hooks = PlainKafkaHooks(config, transactional=True)
+        self.size, self.count = size, 0
+        self.hooks.producer.begin_transaction()
+
+    def __getattr__(self, name: str) -> Callable[[Any], None]:
+        publish = getattr(self.hooks, name)
+
+        def published(event: Any) -> None:
+            publish(event)
+            self.count += 1
+            if self.count % self.size == 0:
+                self.end()
+                self.hooks.producer.begin_transaction()
+        return published
+
+    def end(self) -> None:
+        producer = self.hooks.producer
+        producer.commit_transaction(30)
+        producer.begin_transaction()
+        for topic, key in {(et.topic(self.hooks.config.topic_prefix), e.session_id)
+                           for et, e in self.hooks.sent[-self.size:]}:
+            producer.produce(topic, b"never read", key.encode())
+        assert producer.flush(30) == 0  # in the log, then aborted
+        producer.abort_transaction(30)
+
+
+def _kill_repeatedly(config: StreamConfig, command: list[str], group: str, total: int,
+                     kills: int) -> list[int]:
+    """Run `command` `kills` times, each killed with SIGKILL at a random moment once it has
+    committed a random share of what is left (the group's offsets), before the last third
+    of `total`; the offsets committed after each kill."""
+    rng = random.Random(os.getpid())
+    progress: list[int] = []
+    while len(progress) < kills:
+        before = _committed(config, group)
+        # however fast the consumer, the kills all land mid-ingestion (a checkpoint
+        # overshoots its target by up to a batch and the reading goes on until the kill)
+        share = max(0, KILL_BEFORE * total - before) / (kills - len(progress) + 1)
+        target = before + max(1, int(rng.uniform(0.1, 1.0) * share))
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while _committed(config, group) < target and proc.poll() is None:
+            assert time.monotonic() < deadline, "the kill point not reached within 60s"
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 0.05))  # a random moment after that checkpoint
+        if proc.poll() is not None:
+            break  # ingestion finished before this kill
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        progress.append(_committed(config, group))
+    assert len(progress) == kills, f"ingestion finished after only {len(progress)} kills"
+    assert progress == sorted(set(progress))  # every run got further than the one before
+    return progress
+
+
+def _finish(command: list[str]) -> None:
+    final = subprocess.run(command, capture_output=True, timeout=300)
+    assert final.returncode == 0, final.stderr.decode()[-2000:]
+
+
 def test_sigkill_at_random_moments_leaves_tables_identical_to_a_clean_run(
     stream_config: StreamConfig, tmp_path: Path,
 ) -> None:
@@ -71,37 +140,53 @@ def test_sigkill_at_random_moments_leaves_tables_identical_to_a_clean_run(
     crashed = f"duckdb://{tmp_path / 'crashed.duckdb'}"
     group = f"crash-{uuid.uuid4().hex[:8]}"
     command = _consume_command(stream_config, crashed, group)
-    rng = random.Random(os.getpid())
-    kills = 0
-    progress: list[int] = []
-    while kills < KILLS:
-        before = _committed(stream_config, group)
-        # Each run is killed at a random moment once it has committed a random share of
-        # what is left, before the last third of the history, for the kills still to come:
-        # however fast the consumer, the ten kills all land mid-ingestion (a checkpoint
-        # overshoots its target by up to a batch and the reading goes on until the kill).
-        share = max(0, KILL_BEFORE * manifest.total_events - before) / (KILLS - kills + 1)
-        target = before + max(1, int(rng.uniform(0.1, 1.0) * share))
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 60
-        while _committed(stream_config, group) < target and proc.poll() is None:
-            assert time.monotonic() < deadline, "the kill point not reached within 60s"
-            time.sleep(0.02)
-        time.sleep(rng.uniform(0.0, 0.05))  # a random moment after that checkpoint
-        if proc.poll() is not None:
-            break  # ingestion finished before this kill
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        kills += 1
-        progress.append(_committed(stream_config, group))
-    assert kills == KILLS, f"ingestion finished after only {kills} kills"
-    assert progress == sorted(set(progress))  # every run got further than the one before
-    assert progress[-1] < manifest.total_events  # and the last kill was mid-ingestion
+    progress = _kill_repeatedly(stream_config, command, group, manifest.total_events, KILLS)
+    assert progress[-1] < manifest.total_events  # the last kill was mid-ingestion
 
-    final = subprocess.run(command, capture_output=True, timeout=300)
-    assert final.returncode == 0, final.stderr.decode()[-2000:]
+    _finish(command)
     assert _snapshot(crashed) == _snapshot(clean)
     assert query(crashed, "SELECT records, duplicates, gaps FROM delivery_producers") == [
         (manifest.total_events, 0, 0)]
 
 
+def test_sigkill_over_a_transactional_producers_records_loses_and_repeats_nothing(
+    stream_config: StreamConfig, tmp_path: Path,
+) -> None:
+    """The offsets a read-committed consumer is never handed (markers, aborted records)
+    are stored as each partition's end is reached; a kill between the two must neither
+    skip a record nor apply one twice, and the last run must still end."""
+    create_topics(stream_config, partitions=PARTITIONS)
+    publisher = _InTransactions(stream_config, size=1000)
+    manifest = simulate_fleet(publisher, sessions=120, lanes=4, episodes=5, seed=6,
+                              window_every=5)
+    publisher.end()
+    assert manifest.total_events >= 15_000
+
+    clean = f"duckdb://{tmp_path / 'clean.duckdb'}"
+    run_offline(stream_config, clean, ["all"])
+
+    crashed = f"duckdb://{tmp_path / 'crashed.duckdb'}"
+    group = f"crash-{uuid.uuid4().hex[:8]}"
+    command = _consume_command(stream_config, crashed, group)
+    _kill_repeatedly(stream_config, command, group, manifest.total_events, kills=4)
+
+    _finish(command)
+    assert _snapshot(crashed) == _snapshot(clean)
+    assert query(crashed, "SELECT records, duplicates, gaps FROM delivery_producers") == [
+        (manifest.total_events, 0, 0)]
+    # every builder of a partition stored its end, past the last marker
+    stored = query(crashed, "SELECT topic, partition_id, min(next_offset), max(next_offset) "
+                            "FROM consumer_offsets GROUP BY ALL")
+    assert {(t, p): {low, high} for t, p, low, high in stored} == {
+        tp: {end} for tp, end in _ends(stream_config).items() if end}
+
+
+def _ends(config: StreamConfig) -> dict[tuple[str, int], int]:
+    """Each partition's end as a read-committed consumer sees it (past the last marker)."""
+    consumer = Consumer({**config.kafka_config(), "group.id": "ends",
+                         "isolation.level": "read_committed"})
+    try:
+        return {(t, p): consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
+                for t in all_topics(config.topic_prefix) for p in range(PARTITIONS)}
+    finally:
+        consumer.close()
