@@ -23,6 +23,7 @@ import pyarrow.dataset as pads
 import pytest
 from confluent_kafka import Consumer
 from publishing import close_delivered
+from record_copies import new_prefix
 
 from rlmesh_stream.consumers.datasets.episodes import Filters
 from rlmesh_stream.consumers.datasets.export import ExportOptions, make_export, run_export
@@ -37,17 +38,11 @@ pytestmark = [pytest.mark.stack, pytest.mark.slow]
 DATASET = "rlmesh/x-v0"
 
 
-def _config(stack: Any) -> StreamConfig:
-    return StreamConfig.from_env(env={}, bootstrap=stack.bootstrap,
-                                 registry_url=stack.registry_url,
-                                 topic_prefix=f"t{uuid.uuid4().hex[:10]}.rlmesh.runtime")
-
-
 @pytest.fixture(scope="module")
 def fleet(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         tuple[StreamConfig, Path]]:
     """A fleet on 4 partitions and a clean single export of it (the reference)."""
-    config = _config(stack)
+    config = new_prefix(stack)
     ensure_topics(config, partitions=4)
     hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False)
     simulate_fleet(hooks, sessions=60, lanes=3, episodes=15, seed=11, failure_rate=0.1,
@@ -179,7 +174,7 @@ def test_a_rebalance_in_the_middle_of_a_run_loses_no_episode(
 
 def test_trajectory_topics_with_different_partition_counts_are_refused_in_one_line(
         stack: Any, tmp_path: Path) -> None:
-    config = _config(stack)
+    config = new_prefix(stack)
     steps = EventType.STEP_COMPLETED.topic(config.topic_prefix)
     ensure_topics(config, partitions=2,
                   topics=[et.topic(config.topic_prefix) for et in EventType if
