@@ -1,7 +1,8 @@
 """Several members of one group exporting into one Iceberg table while things go wrong:
 SIGKILLs at random moments (each restarted), a member paused past its session timeout
-and resumed (the zombie), a member joining mid-run. The final table equals a single
-clean run's, row for row, with no duplicate, and the certificate reports 0 gaps."""
+and resumed (the zombie), a member joining mid-run, over the hook's records and over a
+transactional producer's copy of them. The final table equals a single clean run's, row
+for row, with no duplicate, and the certificate reports 0 gaps."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 from publishing import close_delivered
+from record_copies import copy_records, new_prefix
 
 from rlmesh_stream.consumers.datasets.episodes import Filters
 from rlmesh_stream.consumers.datasets.export import ExportOptions, run_export
@@ -32,13 +34,14 @@ pytestmark = [pytest.mark.stack, pytest.mark.slow]
 TABLE = "rl.fleet"
 
 
-@pytest.fixture(scope="module")
-def fleet(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
-        tuple[StreamConfig, Path]]:
-    """A fleet on 6 partitions and its clean Parquet export (the reference rows)."""
-    config = StreamConfig.from_env(env={}, bootstrap=stack.bootstrap,
-                                   registry_url=stack.registry_url,
-                                   topic_prefix=f"t{uuid.uuid4().hex[:10]}.rlmesh.runtime")
+@pytest.fixture(scope="module", params=["the hook's records", "copied in transactions"])
+def fleet(stack: Any, tmp_path_factory: pytest.TempPathFactory,
+          request: pytest.FixtureRequest) -> Iterator[tuple[StreamConfig, Path]]:
+    """A fleet on 6 partitions as the hook wrote it, or copied record for record by a
+    transactional producer (commit markers and aborted transactions between: offsets no
+    read-committed member is handed), and the original's clean Parquet export (the
+    reference rows)."""
+    config = new_prefix(stack)
     ensure_topics(config, partitions=6)
     hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False)
     simulate_fleet(hooks, sessions=150, lanes=3, episodes=15, seed=13, failure_rate=0.1,
@@ -48,6 +51,11 @@ def fleet(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     run_export(config, ExportOptions(clean, "parquet", "rlmesh/x-v0", Filters()),
                RuntimeOptions(group_id=f"g-{uuid.uuid4().hex[:8]}", from_beginning=True,
                               until_end=True))
+    if request.param == "copied in transactions":
+        copy = new_prefix(stack)
+        ensure_topics(copy, partitions=6)
+        copy_records(config, copy, transactions=12)
+        config = copy
     yield config, clean
 
 
