@@ -86,6 +86,8 @@ class Checkpoints:
         """
         if self.rewind:
             self.finish(final=final)
+            if final:
+                self._store_starts()
             return
         policy = self.policy
         started = policy.last_cut = time.monotonic()
@@ -100,6 +102,8 @@ class Checkpoints:
             return
         batch, by_builder, progress = self.reduce(cut, refused, clean=not dead)
         if self.finish(final=final):  # one transaction at a time, in order
+            if final:
+                self._store_starts()
             return  # the one before was dropped: rewinding, this cut is read again
         for key, position in self.offsets.unstored().items():  # nothing of it in the cut
             progress.setdefault(key, position)
@@ -109,6 +113,19 @@ class Checkpoints:
         self.writer.submit(batch, _Checkpoint(cut, len(dead), by_builder, progress, started))
         if final or wait:
             self.finish(final=final)
+
+    def _store_starts(self) -> None:
+        """A stop with a rewind pending: nothing read is stored, but where reading started
+        in a partition with no stored offset is (an offsets-only checkpoint; it passes no
+        record). Otherwise the group's next live run starts that partition at its end
+        then, and what landed in between is never read."""
+        starts = self.offsets.unstored()
+        if not starts or self.sink.reads_builder_state:
+            return
+        batch = SinkBatch(group_id=self.group_id)
+        batch.offsets.extend(self.offsets.updates(starts))
+        self.writer.submit(batch, _Checkpoint([], 0, {}, starts, time.monotonic()))
+        self.finish(final=True)  # dropped too (the fence): nothing lost, nothing stored
 
     def positions_pending(self, now: bool = False) -> bool:
         """A checkpoint is due even with no record to apply: a held partition has no

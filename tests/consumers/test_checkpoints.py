@@ -431,3 +431,39 @@ def test_a_stop_while_a_rewind_is_pending_accounts_for_the_checkpoint_in_flight(
     rt.checkpoints.flush(final=True)
 
     assert (rt.events, rt.sink.load_offsets("episodes")) == (9, {key: 10})
+
+
+def test_a_stop_after_a_dropped_checkpoint_still_stores_where_reading_started(
+        tmp_path: Path) -> None:
+    """A partition with no stored offset (a live run's first): the dropped checkpoint held
+    its start, and a stop before the rewind stored nothing, so the next live run started
+    it at its end then and never read what landed in between."""
+    from rlmesh_stream.consumers.sinks import OffsetConflict
+
+    sink = open_sink(f"duckdb://{tmp_path / 'store.duckdb'}")
+    rt = ConsumerRuntime(StreamConfig(), [EpisodesBuilder()], sink,
+                         RuntimeOptions(group_id="g", checkpoint_interval=60.0))
+    rt.checkpoints.commit = lambda progress, final: None  # no group to mirror offsets into
+    key = (EventType.EPISODE_STARTED.topic(rt.config.topic_prefix), 0)
+    offsets = rt.offsets
+    offsets.assigned, offsets.starts, offsets.next = {key}, {key: 4}, {key: 4}
+    offsets.load(sink)
+    stamp = datetime(2026, 1, 1, tzinfo=UTC)
+    rt.policy.buffer = [Record(key[0], 0, i, stamp, EventType.EPISODE_STARTED, None)
+                        for i in range(4, 7)]
+    apply, calls = sink.apply, []
+
+    def dropped_once(batch: SinkBatch) -> None:
+        calls.append(batch)
+        if len(calls) == 1:
+            raise OffsetConflict("another process moved one of these partitions")
+        apply(batch)
+
+    sink.apply = dropped_once  # type: ignore[method-assign]
+    rt.checkpoints.flush(wait=True)  # records 4..6 and the start: dropped
+    assert rt.checkpoints.rewind
+
+    rt.checkpoints.flush(final=True)  # the stop, before the rewind
+
+    assert sink.load_offsets("episodes") == {key: 4}
+    sink.close()
