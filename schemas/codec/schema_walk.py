@@ -3,8 +3,8 @@
 A `load_schema` result (or a writer schema parsed by fastavro) defines each named type
 once and names it after; a walker meets the definition first, in schema order, and then
 the name. `SchemaWalk` keeps those definitions and resolves the names: the generated
-reader (`avro_fastread._Gen`), the projection's plan (`avro_fastread.plan_projection`,
-shared by the C reader), the generated writer (`avro_writer._Gen`), the reader's
+reader (`avro_fastread._Gen`), the projection's plan (`avro_fastread.plan_projection`),
+the generated writer (`avro_writer._Gen`), the reader's
 dict -> dataclass converter (`avro_reader._Builder`), the interpreters of the subtrees
 (`avro_subtrees`) and the check of foreign payloads (`avro_guard`) all walk through it.
 """

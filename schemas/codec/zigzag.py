@@ -1,9 +1,8 @@
 """Avro's `long`: a zigzag varint, written and read (the one copy of both).
 
 Every codec of ours writes or reads it: the Avro writer and readers (the generated ones
-inline the one- and two-byte cases and call `read_long` for the rest, the C reader hands
-it its ten-byte varints), the wire format's protobuf message indexes, and the check of
-foreign payloads (`avro_guard`).
+inline the one- and two-byte cases and call `read_long` for the rest), the wire format's
+protobuf message indexes, and the check of foreign payloads (`avro_guard`).
 """
 
 from __future__ import annotations
