@@ -84,10 +84,13 @@ class Checkpoints:
         applied); the checkpoint in flight is still accounted for (a stop during a
         registry outage, a revocation: nothing may touch the sink while it is written).
         """
+        self._flush(final, wait, align)
+        if final and self.rewind:  # a checkpoint dropped (now or before) and not read again
+            self._store_starts()
+
+    def _flush(self, final: bool, wait: bool, align: bool) -> None:
         if self.rewind:
             self.finish(final=final)
-            if final:
-                self._store_starts()
             return
         policy = self.policy
         started = policy.last_cut = time.monotonic()
@@ -102,8 +105,6 @@ class Checkpoints:
             return
         batch, by_builder, progress = self.reduce(cut, refused, clean=not dead)
         if self.finish(final=final):  # one transaction at a time, in order
-            if final:
-                self._store_starts()
             return  # the one before was dropped: rewinding, this cut is read again
         for key, position in self.offsets.unstored().items():  # nothing of it in the cut
             progress.setdefault(key, position)
@@ -118,14 +119,19 @@ class Checkpoints:
         """A stop with a rewind pending: nothing read is stored, but where reading started
         in a partition with no stored offset is (an offsets-only checkpoint; it passes no
         record). Otherwise the group's next live run starts that partition at its end
-        then, and what landed in between is never read."""
+        then, and what landed in between is never read. Best effort: dropped too (the
+        fence) or failed, the stop goes on (the next run starts by the old rule)."""
         starts = self.offsets.unstored()
         if not starts or self.sink.reads_builder_state:
             return
         batch = SinkBatch(group_id=self.group_id)
         batch.offsets.extend(self.offsets.updates(starts))
         self.writer.submit(batch, _Checkpoint([], 0, {}, starts, time.monotonic()))
-        self.finish(final=True)  # dropped too (the fence): nothing lost, nothing stored
+        try:
+            self.finish(final=True)
+        except Exception as exc:  # the sink's error: stopping anyway
+            log.warning("where reading started was not stored (%s): the next live run "
+                        "starts those partitions at their end", exc)
 
     def positions_pending(self, now: bool = False) -> bool:
         """A checkpoint is due even with no record to apply: a held partition has no

@@ -150,7 +150,9 @@ class ConsumerRuntime:
             self.offsets.start_ends = self._ends_at_start()
         if self.options.single_member and not self.options.until_end:
             # live: the partitions a lone member's first assignment must hold
-            self.offsets.group_ends = self.offsets.start_ends or self._ends_at_start() or {}
+            ends = (self._ends_at_start() if self.options.from_beginning
+                    else self.offsets.start_ends)  # asked once either way
+            self.offsets.group_ends = ends or {}
         self.consumer.subscribe(self.topics, on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
         # the group join is a wait: import and compile what the first batch needs meanwhile
@@ -310,12 +312,18 @@ class ConsumerRuntime:
                 return kafka_io.end_offsets(self.consumer, self._admin_client, self.topics)
             except Exception as exc:  # any failure: try again, then the old rule; no crash
                 failure = exc
-            if attempt == _END_OFFSET_TRIES or self._stopping:
+            if attempt == _END_OFFSET_TRIES or not self._pause(_END_OFFSET_PAUSE_S * attempt):
                 break
-            time.sleep(_END_OFFSET_PAUSE_S * attempt)
         log.warning("no end offsets at start after %d tries (%s): a partition without a "
                     "stored offset starts at its end when assigned", attempt, failure)
         return None
+
+    def _pause(self, seconds: float) -> bool:
+        """Wait `seconds` unless a stop (SIGTERM, Ctrl-C) comes first; False if it came."""
+        until = time.monotonic() + seconds
+        while not self._stopping and time.monotonic() < until:
+            time.sleep(0.05)
+        return not self._stopping
 
     def _admin_client(self) -> Any:
         from confluent_kafka.admin import AdminClient

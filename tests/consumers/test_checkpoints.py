@@ -433,11 +433,11 @@ def test_a_stop_while_a_rewind_is_pending_accounts_for_the_checkpoint_in_flight(
     assert (rt.events, rt.sink.load_offsets("episodes")) == (9, {key: 10})
 
 
-def test_a_stop_after_a_dropped_checkpoint_still_stores_where_reading_started(
-        tmp_path: Path) -> None:
-    """A partition with no stored offset (a live run's first): the dropped checkpoint held
-    its start, and a stop before the rewind stored nothing, so the next live run started
-    it at its end then and never read what landed in between."""
+@pytest.fixture
+def unstored(tmp_path: Path) -> Iterator[tuple[ConsumerRuntime, tuple[str, int], list[SinkBatch]]]:
+    """A live run's first: a partition with no stored offset, read from 4 to 6, whose
+    first checkpoint the sink drops (another process moved one of its partitions); the
+    batches the sink was handed."""
     from rlmesh_stream.consumers.sinks import OffsetConflict
 
     sink = open_sink(f"duckdb://{tmp_path / 'store.duckdb'}")
@@ -460,10 +460,50 @@ def test_a_stop_after_a_dropped_checkpoint_still_stores_where_reading_started(
         apply(batch)
 
     sink.apply = dropped_once  # type: ignore[method-assign]
+    yield rt, key, calls
+    sink.close()
+
+
+def test_a_stop_after_a_dropped_checkpoint_still_stores_where_reading_started(
+        unstored: tuple[ConsumerRuntime, tuple[str, int], list[SinkBatch]]) -> None:
+    """The dropped checkpoint held the partition's start, and a stop before the rewind
+    stored nothing: the group's next live run started it at its end then, and never read
+    what landed in between."""
+    rt, key, _ = unstored
     rt.checkpoints.flush(wait=True)  # records 4..6 and the start: dropped
     assert rt.checkpoints.rewind
 
     rt.checkpoints.flush(final=True)  # the stop, before the rewind
 
-    assert sink.load_offsets("episodes") == {key: 4}
-    sink.close()
+    assert rt.sink.load_offsets("episodes") == {key: 4}
+
+
+def test_a_stop_while_the_checkpoint_it_waits_for_is_dropped_stores_where_reading_started(
+        unstored: tuple[ConsumerRuntime, tuple[str, int], list[SinkBatch]]) -> None:
+    """Reading live at the head: the buffer is empty when the stop comes, and the
+    checkpoint in flight is the one dropped (a reviewer's find)."""
+    rt, key, _ = unstored
+    rt.checkpoints.flush()  # in flight, not waited for; the buffer is empty now
+
+    rt.checkpoints.flush(final=True)
+
+    assert rt.checkpoints.rewind
+    assert rt.sink.load_offsets("episodes") == {key: 4}
+
+
+def test_a_stop_whose_store_of_the_starts_fails_still_ends_cleanly(
+        unstored: tuple[ConsumerRuntime, tuple[str, int], list[SinkBatch]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Storing the starts is best effort: before it, a stop with a rewind pending never
+    raised (a reviewer's find)."""
+    rt, _, _ = unstored
+    rt.checkpoints.flush(wait=True)  # dropped
+
+    def refused(batch: SinkBatch) -> None:
+        raise ValueError("the sink refuses")
+
+    monkeypatch.setattr(rt.sink, "apply", refused)
+
+    rt.checkpoints.flush(final=True)
+
+    assert rt.sink.load_offsets("episodes") == {}
