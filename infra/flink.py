@@ -10,6 +10,8 @@ format come from Maven Central, fetched by Maven like Kafka's own jars.
 Layout under the cache (`infra/artifacts.py`, default `~/.cache/rlmesh-stream`):
     flink-<version>/jars/*.jar   flink-sql-connector-kafka, flink-sql-avro-confluent-registry,
                                  flink-connector-jdbc-core/-postgres, the PostgreSQL driver
+    flink-<version>/jars/iceberg/  Iceberg's Flink runtime, the SQLite JDBC driver
+    flink-<version>/jars/hadoop/   Hadoop's client (Iceberg's catalog needs its classes)
     flink-<version>/pyflink/     the venv with apache-flink==<version>
 """
 
@@ -42,6 +44,19 @@ FLINK_JARS = (
     f"org.apache.flink:flink-connector-jdbc-core:{JDBC_CONNECTOR_VERSION}",
     f"org.apache.flink:flink-connector-jdbc-postgres:{JDBC_CONNECTOR_VERSION}",
     f"org.postgresql:postgresql:{POSTGRES_DRIVER_VERSION}",
+)
+# Reading the exports' Iceberg tables (tests/engines/test_flink_iceberg.py), only in a job
+# that asks for them: Iceberg's runtime for Flink 2.0 (Iceberg 1.10's newest; runs on 2.3)
+# and the SQLite driver of the embedded catalog in the job's jars; Hadoop's client on
+# Flink's own classpath (`HADOOP_CLASSPATH`): Iceberg's catalog and file IO load Hadoop's
+# classes from there, not from a job's jars.
+ICEBERG_JARS = (
+    "org.apache.iceberg:iceberg-flink-runtime-2.0:1.10.0",
+    "org.xerial:sqlite-jdbc:3.46.1.3",
+)
+HADOOP_JARS = (
+    "org.apache.hadoop:hadoop-client-api:3.4.1",
+    "org.apache.hadoop:hadoop-client-runtime:3.4.1",
 )
 RUNNER = Path(__file__).with_name("flink_run.py")
 _COMPLETE = ".complete"
@@ -76,6 +91,12 @@ class FlinkArtifacts:
     def jars(self) -> list[Path]:
         return sorted(self.jars_dir.glob("*.jar"))
 
+    def iceberg_jars(self) -> list[Path]:
+        return sorted((self.jars_dir / "iceberg").glob("*.jar"))
+
+    def hadoop_jars(self) -> list[Path]:
+        return sorted((self.jars_dir / "hadoop").glob("*.jar"))
+
     def _jars_cached(self) -> bool:
         """The jars of `FLINK_JARS` are there (a cache of an older list is fetched again)."""
         marker = self.jars_dir / _COMPLETE
@@ -98,9 +119,12 @@ class FlinkArtifacts:
     def _fetch_jars(self) -> None:
         staging = self.home / "jars.partial"
         shutil.rmtree(staging, ignore_errors=True)
-        for coordinate in FLINK_JARS:
-            self.artifacts._mvn(coordinate, ["dependency:copy", f"-Dartifact={coordinate}",
-                                             f"-DoutputDirectory={staging}"])
+        for folder, coordinates in ((staging, FLINK_JARS), (staging / "iceberg", ICEBERG_JARS),
+                                    (staging / "hadoop", HADOOP_JARS)):
+            for coordinate in coordinates:
+                self.artifacts._mvn(coordinate, ["dependency:copy",
+                                                 f"-Dartifact={coordinate}",
+                                                 f"-DoutputDirectory={folder}"])
         shutil.rmtree(self.jars_dir, ignore_errors=True)
         staging.rename(self.jars_dir)
         (self.jars_dir / _COMPLETE).write_text(_jars_marker())
@@ -126,7 +150,7 @@ class FlinkArtifacts:
 
 
 def _jars_marker() -> str:
-    return "\n".join(FLINK_JARS)
+    return "\n".join(FLINK_JARS + ICEBERG_JARS + HADOOP_JARS)
 
 
 # Flink 2.x runs on Java 11, 17 and 21; newer JDKs are not supported by it.
@@ -165,10 +189,11 @@ def _failure(output: str) -> str:
 
 def run_sql(flink: FlinkArtifacts, statements: list[str], queries: Mapping[str, str],
             out_dir: Path, timeout: float = 600, *, inserts: Sequence[str] = (),
-            streaming: bool = False) -> dict[str, list[dict[str, Any]]]:
+            streaming: bool = False, iceberg: bool = False) -> dict[str, list[dict[str, Any]]]:
     """Run DDL `statements`, then every query (and `inserts`) in one job; each query's rows
     as dicts. A batch job unless `streaming` (then only `inserts`: its sinks must take
-    updates, which Flink's filesystem sink does not).
+    updates, which Flink's filesystem sink does not). `iceberg`: with Iceberg's catalog
+    (`ICEBERG_JARS`, `HADOOP_JARS`).
 
     The rows travel as Flink's JSON format (BYTES base64, TIMESTAMP_LTZ as
     `yyyy-MM-dd HH:mm:ss.SSSZ` text), written by Flink's filesystem sink.
@@ -178,11 +203,14 @@ def run_sql(flink: FlinkArtifacts, statements: list[str], queries: Mapping[str, 
 
     out_dir.mkdir(parents=True, exist_ok=True)
     spec = out_dir / "spec.json"
-    spec.write_text(json.dumps({"jars": [str(j) for j in flink.jars()],
+    jars = flink.jars() + (flink.iceberg_jars() if iceberg else [])
+    spec.write_text(json.dumps({"jars": [str(j) for j in jars],
                                 "statements": statements, "queries": dict(queries),
                                 "inserts": list(inserts), "streaming": streaming,
                                 "out_dir": str(out_dir)}))
     env = {**os.environ, "JAVA_HOME": str(flink_java_home())}
+    if iceberg:
+        env["HADOOP_CLASSPATH"] = os.pathsep.join(str(j) for j in flink.hadoop_jars())
     done = subprocess.run([str(flink.python), str(RUNNER), str(spec)], capture_output=True,
                           text=True, env=env, timeout=timeout, check=False)
     if done.returncode != 0:
