@@ -91,18 +91,18 @@ class _InTransactions:
         producer.abort_transaction(30)
 
 
-def _kill_repeatedly(config: StreamConfig, command: list[str], group: str, total: int,
+def _kill_repeatedly(config: StreamConfig, command: list[str], group: str, offsets: int,
                      kills: int) -> list[int]:
     """Run `command` `kills` times, each killed with SIGKILL at a random moment once it has
     committed a random share of what is left (the group's offsets), before the last third
-    of `total`; the offsets committed after each kill."""
+    of the topics' `offsets`; the offsets committed after each kill."""
     rng = random.Random(os.getpid())
     progress: list[int] = []
     while len(progress) < kills:
         before = _committed(config, group)
         # however fast the consumer, the kills all land mid-ingestion (a checkpoint
         # overshoots its target by up to a batch and the reading goes on until the kill)
-        share = max(0, KILL_BEFORE * total - before) / (kills - len(progress) + 1)
+        share = max(0, KILL_BEFORE * offsets - before) / (kills - len(progress) + 1)
         target = before + max(1, int(rng.uniform(0.1, 1.0) * share))
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
@@ -120,9 +120,27 @@ def _kill_repeatedly(config: StreamConfig, command: list[str], group: str, total
     return progress
 
 
-def _finish(command: list[str]) -> None:
+def _crashed_like_clean(config: StreamConfig, tmp_path: Path, total: int, kills: int
+                        ) -> tuple[str, list[int]]:
+    """`consume all` killed `kills` times then run to the end, against one clean run: the
+    same tables, and the delivery check's `total` records with no duplicate or gap. The
+    crashed store's URL and the offsets committed after each kill."""
+    clean = f"duckdb://{tmp_path / 'clean.duckdb'}"
+    run_offline(config, clean, ["all"])
+    crashed = f"duckdb://{tmp_path / 'crashed.duckdb'}"
+    group = f"crash-{uuid.uuid4().hex[:8]}"
+    command = _consume_command(config, crashed, group)
+    # the kill points are offsets: a transactional producer's markers and aborted records
+    # take some too
+    offsets = sum(_ends(config).values())
+    progress = _kill_repeatedly(config, command, group, offsets, kills)
+
     final = subprocess.run(command, capture_output=True, timeout=300)
     assert final.returncode == 0, final.stderr.decode()[-2000:]
+    assert _snapshot(crashed) == _snapshot(clean)
+    assert query(crashed, "SELECT records, duplicates, gaps FROM delivery_producers") == [
+        (total, 0, 0)]
+    return crashed, progress
 
 
 def test_sigkill_at_random_moments_leaves_tables_identical_to_a_clean_run(
@@ -134,19 +152,9 @@ def test_sigkill_at_random_moments_leaves_tables_identical_to_a_clean_run(
     hooks.flush()
     assert manifest.total_events >= 100_000
 
-    clean = f"duckdb://{tmp_path / 'clean.duckdb'}"
-    run_offline(stream_config, clean, ["all"])
+    _, progress = _crashed_like_clean(stream_config, tmp_path, manifest.total_events, KILLS)
 
-    crashed = f"duckdb://{tmp_path / 'crashed.duckdb'}"
-    group = f"crash-{uuid.uuid4().hex[:8]}"
-    command = _consume_command(stream_config, crashed, group)
-    progress = _kill_repeatedly(stream_config, command, group, manifest.total_events, KILLS)
     assert progress[-1] < manifest.total_events  # the last kill was mid-ingestion
-
-    _finish(command)
-    assert _snapshot(crashed) == _snapshot(clean)
-    assert query(crashed, "SELECT records, duplicates, gaps FROM delivery_producers") == [
-        (manifest.total_events, 0, 0)]
 
 
 def test_sigkill_over_a_transactional_producers_records_loses_and_repeats_nothing(
@@ -157,23 +165,13 @@ def test_sigkill_over_a_transactional_producers_records_loses_and_repeats_nothin
     skip a record nor apply one twice, and the last run must still end."""
     create_topics(stream_config, partitions=PARTITIONS)
     publisher = _InTransactions(stream_config, size=1000)
-    manifest = simulate_fleet(publisher, sessions=120, lanes=4, episodes=5, seed=6,
+    manifest = simulate_fleet(publisher, sessions=300, lanes=4, episodes=5, seed=6,
                               window_every=5)
     publisher.end()
-    assert manifest.total_events >= 15_000
+    assert manifest.total_events >= 40_000  # a run reads ~0.2 s past each kill point
 
-    clean = f"duckdb://{tmp_path / 'clean.duckdb'}"
-    run_offline(stream_config, clean, ["all"])
+    crashed, _ = _crashed_like_clean(stream_config, tmp_path, manifest.total_events, kills=3)
 
-    crashed = f"duckdb://{tmp_path / 'crashed.duckdb'}"
-    group = f"crash-{uuid.uuid4().hex[:8]}"
-    command = _consume_command(stream_config, crashed, group)
-    _kill_repeatedly(stream_config, command, group, manifest.total_events, kills=4)
-
-    _finish(command)
-    assert _snapshot(crashed) == _snapshot(clean)
-    assert query(crashed, "SELECT records, duplicates, gaps FROM delivery_producers") == [
-        (manifest.total_events, 0, 0)]
     # every builder of a partition stored its end, past the last marker
     stored = query(crashed, "SELECT topic, partition_id, min(next_offset), max(next_offset) "
                             "FROM consumer_offsets GROUP BY ALL")

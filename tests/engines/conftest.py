@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from contract_samples.examples import box_space, discrete_space, example
 from contract_samples.strategies import deep_meta_map
+from iceberg_export import IcebergExport, export_to_iceberg
 from publishing import close_delivered
 
 from rlmesh_stream.consumers.flink import flink_views
@@ -173,3 +174,11 @@ def view_query(view: FlinkView) -> str:
     return "SELECT " + ", ".join(
         f"CAST({quote(c.name)} AS STRING) AS {quote(c.name)}" if c.type == "DECIMAL"
         else quote(c.name) for c in view.columns) + f" FROM {quote(view.name)}"
+
+
+@pytest.fixture(scope="session")
+def iceberg_export(fleet_config: StreamConfig, tmp_path_factory: pytest.TempPathFactory
+                   ) -> IcebergExport:
+    """The fleet exported once into Iceberg tables, for every engine that reads them."""
+    pytest.importorskip("pyiceberg")
+    return export_to_iceberg(fleet_config, tmp_path_factory.mktemp("iceberg"))
