@@ -40,15 +40,15 @@ COMMANDS: dict[str, str] = {
     # the contract (schemas/)
     "schemas": "rlmesh_stream.infra.schemas_cli:schemas",
     # publishing (producer/)
-    "simulate": "rlmesh_stream.producer.cli:simulate",
+    "simulate": "rlmesh_stream.producer.simulate_cli:simulate",
     # ingestion (consumers/)
-    "consume": "rlmesh_stream.consumers.cli:consume",
+    "consume": "rlmesh_stream.consumers.consume_cli:consume",
     # analysis (consumers/analysis/)
     "report": "rlmesh_stream.consumers.analysis.report_cli:report",
     "tail": "rlmesh_stream.consumers.analysis.tail:tail",
     "join": "rlmesh_stream.consumers.analysis.join_cli:join",
     # datasets (consumers/datasets/)
-    "export": "rlmesh_stream.consumers.datasets.cli:export",
+    "export": "rlmesh_stream.consumers.datasets.export_cli:export",
     # everything at once (infra/)
     "demo": "rlmesh_stream.infra.demo:demo",
 }

@@ -25,7 +25,7 @@ from typing import Any
 
 import click
 
-from rlmesh_stream.consumers.records import TimestampOutOfRangeError, timestamp_of
+from rlmesh_stream.consumers.runtime.records import TimestampOutOfRangeError, timestamp_of
 from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.connection.redact import redact_url

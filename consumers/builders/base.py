@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from rlmesh_stream.consumers.builders.projection import Projections
-from rlmesh_stream.consumers.records import Record, epoch_ms
+from rlmesh_stream.consumers.runtime.records import Record, epoch_ms
 from rlmesh_stream.consumers.tables import Table, finish_row, merge_rows, tuple_merger
 from rlmesh_stream.schemas.contract.topics import EventType
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow, Reduced
-from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.runtime.records import Record
 from rlmesh_stream.consumers.tables import (
     DELIVERY_BATCH,
     DELIVERY_MERGE_SQL,

@@ -22,7 +22,7 @@ from rlmesh_stream.consumers.builders.projection import (
     Projections,
     Source,
 )
-from rlmesh_stream.consumers.records import Record, meta_json, route_columns
+from rlmesh_stream.consumers.runtime.records import Record, meta_json, route_columns
 from rlmesh_stream.consumers.tables import EPISODE_SESSION_ENDS, EPISODES, STEPS, Table
 from rlmesh_stream.schemas.contract.topics import EventType
 

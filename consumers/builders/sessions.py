@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
-from rlmesh_stream.consumers.records import Record, route_columns
+from rlmesh_stream.consumers.runtime.records import Record, route_columns
 from rlmesh_stream.consumers.tables import SESSIONS, Table
 from rlmesh_stream.schemas.contract.topics import EventType
 

@@ -1,6 +1,6 @@
 """Trajectory datasets from the stream: whole episodes as Minari or Parquet, exactly once.
 
-`rlmesh-stream export trajectories` (cli.py) runs the consumers' runtime with
+`rlmesh-stream export trajectories` (export_cli.py) runs the consumers' runtime with
 the dataset as its sink (export.py). The joiner (episodes.py, its data in
 model.py) assembles episodes from the step, action, observation and episode
 events; a vector-env session's group steps are split into lanes by groups.py

@@ -35,7 +35,7 @@ from rlmesh_stream.consumers.datasets.manifest import (
     header_sequence,
 )
 from rlmesh_stream.consumers.datasets.writers import MinariWriter, ParquetWriter
-from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.runtime.records import Record
 from rlmesh_stream.consumers.sinks import SinkBatch
 from rlmesh_stream.consumers.tables import Table
 from rlmesh_stream.schemas.contract.topics import EventType

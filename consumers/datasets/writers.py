@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from rlmesh_stream.consumers.datasets.manifest import DatasetError, write_atomically
 from rlmesh_stream.consumers.datasets.model import Episode
-from rlmesh_stream.consumers.records import meta_json
+from rlmesh_stream.consumers.runtime.records import meta_json
 from rlmesh_stream.schemas.codec.leaves import gym_space, leaves_of
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from rlmesh_stream.consumers.builders.projection import TIMESTAMP, Call, Const
-from rlmesh_stream.consumers.records import enum_text
+from rlmesh_stream.consumers.runtime.records import enum_text
 from rlmesh_stream.consumers.tables import Column, Merge, Table
 from rlmesh_stream.schemas.codec.projection_items import Arg
 from rlmesh_stream.schemas.contract.avro import named_types

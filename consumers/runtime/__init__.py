@@ -33,17 +33,47 @@ run's last checkpoint, while the partitions are still held; `group_offsets()` is
 stop rule's look at what other members stored.
 """
 
-from rlmesh_stream.consumers.runtime.checkpoint import offset_ranges as _offset_ranges
-from rlmesh_stream.consumers.runtime.core import ConsumerRuntime
-from rlmesh_stream.consumers.runtime.decoding import Decoder
-from rlmesh_stream.consumers.runtime.kafka_io import Connection
-from rlmesh_stream.consumers.runtime.kafka_io import existing_topics as _existing_topics
-from rlmesh_stream.consumers.runtime.kafka_io import watermarks as _watermarks
-from rlmesh_stream.consumers.runtime.options import (
-    CheckpointInfo,
-    ConsumerError,
-    RuntimeOptions,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlmesh_stream.consumers.runtime.checkpoint import offset_ranges as _offset_ranges
+    from rlmesh_stream.consumers.runtime.core import ConsumerRuntime
+    from rlmesh_stream.consumers.runtime.decoding import Decoder
+    from rlmesh_stream.consumers.runtime.kafka_io import Connection
+    from rlmesh_stream.consumers.runtime.kafka_io import existing_topics as _existing_topics
+    from rlmesh_stream.consumers.runtime.kafka_io import watermarks as _watermarks
+    from rlmesh_stream.consumers.runtime.options import (
+        CheckpointInfo,
+        ConsumerError,
+        RuntimeOptions,
+    )
+
+# Imported on first use: the builders import `runtime.records` (the record type they
+# reduce), and the runtime's core imports the builders, so importing this package must
+# not pull the core in.
+_EXPORTS: dict[str, tuple[str, str]] = {
+    "CheckpointInfo": ("options", "CheckpointInfo"),
+    "Connection": ("kafka_io", "Connection"),
+    "ConsumerError": ("options", "ConsumerError"),
+    "ConsumerRuntime": ("core", "ConsumerRuntime"),
+    "Decoder": ("decoding", "Decoder"),
+    "RuntimeOptions": ("options", "RuntimeOptions"),
+    "_existing_topics": ("kafka_io", "existing_topics"),
+    "_offset_ranges": ("checkpoint", "offset_ranges"),
+    "_watermarks": ("kafka_io", "watermarks"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+
 
 __all__ = [
     "CheckpointInfo",

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING, cast
 from confluent_kafka import KafkaException
 
 from rlmesh_stream.consumers.builders import Builder, Reduced, reduce
-from rlmesh_stream.consumers.checkpoint_writer import CheckpointWriter, ReadAgain, Written
 from rlmesh_stream.consumers.deadletter import (
     DeadLetter,
     DeadLetterQueue,
     DeadLetterQueueError,
     LetterId,
 )
-from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.runtime.checkpoint_writer import CheckpointWriter, ReadAgain, Written
 from rlmesh_stream.consumers.runtime.offsets import Offsets
 from rlmesh_stream.consumers.runtime.options import TP, CheckpointInfo, ConsumerError
 from rlmesh_stream.consumers.runtime.policy import Buffered, CheckpointPolicy
+from rlmesh_stream.consumers.runtime.records import Record
 from rlmesh_stream.consumers.sinks import Sink, SinkBatch
 
 if TYPE_CHECKING:  # only passed in: its import (prometheus_client) is the caller's

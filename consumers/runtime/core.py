@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from rlmesh_stream.consumers.builders import Builder
-from rlmesh_stream.consumers.checkpoint_writer import CheckpointWriter
 from rlmesh_stream.consumers.deadletter import DeadLetterQueue, check_dead_letter_topic
-from rlmesh_stream.consumers.interpreter import tuned_for_reading
 from rlmesh_stream.consumers.runtime import kafka_io
 from rlmesh_stream.consumers.runtime.checkpoint import Checkpoints
+from rlmesh_stream.consumers.runtime.checkpoint_writer import CheckpointWriter
 from rlmesh_stream.consumers.runtime.decoding import Decoder, Decoders
+from rlmesh_stream.consumers.runtime.interpreter import tuned_for_reading
 from rlmesh_stream.consumers.runtime.offsets import Offsets
 from rlmesh_stream.consumers.runtime.options import (
     TP,

@@ -27,7 +27,7 @@ from rlmesh_stream.consumers.sinks import OffsetUpdate, Sink
 
 if TYPE_CHECKING:
     from rlmesh_stream.consumers.deadletter import DeadLetter
-    from rlmesh_stream.consumers.records import Record
+    from rlmesh_stream.consumers.runtime.records import Record
 
 log = logging.getLogger(__name__)
 

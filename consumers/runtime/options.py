@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.runtime.records import Record
 
 TP = tuple[str, int]  # a topic partition
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from rlmesh_stream.consumers import aligned_cut
-from rlmesh_stream.consumers.checkpoint_writer import CheckpointWriter
 from rlmesh_stream.consumers.deadletter import DeadLetter
-from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.runtime import aligned_cut
+from rlmesh_stream.consumers.runtime.checkpoint_writer import CheckpointWriter
 from rlmesh_stream.consumers.runtime.offsets import Offsets
 from rlmesh_stream.consumers.runtime.options import TP, RuntimeOptions
+from rlmesh_stream.consumers.runtime.records import Record
 
 Buffered = Record | DeadLetter
 

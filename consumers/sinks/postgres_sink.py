@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from rlmesh_stream.consumers.records import timestamp_of
+from rlmesh_stream.consumers.runtime.records import timestamp_of
 from rlmesh_stream.consumers.sinks.base import Sink
 from rlmesh_stream.consumers.sinks.url import connect_postgres
 from rlmesh_stream.consumers.tables import Dialect, Table, column_defs, upsert_sql

@@ -85,7 +85,7 @@ def test_a_checkpoint_of_offsets_only_stages_nothing(tmp_path) -> None:
 
 CONSUME_IMPORTS = """
 import json, sys
-import rlmesh_stream.consumers.cli
+import rlmesh_stream.consumers.consume_cli
 from rlmesh_stream.consumers.builders import make_builders
 make_builders(["episodes"])
 loaded = sorted(m for m in sys.modules if "_pb2" in m or m.startswith("http.client"))
@@ -104,7 +104,7 @@ def test_the_consume_command_imports_no_protobuf_type_nor_http_client() -> None:
 
 DECLARED_IMPORTS = """
 import json, sys
-import rlmesh_stream.consumers.cli
+import rlmesh_stream.consumers.consume_cli
 from rlmesh_stream.consumers.builders import make_builders
 make_builders(["all"])
 heavy = ("rlmesh_stream.schemas.contract.events", "rlmesh_stream.schemas.codec.avro_fastread")

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlmesh_stream.consumers.aligned_cut import frontier, newest_stamps, split
 from rlmesh_stream.consumers.deadletter import DeadLetter
-from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.runtime.aligned_cut import frontier, newest_stamps, split
+from rlmesh_stream.consumers.runtime.records import Record
 from rlmesh_stream.schemas.contract.topics import EventType
 
 T0 = datetime(2026, 12, 4, tzinfo=UTC)

@@ -22,7 +22,7 @@ from rlmesh_stream.consumers.builders import (
     TelemetryBuilder,
     reduce,
 )
-from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.runtime.records import Record
 from rlmesh_stream.consumers.sinks import SinkBatch, open_sink
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.telemetry import Horizon, Kind, Metric, Row, Snapshot, Source

@@ -23,8 +23,8 @@ from rlmesh_stream.consumers.builders import EpisodesBuilder
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.datasets.export import DatasetSink
 from rlmesh_stream.consumers.deadletter import DeadLetter
-from rlmesh_stream.consumers.records import Record
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions, _offset_ranges
+from rlmesh_stream.consumers.runtime.records import Record
 from rlmesh_stream.consumers.sinks import SinkBatch, open_sink
 from rlmesh_stream.consumers.tables import Table
 from rlmesh_stream.schemas.connection.config import StreamConfig

@@ -125,7 +125,7 @@ def test_a_runtime_that_cannot_be_made_gives_one_line_and_its_unused_connection_
     (a ConsumerError from its checks) ends the command with one line, the consumer closed."""
     from click.testing import CliRunner
 
-    from rlmesh_stream.consumers import cli
+    from rlmesh_stream.consumers import consume_cli
     from rlmesh_stream.consumers.runtime import Connection, ConsumerError
 
     made: list[Connection] = []
@@ -138,9 +138,9 @@ def test_a_runtime_that_cannot_be_made_gives_one_line_and_its_unused_connection_
     def refused(*_args: object, **_kwargs: object) -> None:
         raise ConsumerError("dead-letter topic refused")
 
-    monkeypatch.setattr(cli, "Connection", Recorded)
-    monkeypatch.setattr(cli, "ConsumerRuntime", refused)
-    result = CliRunner().invoke(cli.consume, [
+    monkeypatch.setattr(consume_cli, "Connection", Recorded)
+    monkeypatch.setattr(consume_cli, "ConsumerRuntime", refused)
+    result = CliRunner().invoke(consume_cli.consume, [
         "sessions", "--sink", f"duckdb://{tmp_path / 's.duckdb'}", "--quiet",
         "--bootstrap", "127.0.0.1:1", "--registry-url", "http://127.0.0.1:1"])
     assert result.exit_code == 1

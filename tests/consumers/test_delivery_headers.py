@@ -16,7 +16,7 @@ from consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
 
 from rlmesh_stream.consumers.builders import DeliveryBuilder
 from rlmesh_stream.consumers.datasets.manifest import header_sequence
-from rlmesh_stream.consumers.records import Record
+from rlmesh_stream.consumers.runtime.records import Record
 from rlmesh_stream.consumers.tables import DELIVERY_BATCH, INVALID_HEADERS
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.schemas.connection.config import StreamConfig

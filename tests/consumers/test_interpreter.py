@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import sys
 
-from rlmesh_stream.consumers.interpreter import (
+from rlmesh_stream.consumers.runtime.interpreter import (
     GEN0_THRESHOLD,
     SWITCH_INTERVAL_S,
     tuned_for_reading,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from rlmesh_stream.consumers.builders import DeliveryBuilder, Reduced, reduce
 from rlmesh_stream.consumers.builders.telemetry import weighted
-from rlmesh_stream.consumers.records import Record, epoch_ms
+from rlmesh_stream.consumers.runtime.records import Record, epoch_ms
 from rlmesh_stream.consumers.sinks import OffsetConflict, OffsetUpdate, SinkBatch, open_sink
 from rlmesh_stream.consumers.tables import (
     ADVISORIES,

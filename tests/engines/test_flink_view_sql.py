@@ -38,7 +38,7 @@ from rlmesh_stream.consumers.flink.sessions import ADVISORY_PARTIALS, SESSION_PA
 from rlmesh_stream.consumers.flink.sink import insert_sql, jdbc_sink_sql, postgres_table_sql
 from rlmesh_stream.consumers.flink.telemetry import SESSION_PARTIALS as TELEMETRY_SESSION_PARTIALS
 from rlmesh_stream.consumers.flink.telemetry import rollup_partials, rollups_view
-from rlmesh_stream.consumers.records import Record, enum_text, meta_json
+from rlmesh_stream.consumers.runtime.records import Record, enum_text, meta_json
 from rlmesh_stream.consumers.tables import (
     ADVISORIES,
     SESSIONS,

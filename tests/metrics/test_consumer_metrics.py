@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, TopicPartition
 from scrape import Samples, scrape, total, value
 
 from rlmesh_stream.consumers.builders import make_builders
-from rlmesh_stream.consumers.cli import consume
+from rlmesh_stream.consumers.consume_cli import consume
 from rlmesh_stream.consumers.metrics import ADDR_ENV, ConsumerMetrics
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import open_sink
