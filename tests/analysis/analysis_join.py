@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis_training_logs import LOSS, REWARD
-
 from rlmesh_stream.consumers.analysis.join import JoinResult, JoinSpec, aggregate, connect, run_join
+from tests.analysis.analysis_training_logs import LOSS, REWARD
 
 
 def join_rows(sink: str, spec: JoinSpec) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]],

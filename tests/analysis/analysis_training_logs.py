@@ -18,7 +18,7 @@ import csv
 from collections.abc import Iterator
 from pathlib import Path
 
-from analysis_stores import T0
+from tests.analysis.analysis_stores import T0
 
 LOSS, REWARD = "train/loss", "rollout/ep_rew_mean"
 RUNS: dict[str, dict[str, dict[int, float]]] = {

@@ -19,7 +19,6 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from analysis_stores import T0, at, episode, episodes_store
 from click.testing import CliRunner
 
 from rlmesh_stream.consumers.analysis.join import (
@@ -32,6 +31,7 @@ from rlmesh_stream.consumers.analysis.join import (
 )
 from rlmesh_stream.consumers.analysis.join_cli import join
 from rlmesh_stream.consumers.sinks import SinkError
+from tests.analysis.analysis_stores import T0, at, episode, episodes_store
 
 LOG = [
     {"step": 100, "time": "2026-03-01T12:00:00Z", "checkpoint": "c100", "loss": 0.9},

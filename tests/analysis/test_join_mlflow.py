@@ -13,9 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from analysis_join import join_rows
-from analysis_stores import at, episode, episodes_store
-from analysis_training_logs import LOSS, write_csv, write_mlflow
 from click.testing import CliRunner
 
 from rlmesh_stream.consumers.analysis.join import (
@@ -23,6 +20,9 @@ from rlmesh_stream.consumers.analysis.join import (
     LogColumns,
 )
 from rlmesh_stream.consumers.analysis.join_cli import join
+from tests.analysis.analysis_join import join_rows
+from tests.analysis.analysis_stores import at, episode, episodes_store
+from tests.analysis.analysis_training_logs import LOSS, write_csv, write_mlflow
 
 COLUMNS = LogColumns(metric=LOSS)
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from analysis_stores import at, episode, episodes_store
 from click.testing import CliRunner
-from test_join import LOG, joined, timeline_episodes, write_log
 
 from rlmesh_stream.consumers.analysis.join import JoinSpec, aggregate, connect, run_join
 from rlmesh_stream.consumers.analysis.join_cli import join
 from rlmesh_stream.consumers.sinks import open_sink
+from tests.analysis.analysis_stores import at, episode, episodes_store
+from tests.analysis.test_join import LOG, joined, timeline_episodes, write_log
 
 pytestmark = pytest.mark.postgres
 

@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 
 import pytest
-from analysis_stores import at, episode, insert, make_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlmesh_stream.consumers.analysis.join import JoinError, JoinSpec, connect, run_join
+from tests.analysis.analysis_stores import at, episode, insert, make_store
 
 _counter = itertools.count()
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from analysis_stores import episodes_store
 from click.testing import CliRunner
-from test_join import LOG, timeline_episodes, write_log
 
 from rlmesh_stream.consumers.analysis.join_cli import join
 from rlmesh_stream.consumers.tables import OWNED_NAMES, TABLES, VIEWS
+from tests.analysis.analysis_stores import episodes_store
+from tests.analysis.test_join import LOG, timeline_episodes, write_log
 
 
 def _spellings(name: str) -> list[str]:

@@ -11,15 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from analysis_join import join_rows
-from analysis_stores import at, episode, episodes_store
-from analysis_training_logs import LOSS, write_csv, write_tensorboard
 
 from rlmesh_stream.consumers.analysis.join import (
     JoinError,
     JoinSpec,
     LogColumns,
 )
+from tests.analysis.analysis_join import join_rows
+from tests.analysis.analysis_stores import at, episode, episodes_store
+from tests.analysis.analysis_training_logs import LOSS, write_csv, write_tensorboard
 
 COLUMNS = LogColumns(metric=LOSS)
 STEP_KEY = r"ckpt-(\d+)"

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from analysis_stores import episode, insert, make_store
-from analysis_training_logs import LOSS, write_mlflow, write_tensorboard
 from click.testing import CliRunner, Result
 
 from rlmesh_stream.consumers.analysis.join_cli import join
+from tests.analysis.analysis_stores import episode, insert, make_store
+from tests.analysis.analysis_training_logs import LOSS, write_mlflow, write_tensorboard
 
 
 @pytest.fixture

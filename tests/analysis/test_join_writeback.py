@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from analysis_stores import episode, episodes_store
-from analysis_training_logs import LOSS, write_mlflow, write_tensorboard
 from click.testing import CliRunner
 
 from rlmesh_stream.consumers.analysis.join_cli import join
 from rlmesh_stream.consumers.analysis.training_logs.writeback import EVAL_METRICS
+from tests.analysis.analysis_stores import episode, episodes_store
+from tests.analysis.analysis_training_logs import LOSS, write_mlflow, write_tensorboard
 
 # three checkpoints of ppo_1, two sessions each; rewards and successes of known mean
 EPISODES = [

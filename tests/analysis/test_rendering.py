@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from analysis_chromium import Chromium, chromium_binary
-from analysis_stores import advisory, at, episode, insert, make_store
 from click.testing import CliRunner
 
 from rlmesh_stream.consumers.analysis.join_cli import join
 from rlmesh_stream.consumers.analysis.report_cli import report
+from tests.analysis.analysis_chromium import Chromium, chromium_binary
+from tests.analysis.analysis_stores import advisory, at, episode, insert, make_store
 
 BINARY = chromium_binary()
 pytestmark = pytest.mark.skipif(

@@ -7,11 +7,11 @@ import re
 from pathlib import Path
 
 import pytest
-from analysis_stores import advisory, at, insert, make_store
 from click.testing import CliRunner
 
 from rlmesh_stream.consumers.analysis.report_cli import GATE_EXIT_CODE, report
 from rlmesh_stream.consumers.analysis.reports import advisory_report, open_store
+from tests.analysis.analysis_stores import advisory, at, insert, make_store
 
 OBS_CLIP = "observation clipped to Box bounds"
 OBS_FAKE = "missing observation key 'depth' filled with zeros"

@@ -7,10 +7,10 @@ import statistics
 from pathlib import Path
 
 import pytest
-from analysis_stores import episode, insert, make_store
 from click.testing import CliRunner
 
 from rlmesh_stream.consumers.analysis.report_cli import report
+from tests.analysis.analysis_stores import episode, insert, make_store
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from typing import Any
 import duckdb
 import psycopg
 import pytest
-from analysis_stores import advisory, at, episode
 
 from rlmesh_stream.consumers.analysis.reports import (
     advisory_report,
@@ -20,6 +19,7 @@ from rlmesh_stream.consumers.analysis.reports import (
     telemetry_report,
 )
 from rlmesh_stream.consumers.sinks import open_sink
+from tests.analysis.analysis_stores import advisory, at, episode
 
 pytestmark = pytest.mark.postgres
 

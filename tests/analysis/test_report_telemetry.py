@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from analysis_stores import insert, make_store
 from click.testing import CliRunner
 
 from rlmesh_stream.consumers.analysis.report_cli import report
+from tests.analysis.analysis_stores import insert, make_store
 
 
 def snapshot_row(session: str, op: str, count: int, avg: float, p95: float, p99: float,

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from analysis_events import ROUTE, completed
 
 from rlmesh_stream.consumers.analysis.tail import TailError, describe, format_line, run_tail
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.events import ObservationEmittedEvent, SpaceSpec
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.analysis.analysis_events import ROUTE, completed
 
 
 def test_a_line_shows_payload_leaves_as_sizes_not_bytes() -> None:

@@ -8,13 +8,13 @@ import time
 import uuid
 
 import pytest
-from analysis_events import completed
 from click.testing import CliRunner
 
 from rlmesh_stream.consumers.analysis.tail import run_tail, tail
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.events import EpisodeCompletedEvent
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.analysis.analysis_events import completed
 
 pytestmark = pytest.mark.stack
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer
-from consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
 
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract import headers as h
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.consumers.consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
 
 pytestmark = pytest.mark.stack
 

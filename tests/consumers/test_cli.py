@@ -7,12 +7,12 @@ import subprocess
 import sys
 
 import pytest
-from consumer_helpers import PlainKafkaHooks, create_topics, query
 
 from rlmesh_stream.consumers.progress import Progress
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.consumers.consumer_helpers import PlainKafkaHooks, create_topics, query
 
 ROUTE = ev.RuntimeEnvContext(env_id="e", env_component_id="ec", model_component_id="m")
 

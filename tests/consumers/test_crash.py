@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
 
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import all_topics
+from tests.consumers.consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 

@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
 
 from rlmesh_stream.consumers.builders import DeliveryBuilder
 from rlmesh_stream.consumers.datasets.manifest import header_sequence
@@ -23,6 +22,7 @@ from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract import headers as h
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.consumers.consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

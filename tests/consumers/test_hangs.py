@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
-from consumer_helpers import PlainKafkaHooks, create_topics, run_offline
 
 from rlmesh_stream.consumers.builders import make_builders
 from rlmesh_stream.consumers.runtime import (
@@ -35,6 +34,7 @@ from rlmesh_stream.consumers.sinks import open_sink
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.consumers.consumer_helpers import PlainKafkaHooks, create_topics, run_offline
 
 pytestmark = pytest.mark.stack
 

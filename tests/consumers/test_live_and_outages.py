@@ -14,7 +14,6 @@ from urllib.parse import urlsplit
 
 import duckdb
 import pytest
-from consumer_helpers import PlainKafkaHooks, create_topics
 
 from rlmesh_stream.consumers.builders import make_builders
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
@@ -22,6 +21,7 @@ from rlmesh_stream.consumers.sinks import open_sink
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.consumers.consumer_helpers import PlainKafkaHooks, create_topics
 
 pytestmark = pytest.mark.stack
 

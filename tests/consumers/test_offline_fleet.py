@@ -11,8 +11,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from consumer_helpers import create_topics, query, run_offline
-from publishing import close_delivered
 
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.manifest import Manifest
@@ -21,6 +19,8 @@ from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.telemetry import Horizon
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.consumers.consumer_helpers import create_topics, query, run_offline
+from tests.publishing import close_delivered
 
 pytestmark = pytest.mark.stack
 

@@ -21,7 +21,6 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from consumer_helpers import create_topics, query, run_offline
 
 from rlmesh_stream.consumers.builders import make_builders
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
@@ -30,6 +29,7 @@ from rlmesh_stream.schemas.codec.serde import EventSerializer
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.consumers.consumer_helpers import create_topics, query, run_offline
 
 pytestmark = pytest.mark.stack
 

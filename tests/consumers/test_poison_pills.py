@@ -15,15 +15,6 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
-from contract_samples.examples import example
-from contract_samples.hostile import (
-    deep,
-    out_of_range,
-    v2_schema,
-    with_route_lane_and_env_index,
-    with_session_id,
-)
 
 from rlmesh_stream.consumers.deadletter import (
     MAX_DEAD_LETTER_BYTES,
@@ -36,6 +27,15 @@ from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract import headers as h
 from rlmesh_stream.schemas.contract.topics import MAX_MESSAGE_BYTES, EventType, subject_name
+from tests.consumers.consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
+from tests.contract_samples.examples import example
+from tests.contract_samples.hostile import (
+    deep,
+    out_of_range,
+    v2_schema,
+    with_route_lane_and_env_index,
+    with_session_id,
+)
 
 pytestmark = pytest.mark.stack
 

@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from consumer_helpers import PlainKafkaHooks, create_topics
 
 from rlmesh_stream.consumers.builders import make_builders
 from rlmesh_stream.consumers.progress import Progress
@@ -21,6 +20,7 @@ from rlmesh_stream.consumers.sinks import SinkBatch, open_sink
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.consumers.consumer_helpers import PlainKafkaHooks, create_topics
 
 pytestmark = pytest.mark.stack
 

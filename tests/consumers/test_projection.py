@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from contract_samples.strategies import events, exact
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +26,7 @@ from rlmesh_stream.schemas.codec.avro_reader import (
     warm_projection,
 )
 from rlmesh_stream.schemas.codec.avro_writer import avro_writer
+from tests.contract_samples.strategies import events, exact
 
 T0 = epoch_ms(datetime(2026, 1, 1, tzinfo=UTC))  # packed rows hold timestamps in ms
 PROJECTED = sorted(EpisodesBuilder.projections, key=lambda et: et.value)

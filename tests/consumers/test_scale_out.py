@@ -15,13 +15,13 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient
-from consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
 
 from rlmesh_stream.consumers.builders import make_builders
 from rlmesh_stream.consumers.runtime import CheckpointInfo, ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import open_sink
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from tests.consumers.consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
 
 pytestmark = [pytest.mark.stack, pytest.mark.postgres]
 

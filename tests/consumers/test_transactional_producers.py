@@ -10,11 +10,11 @@ import sys
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from consumer_helpers import PlainKafkaHooks, create_topics, query
 
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.consumers.consumer_helpers import PlainKafkaHooks, create_topics, query
 
 pytestmark = pytest.mark.stack
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from consumer_helpers import PlainKafkaHooks, create_topics, run_offline
 
 from rlmesh_stream.consumers.builders import EpisodesBuilder
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
@@ -21,6 +20,7 @@ from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.topics import EventType
 from rlmesh_stream.schemas.registry.registrar import SchemaRegistrar
+from tests.consumers.consumer_helpers import PlainKafkaHooks, create_topics, run_offline
 
 
 def _runtime(config: StreamConfig, tmp_path: Path) -> Iterator[ConsumerRuntime]:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from contract_samples.examples import example
 from rlmesh_stream.schemas.codec.avro_writer import avro_writer
 from rlmesh_stream.schemas.codec.zigzag import ZZ
 from rlmesh_stream.schemas.contract.avro import load_schema
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.contract_samples.examples import example
 
 ET = EventType.EPISODE_COMPLETED
 SENTINEL = "sentinel-0123456789"

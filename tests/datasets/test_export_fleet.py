@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import pyarrow.dataset as pads
 import pytest
-from publishing import close_delivered
 
 from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
@@ -21,6 +20,7 @@ from rlmesh_stream.producer.manifest import EpisodeManifest, Manifest
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
+from tests.publishing import close_delivered
 
 pytestmark = pytest.mark.stack
 LANES = 3

@@ -22,8 +22,6 @@ from typing import Any
 import pyarrow.dataset as pads
 import pytest
 from confluent_kafka import Consumer
-from publishing import close_delivered
-from record_copies import new_prefix
 
 from rlmesh_stream.consumers.datasets.episodes import Filters
 from rlmesh_stream.consumers.datasets.export import ExportOptions, make_export, run_export
@@ -33,6 +31,8 @@ from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.publishing import close_delivered
+from tests.record_copies import new_prefix
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 DATASET = "rlmesh/x-v0"

@@ -17,7 +17,6 @@ from typing import Any
 
 import pyarrow.dataset as pads
 import pytest
-from publishing import close_delivered
 
 from rlmesh_stream.consumers.datasets.episodes import Filters
 from rlmesh_stream.consumers.datasets.export import ExportOptions, run_export
@@ -26,6 +25,7 @@ from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from tests.publishing import close_delivered
 
 pytest.importorskip("pyiceberg")
 pytestmark = [pytest.mark.stack, pytest.mark.slow]

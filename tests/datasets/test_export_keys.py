@@ -12,8 +12,6 @@ from typing import Any
 
 import pyarrow.dataset as pads
 import pytest
-from publishing import close_delivered
-from record_copies import copy_records, new_prefix, read_records
 
 from rlmesh_stream.consumers.datasets.episodes import Filters
 from rlmesh_stream.consumers.datasets.export import ExportOptions, run_export
@@ -24,6 +22,8 @@ from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.publishing import close_delivered
+from tests.record_copies import copy_records, new_prefix, read_records
 
 pytest.importorskip("pyiceberg")
 pytestmark = [pytest.mark.stack, pytest.mark.slow]

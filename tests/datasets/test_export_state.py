@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from publishing import close_delivered
 
 from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from tests.publishing import close_delivered
 
 pytestmark = pytest.mark.stack
 

@@ -18,10 +18,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from contract_samples.examples import box_space, discrete_space, example
-from contract_samples.strategies import deep_meta_map
-from iceberg_export import IcebergExport, export_to_iceberg
-from publishing import close_delivered
 
 from rlmesh_stream.consumers.flink import flink_views
 from rlmesh_stream.consumers.flink.render import FlinkView, quote
@@ -35,6 +31,10 @@ from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.events import SpaceSpec
 from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType
 from rlmesh_stream.schemas.engines.flink import FlinkOptions, create_tables, table_name
+from tests.contract_samples.examples import box_space, discrete_space, example
+from tests.contract_samples.strategies import deep_meta_map
+from tests.engines.iceberg_export import IcebergExport, export_to_iceberg
+from tests.publishing import close_delivered
 
 
 @dataclass(frozen=True)

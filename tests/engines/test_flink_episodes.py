@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_values import flink_timestamp_ms
 
 from rlmesh_stream.consumers.builders import make_builders
 from rlmesh_stream.consumers.flink.render import view_columns
@@ -17,6 +16,7 @@ from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
 from rlmesh_stream.consumers.sinks import open_sink
 from rlmesh_stream.consumers.tables import EPISODES
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from tests.engines.engine_values import flink_timestamp_ms
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 

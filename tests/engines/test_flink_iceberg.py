@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from iceberg_export import IcebergExport
 
 from rlmesh_stream.infra.flink import FlinkArtifacts, run_sql
+from tests.engines.iceberg_export import IcebergExport
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 

@@ -7,11 +7,11 @@ import base64
 from typing import Any
 
 import pytest
-from engine_values import expected_row, flink_timestamp_ms
 
 from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType
 from rlmesh_stream.schemas.engines.flink import table_name
 from rlmesh_stream.schemas.engines.reader import reader_schema
+from tests.engines.engine_values import expected_row, flink_timestamp_ms
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 

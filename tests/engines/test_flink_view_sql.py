@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from contract_samples.strategies import events, exact
 from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
@@ -51,6 +50,7 @@ from rlmesh_stream.consumers.tables import (
 )
 from rlmesh_stream.infra.schemas_cli import schemas
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.contract_samples.strategies import events, exact
 
 
 @pytest.mark.parametrize("name", [n for n in VIEW_NAMES if n in TABLES_BY_NAME])

@@ -16,7 +16,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from engine_values import flink_timestamp_ms
 
 from rlmesh_stream.consumers.builders import make_builders
 from rlmesh_stream.consumers.flink import VIEW_NAMES, flink_views
@@ -28,6 +27,7 @@ from rlmesh_stream.consumers.tables import TABLES_BY_NAME, VIEWS
 from rlmesh_stream.infra.flink import FlinkArtifacts, run_sql
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.engines.flink import FlinkOptions, create_tables
+from tests.engines.engine_values import flink_timestamp_ms
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from iceberg_export import IcebergExport
+
+from tests.engines.iceberg_export import IcebergExport
 
 pytest.importorskip("pyiceberg")
 pytestmark = [pytest.mark.stack, pytest.mark.slow]

@@ -11,8 +11,6 @@ from pathlib import Path
 import fastavro
 import pytest
 from click.testing import CliRunner
-from contract_samples.strategies import events, exact
-from engine_values import expected_row
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +24,8 @@ from rlmesh_stream.schemas.contract.avro import load_schema
 from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType
 from rlmesh_stream.schemas.engines.flink import FlinkOptions, create_table, value_columns
 from rlmesh_stream.schemas.engines.reader import reader_schema
+from tests.contract_samples.strategies import events, exact
+from tests.engines.engine_values import expected_row
 
 _OPTIONS = FlinkOptions("127.0.0.1:9092", "http://127.0.0.1:8081/apis/ccompat/v7")
 

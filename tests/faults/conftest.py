@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fault_harness import FaultTable
 
 from rlmesh_stream.infra.cluster import LocalCluster, cluster_home
 from rlmesh_stream.infra.proc import free_port
+from tests.faults.fault_harness import FaultTable
 
 RESULTS = Path(__file__).parents[2] / "docs" / "fault-results.md"
 

@@ -6,11 +6,11 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
-from conftest import ClusterUp
 
 from rlmesh_stream.infra.cluster import LocalCluster
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.faults.conftest import ClusterUp
 
 
 def test_infra_up_brokers_3_prints_where_the_cluster_is(

@@ -8,7 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
-from fault_harness import (
+
+from rlmesh_stream.infra.cluster import LocalCluster
+from rlmesh_stream.schemas.contract.topics import EventType
+from tests.faults.fault_harness import (
     ConsumerProcess,
     FaultTable,
     ProducerRun,
@@ -18,9 +21,6 @@ from fault_harness import (
     wait_caught_up,
     wait_until,
 )
-
-from rlmesh_stream.infra.cluster import LocalCluster
-from rlmesh_stream.schemas.contract.topics import EventType
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from fault_harness import (
+
+from rlmesh_stream.infra.cluster import LocalCluster
+from tests.faults.fault_harness import (
     ConsumerProcess,
     FaultTable,
     ProducerRun,
@@ -24,8 +26,6 @@ from fault_harness import (
     wait_caught_up,
     wait_until,
 )
-
-from rlmesh_stream.infra.cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(600)
 

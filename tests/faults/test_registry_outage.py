@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from fault_harness import (
+
+from rlmesh_stream.infra.cluster import LocalCluster
+from tests.faults.fault_harness import (
     ConsumerProcess,
     FaultTable,
     ProducerRun,
@@ -26,8 +28,6 @@ from fault_harness import (
     wait_caught_up,
     wait_until,
 )
-
-from rlmesh_stream.infra.cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fault_harness import (
+
+from rlmesh_stream.infra.cluster import LocalCluster
+from rlmesh_stream.infra.proc import free_port
+from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
+from rlmesh_stream.producer.simulator import simulate_fleet
+from rlmesh_stream.schemas.connection.config import StreamConfig
+from tests.faults.fault_harness import (
     ConsumerProcess,
     FaultTable,
     ProducerRun,
@@ -35,12 +41,6 @@ from fault_harness import (
     wait_caught_up,
     wait_until,
 )
-
-from rlmesh_stream.infra.cluster import LocalCluster
-from rlmesh_stream.infra.proc import free_port
-from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
-from rlmesh_stream.producer.simulator import simulate_fleet
-from rlmesh_stream.schemas.connection.config import StreamConfig
 
 pytestmark = pytest.mark.timeout(600)
 

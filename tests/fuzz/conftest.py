@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from fuzz_seeds import Collector, Seeds
 
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.codec.serde import EventSerializer
 from rlmesh_stream.schemas.codec.wire import Format
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.fuzz.fuzz_seeds import Collector, Seeds
 
 
 @pytest.fixture(scope="module")

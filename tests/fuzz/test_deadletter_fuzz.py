@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from fuzz_seeds import Seeds
 
 from rlmesh_stream.consumers.builders import make_builders
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
@@ -27,6 +26,7 @@ from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import headers as h
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.fuzz.fuzz_seeds import Seeds
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -13,13 +13,13 @@ import os
 import struct
 
 import pytest
-from fuzz_seeds import Seeds
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlmesh_stream.schemas.codec.serde import EventDecoder
 from rlmesh_stream.schemas.contract.errors import DecodeError, UnknownSchemaIdError
 from rlmesh_stream.schemas.contract.topics import EVENT_TYPES
+from tests.fuzz.fuzz_seeds import Seeds
 
 pytestmark = pytest.mark.timeout(300)
 

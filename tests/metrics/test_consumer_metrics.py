@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer, TopicPartition
-from scrape import Samples, scrape, total, value
 
 from rlmesh_stream.consumers.builders import make_builders
 from rlmesh_stream.consumers.consume_cli import consume
@@ -30,6 +29,7 @@ from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.metrics.scrape import Samples, scrape, total, value
 
 pytestmark = pytest.mark.stack
 

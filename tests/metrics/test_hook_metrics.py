@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from scrape import scrape, value
 
 from rlmesh_stream.infra.proc import free_port
 from rlmesh_stream.infra.topics import ensure_topics
@@ -18,6 +17,7 @@ from rlmesh_stream.producer.config import ProducerSettings
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from tests.metrics.scrape import scrape, value
 
 pytestmark = pytest.mark.stack
 

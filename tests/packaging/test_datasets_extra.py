@@ -17,11 +17,11 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from test_wheel import _copy_sources
 
 from rlmesh_stream.consumers.datasets.model import Episode, StepRow
 from rlmesh_stream.consumers.datasets.writers import MinariWriter
 from rlmesh_stream.producer.leaves import LeafCodec
+from tests.packaging.test_wheel import _copy_sources
 
 OBS = LeafCodec(gym.spaces.Box(-1.0, 1.0, (3,), np.float32))
 ACT = LeafCodec(gym.spaces.Discrete(2))

@@ -6,11 +6,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from producer_helpers import ThrowawayKafka
 
 from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from tests.producer.producer_helpers import ThrowawayKafka
 
 
 @pytest.fixture

@@ -9,13 +9,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import rlmesh
-from producer_helpers import read_back
 from rlmesh.numpy import Model
 
 from rlmesh_stream.producer.bridge import rlmesh_bridge
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.telemetry import Horizon
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.producer.producer_helpers import read_back
 
 pytestmark = pytest.mark.stack
 

@@ -13,11 +13,11 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from producer_samples import step
 
 from rlmesh_stream.infra import proc
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from tests.producer.producer_samples import step
 
 MARGIN_S = 1.0  # scheduling on a loaded 2-core CI machine; the old close(3) took 7-8 s
 

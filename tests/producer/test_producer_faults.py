@@ -22,10 +22,10 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from producer_helpers import TcpGate, read_back
-from producer_samples import step
 
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from tests.producer.producer_helpers import TcpGate, read_back
+from tests.producer.producer_samples import step
 
 pytestmark = [pytest.mark.stack, pytest.mark.faults]
 
@@ -116,7 +116,7 @@ _CHILD = textwrap.dedent("""
     import json, sys, time, uuid
     sys.path.insert(0, {tests!r})
     from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
-    from producer_samples import step
+    from tests.producer.producer_samples import step
     from rlmesh_stream.schemas.connection.config import StreamConfig
     config = StreamConfig(bootstrap={bootstrap!r}, registry_url={registry!r},
                           topic_prefix={prefix!r})
@@ -141,7 +141,8 @@ def test_a_process_killed_with_sigkill_leaves_its_spool_to_the_next_process(
 ):
     spool = tmp_path / "spool"
     throwaway_kafka.stop()
-    script = _CHILD.format(tests=str(Path(__file__).parent), bootstrap=throwaway_config.bootstrap,
+    script = _CHILD.format(tests=str(Path(__file__).parents[2]),
+                           bootstrap=throwaway_config.bootstrap,
                            registry=throwaway_config.registry_url,
                            prefix=throwaway_config.topic_prefix, spool=str(spool))
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
@@ -171,7 +172,7 @@ _OUTAGE_CHILD = textwrap.dedent("""
     import json, sys, time, uuid
     sys.path.insert(0, {tests!r})
     from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
-    from producer_samples import step
+    from tests.producer.producer_samples import step
     from rlmesh_stream.schemas.connection.config import StreamConfig
     config = StreamConfig(bootstrap={bootstrap!r}, registry_url={registry!r},
                           topic_prefix={prefix!r})
@@ -216,7 +217,7 @@ def test_a_producer_sigkilled_during_a_kafka_outage_with_a_spool_loses_nothing(
 ):
     spool = tmp_path / "spool"
     script = _OUTAGE_CHILD.format(
-        tests=str(Path(__file__).parent), bootstrap=throwaway_config.bootstrap,
+        tests=str(Path(__file__).parents[2]), bootstrap=throwaway_config.bootstrap,
         registry=throwaway_config.registry_url, prefix=throwaway_config.topic_prefix,
         spool=str(spool))
     child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,

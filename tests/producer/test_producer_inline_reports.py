@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-from producer_samples import step
 
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.producer.producer_samples import step
 
 pytestmark = pytest.mark.stack
 

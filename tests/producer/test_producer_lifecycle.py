@@ -11,8 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from producer_helpers import read_back
-from producer_samples import step
+
+from tests.producer.producer_helpers import read_back
+from tests.producer.producer_samples import step
 
 pytestmark = pytest.mark.stack
 
@@ -20,7 +21,7 @@ _CHILD = textwrap.dedent("""
     import sys, time, uuid
     sys.path.insert(0, {tests!r})
     from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
-    from producer_samples import step
+    from tests.producer.producer_samples import step
     from rlmesh_stream.schemas.connection.config import StreamConfig
     config = StreamConfig(bootstrap={bootstrap!r}, registry_url={registry!r},
                           topic_prefix={prefix!r})
@@ -37,7 +38,7 @@ _CHILD = textwrap.dedent("""
 
 
 def _child(stream_config, wait: bool) -> subprocess.Popen[str]:
-    script = _CHILD.format(tests=str(Path(__file__).parent), bootstrap=stream_config.bootstrap,
+    script = _CHILD.format(tests=str(Path(__file__).parents[2]), bootstrap=stream_config.bootstrap,
                            registry=stream_config.registry_url,
                            prefix=stream_config.topic_prefix, wait=wait)
     return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,

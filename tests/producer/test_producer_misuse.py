@@ -15,11 +15,11 @@ import time
 import uuid
 
 import pytest
-from producer_helpers import read_back
-from producer_samples import step
 
 from rlmesh_stream.infra import proc
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from tests.producer.producer_helpers import read_back
+from tests.producer.producer_samples import step
 
 
 def test_an_event_given_to_the_wrong_callback_is_a_contract_failure_never_published(

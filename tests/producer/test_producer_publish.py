@@ -7,13 +7,13 @@ import uuid
 import numpy as np
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-from producer_helpers import read_back
-from producer_samples import CALLBACK, action, observation, one_of_each, step
 
 from rlmesh_stream.producer.config import DeliveryFailure
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract import headers as h
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.producer.producer_helpers import read_back
+from tests.producer.producer_samples import CALLBACK, action, observation, one_of_each, step
 
 pytestmark = pytest.mark.stack
 

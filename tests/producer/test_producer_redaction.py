@@ -16,13 +16,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from producer_samples import step
 
 from rlmesh_stream.infra import proc
 from rlmesh_stream.producer.config import ProducerSettings
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.schemas.connection.access import redact_url
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from tests.producer.producer_samples import step
 
 SECRET = f"s3cret-{uuid.uuid4().hex[:8]}"
 

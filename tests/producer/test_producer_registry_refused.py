@@ -17,11 +17,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from producer_samples import step
 
 from rlmesh_stream.infra import proc
 from rlmesh_stream.infra.security import Credentials, RegistryProxy, make_pki, nginx_available
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from tests.producer.producer_samples import step
 
 pytestmark = pytest.mark.stack
 

@@ -18,10 +18,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from producer_helpers import TcpGate
-from producer_samples import step
 
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from tests.producer.producer_helpers import TcpGate
+from tests.producer.producer_samples import step
 
 pytestmark = pytest.mark.stack
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from producer_helpers import read_back
 
 from rlmesh_stream.producer.manifest import Manifest
 from rlmesh_stream.producer.simulate_cli import simulate
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.telemetry import Horizon
+from tests.producer.producer_helpers import read_back
 
 
 class EventLog:

@@ -12,14 +12,13 @@ import uuid
 import zlib
 from pathlib import Path
 
-from producer_helpers import read_back
-from producer_samples import step
-
 from rlmesh_stream.producer.encoding import make_encoder
 from rlmesh_stream.producer.records import Record, encode_record
 from rlmesh_stream.producer.spool import SET_ASIDE_DIR, Spool
 from rlmesh_stream.schemas.contract import headers as h
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.producer.producer_helpers import read_back
+from tests.producer.producer_samples import step
 
 DEAD_PRODUCER = uuid.uuid4().hex
 

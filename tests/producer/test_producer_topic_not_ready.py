@@ -21,13 +21,13 @@ import uuid
 from typing import Any
 
 import pytest
-from producer_helpers import read_back
-from producer_samples import step
 
 from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.producer.delivery import TOPIC_NOT_READY_ERRORS
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.producer.producer_helpers import read_back
+from tests.producer.producer_samples import step
 
 pytestmark = pytest.mark.stack
 

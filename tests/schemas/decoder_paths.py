@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 import fastavro
-from contract_samples.hostile import deep, out_of_range, v2_schema, with_session_id
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +24,7 @@ from rlmesh_stream.schemas.codec.avro_reader import AvroReader, _refused, _trail
 from rlmesh_stream.schemas.contract.errors import CorruptPayloadError
 from rlmesh_stream.schemas.contract.topics import EventType
 from rlmesh_stream.schemas.contract.validate import MAX_META_DEPTH
+from tests.contract_samples.hostile import deep, out_of_range, v2_schema, with_session_id
 
 ET = EventType.EPISODE_COMPLETED
 HEADER = b"\x00\x00\x00\x00\x07"

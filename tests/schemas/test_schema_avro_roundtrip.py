@@ -7,11 +7,11 @@ import io
 import fastavro
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from contract_samples.examples import example
 
 from rlmesh_stream.schemas.codec.serde import EventDecoder, EventEncoder, EventSerializer
 from rlmesh_stream.schemas.contract.avro import load_schema
 from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType
+from tests.contract_samples.examples import example
 
 
 @pytest.fixture

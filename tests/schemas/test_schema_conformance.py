@@ -9,13 +9,13 @@ variants. Swap the seed file and these tests print the diff.
 from __future__ import annotations
 
 import pytest
-import rust_seed
-from rust_seed import RustStruct
 
 from rlmesh_stream.schemas.contract import bindings, events
 from rlmesh_stream.schemas.contract.avro import load_schema
 from rlmesh_stream.schemas.contract.topics import EVENT_TYPES
 from rlmesh_stream.schemas.registry.proto_defs import message_class
+from tests.schemas import rust_seed
+from tests.schemas.rust_seed import RustStruct
 
 if not rust_seed.SEED_PATH.exists():
     pytest.fail(f"Rust seed not found at {rust_seed.SEED_PATH} (shared/ beside the clone)",

@@ -8,12 +8,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from contract_samples.examples import example
 
 from rlmesh_stream.schemas.codec.serde import EventEncoder
 from rlmesh_stream.schemas.contract.errors import ContractError
 from rlmesh_stream.schemas.contract.events import RuntimeEnvContext
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.contract_samples.examples import example
 
 FORMATS = ["avro", "protobuf"]
 

@@ -11,7 +11,6 @@ import json
 
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from contract_samples.examples import example
 
 from rlmesh_stream.schemas.codec.serde import EventDecoder, EventSerializer, frame
 from rlmesh_stream.schemas.contract.errors import (
@@ -22,6 +21,7 @@ from rlmesh_stream.schemas.contract.errors import (
     UnknownSchemaIdError,
 )
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.contract_samples.examples import example
 
 
 @pytest.fixture
@@ -156,11 +156,10 @@ def test_registering_protobuf_on_an_avro_subject_is_a_format_error(registry, str
 def test_a_huge_array_count_is_corrupt_without_allocating_it():
     import struct
 
-    from contract_samples.examples import step_event
-
     from rlmesh_stream.schemas.codec.avro_reader import AvroReader
     from rlmesh_stream.schemas.codec.avro_writer import ZZ  # Avro zigzag longs
     from rlmesh_stream.schemas.codec.serde import EventEncoder
+    from tests.contract_samples.examples import step_event
 
     good = EventEncoder().encode(step_event(1))  # rewards = [1.0]
     one_double = b"\x02" + struct.pack("<d", 1.0)  # count 1, then the reward

@@ -5,13 +5,13 @@ from __future__ import annotations
 import types
 
 import fastavro
-from contract_samples.examples import example
 
 from rlmesh_stream.schemas.codec.avro_reader import AvroReader, warm_projection
 from rlmesh_stream.schemas.codec.avro_writer import avro_writer
 from rlmesh_stream.schemas.codec.decoders import Reader, decoder_for
 from rlmesh_stream.schemas.contract.avro import load_schema
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.contract_samples.examples import example
 
 ET = EventType.EPISODE_COMPLETED
 ITEMS = ["session_id", "episode_id", "step_count"]

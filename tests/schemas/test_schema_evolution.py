@@ -15,12 +15,12 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
-from contract_samples.examples import example
 
 from rlmesh_stream.infra.schemas_cli import schemas as schemas_cli
 from rlmesh_stream.schemas.codec.serde import EventDecoder, EventEncoder, EventSerializer, frame
 from rlmesh_stream.schemas.contract.avro import load_schema
 from rlmesh_stream.schemas.contract.topics import EventType, subject_name
+from tests.contract_samples.examples import example
 
 pytestmark = pytest.mark.stack
 

@@ -15,8 +15,6 @@ import io
 import fastavro
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from contract_samples.examples import example
-from contract_samples.strategies import deep_meta_map, events, exact, space_specs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +24,8 @@ from rlmesh_stream.schemas.contract.avro import load_schema
 from rlmesh_stream.schemas.contract.errors import ContractError
 from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType
 from rlmesh_stream.schemas.contract.validate import MAX_META_DEPTH
+from tests.contract_samples.examples import example
+from tests.contract_samples.strategies import deep_meta_map, events, exact, space_specs
 
 PROPERTY = settings(max_examples=30, deadline=None, derandomize=False,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,

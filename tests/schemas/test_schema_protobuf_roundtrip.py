@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from contract_samples.examples import example
 
 from rlmesh_stream.schemas.codec.serde import EventDecoder, EventEncoder, EventSerializer
 from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType
+from tests.contract_samples.examples import example
 
 
 @pytest.fixture

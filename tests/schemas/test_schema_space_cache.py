@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from contract_samples.examples import box_space, discrete_space, example
-
 from rlmesh_stream.schemas.codec.avro_writer import pin_space_spec
 from rlmesh_stream.schemas.codec.serde import EventEncoder
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.contract_samples.examples import box_space, discrete_space, example
 
 
 def _encode_with(spec) -> bytes:
