@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 from rlmesh_stream.consumers.builders.base import Builder
 from rlmesh_stream.consumers.datasets.manifest import DatasetError
@@ -23,7 +23,6 @@ from rlmesh_stream.consumers.datasets.sink import (
 )
 from rlmesh_stream.consumers.progress import Progress
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
-from rlmesh_stream.consumers.sinks import Sink
 from rlmesh_stream.schemas.connection.client_errors import LIBRDKAFKA_LOG
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import EventType
@@ -47,7 +46,7 @@ def make_export(config: StreamConfig, options: ExportOptions, runtime_options: R
         runtime_options = replace(runtime_options, whole_sessions=True, single_member=True)
         sink = DatasetSink(options, config.topic_prefix)
     builders: list[Builder] = [TrajectoryBuilder(sink), CertificateBuilder(sink)]
-    return sink, ConsumerRuntime(config, builders, cast(Sink, sink), runtime_options,
+    return sink, ConsumerRuntime(config, builders, sink, runtime_options,
                                  progress=progress)
 
 

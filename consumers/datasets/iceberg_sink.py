@@ -25,9 +25,8 @@ from rlmesh_stream.consumers.datasets.sink import (
     DatasetSink,
     TrajectoryBuilder,
 )
+from rlmesh_stream.consumers.runtime.records import TP
 from rlmesh_stream.consumers.sinks import SinkBatch
-
-TP = tuple[str, int]
 
 
 class ShardedSink(DatasetSink):

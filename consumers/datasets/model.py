@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlmesh_stream.consumers.datasets.groups import GroupSession
+from rlmesh_stream.consumers.runtime.records import TP as TP  # re-exported for the joiners
 from rlmesh_stream.schemas.contract import events as ev
 
 Key = tuple[str, str]  # (session_id, episode_record_id)
 Unit = tuple[str, ...]  # ("e", session, record): an episode; ("s", session): a vector session
-TP = tuple[str, int]
 
 
 @dataclass

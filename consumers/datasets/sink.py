@@ -35,8 +35,8 @@ from rlmesh_stream.consumers.datasets.manifest import (
     header_sequence,
 )
 from rlmesh_stream.consumers.datasets.writers import MinariWriter, ParquetWriter
-from rlmesh_stream.consumers.runtime.records import Record
-from rlmesh_stream.consumers.sinks import SinkBatch
+from rlmesh_stream.consumers.runtime.records import TP, Record
+from rlmesh_stream.consumers.sinks import Sink, SinkBatch
 from rlmesh_stream.consumers.tables import Table
 from rlmesh_stream.schemas.contract.topics import EventType
 
@@ -128,11 +128,9 @@ class ExportOptions:
     group: str = ""  # the consumer group (iceberg: the one that writes the table)
 
 
-class DatasetSink:
-    """What the runtime calls a sink: offsets from the manifest, one commit per checkpoint.
-
-    Only `load_offsets` and `apply` are called by the runtime; a dataset has no SQL.
-    """
+class DatasetSink(Sink):
+    """A dataset as the runtime's sink: offsets from the manifest, one commit per
+    checkpoint; it keeps the joiner's state between checkpoints (`rewound`). No SQL."""
 
     shared_writers = False  # one process exports a dataset: no lock keys
     # one joiner per partition (a shard of whole sessions), not one for the dataset: a
@@ -175,7 +173,7 @@ class DatasetSink:
             self.certificate = restored.pop("certificate")
             self.joiner.restore(restored, self.store.offsets(CertificateBuilder.name))
 
-    def rewound(self, partitions: list[tuple[str, int]] | None = None) -> None:
+    def rewound(self, partitions: list[TP] | None = None) -> None:
         """The runtime reads every assigned partition again from the stored offsets (an
         assignment, a lost partition, a rewind): forget what was read since the last
         commit, or re-read records would join a second time (a vector session's group
@@ -191,7 +189,7 @@ class DatasetSink:
     def certificate_summary(self) -> dict[str, Any]:
         return dict(self.store.committed.certificate)
 
-    def load_offsets(self, builder: str) -> dict[tuple[str, int], int]:
+    def load_offsets(self, builder: str) -> dict[TP, int]:
         return self.store.offsets(builder)
 
     def apply(self, batch: SinkBatch) -> None:

@@ -26,11 +26,9 @@ The parts, one job each, composed by `core.ConsumerRuntime`:
   connection made before the sink opens, client errors, metadata and watermarks;
 - `options.py`: the options, the account of a checkpoint and the errors.
 
-`core.py` calls a sink's optional hooks: `rewound(partitions)` whenever reading goes back
-to its stored offsets (an assignment, a loss, a rewind), `revoked()` when an eager
-revocation or a loss takes every partition (whole sessions), `at_end()` after an offline
-run's last checkpoint, while the partitions are still held; `group_offsets()` is the
-stop rule's look at what other members stored.
+What the runtime calls on a sink is declared by `consumers.sinks.Sink`: its required
+calls and its optional hooks (`prepare`, `rewound`, `revoked`, `at_end`,
+`group_offsets`), which default to no-ops there.
 """
 
 from __future__ import annotations

@@ -23,9 +23,8 @@ from collections.abc import Collection
 from datetime import datetime
 
 from rlmesh_stream.consumers.deadletter import DeadLetter
-from rlmesh_stream.consumers.runtime.records import Record
+from rlmesh_stream.consumers.runtime.records import TP, Record
 
-TP = tuple[str, int]
 Item = Record | DeadLetter
 
 

@@ -27,9 +27,9 @@ from rlmesh_stream.consumers.deadletter import (
 )
 from rlmesh_stream.consumers.runtime.checkpoint_writer import CheckpointWriter, ReadAgain, Written
 from rlmesh_stream.consumers.runtime.offsets import Offsets
-from rlmesh_stream.consumers.runtime.options import TP, CheckpointInfo, ConsumerError
+from rlmesh_stream.consumers.runtime.options import CheckpointInfo, ConsumerError
 from rlmesh_stream.consumers.runtime.policy import Buffered, CheckpointPolicy
-from rlmesh_stream.consumers.runtime.records import Record
+from rlmesh_stream.consumers.runtime.records import TP, Record
 from rlmesh_stream.consumers.sinks import Sink, SinkBatch
 
 if TYPE_CHECKING:  # only passed in: its import (prometheus_client) is the caller's

@@ -23,7 +23,6 @@ from rlmesh_stream.consumers.runtime.decoding import Decoder, Decoders
 from rlmesh_stream.consumers.runtime.interpreter import tuned_for_reading
 from rlmesh_stream.consumers.runtime.offsets import Offsets
 from rlmesh_stream.consumers.runtime.options import (
-    TP,
     CheckpointInfo,
     ConsumerError,
     RegistryDown,
@@ -31,6 +30,7 @@ from rlmesh_stream.consumers.runtime.options import (
 )
 from rlmesh_stream.consumers.runtime.policy import CheckpointPolicy
 from rlmesh_stream.consumers.runtime.reader import Reader
+from rlmesh_stream.consumers.runtime.records import TP
 from rlmesh_stream.consumers.runtime.until_end import UntilEnd
 from rlmesh_stream.consumers.sinks import OffsetConflict, Sink, SinkBatch
 from rlmesh_stream.schemas.connection.config import StreamConfig
@@ -190,11 +190,11 @@ class ConsumerRuntime:
     def _prepare_sink(self) -> None:
         """The sink's staging (pyarrow, ~70 ms of CPU), ahead of the first checkpoint with
         rows. Not in an offline run that has nothing to read: on a thread, its import held
-        the GIL from the main thread. Best effort: what fails here is done, and reported,
-        where it is needed."""
+        the GIL from the main thread. Best effort for what the first batch meets again and
+        reports (a missing module, a store that cannot be reached): `Sink.prepare`."""
         try:
             self.sink.prepare()
-        except Exception as exc:
+        except (ImportError, OSError) as exc:
             log.debug("warm-up of the sink failed: %s", exc)
 
     def _loop(self) -> None:
@@ -257,14 +257,12 @@ class ConsumerRuntime:
         self.checkpoints.flush(final=True)
         if self.checkpoints.rewind:
             return False
-        at_end = getattr(self.sink, "at_end", None)
-        if at_end is not None:
-            try:
-                at_end()
-            except OffsetConflict as exc:
-                log.warning("last decisions dropped: %s", exc)
-                self.checkpoints.rewind = self.checkpoints.fenced = True
-                return False
+        try:
+            self.sink.at_end()
+        except OffsetConflict as exc:
+            log.warning("last decisions dropped: %s", exc)
+            self.checkpoints.rewind = self.checkpoints.fenced = True
+            return False
         self.reached_end = True
         return True
 
@@ -407,9 +405,7 @@ class ConsumerRuntime:
         """Tell a sink that keeps state between checkpoints that `partitions` are read
         again from its stored offsets (an assignment, a loss, a rewind): it goes back to
         its committed state."""
-        rewound = getattr(self.sink, "rewound", None)
-        if rewound is not None:
-            rewound(partitions)
+        self.sink.rewound(partitions)
 
     def _revoked(self, read: dict[TP, int] | None) -> None:
         """Tell a sink that keeps state per partition that it holds none now (an eager
@@ -418,9 +414,7 @@ class ConsumerRuntime:
         fenced last checkpoint)."""
         if self.options.whole_sessions:
             self.offsets.between_assignments = True
-            revoked = getattr(self.sink, "revoked", None)
-            if revoked is not None:
-                revoked(read)
+            self.sink.revoked(read)
 
     def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self.options.whole_sessions:

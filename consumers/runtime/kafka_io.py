@@ -13,7 +13,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from rlmesh_stream.consumers.runtime.options import TP, RuntimeOptions
+from rlmesh_stream.consumers.runtime.options import RuntimeOptions
+from rlmesh_stream.consumers.runtime.records import TP
 from rlmesh_stream.schemas.connection.access import (
     AccessDeniedError,
     RateLimitedLog,

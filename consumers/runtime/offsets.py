@@ -22,12 +22,12 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaExcepti
 
 from rlmesh_stream.consumers.builders import Builder
 from rlmesh_stream.consumers.runtime.kafka_io import watermarks
-from rlmesh_stream.consumers.runtime.options import TP, ConsumerError, RuntimeOptions
+from rlmesh_stream.consumers.runtime.options import ConsumerError, RuntimeOptions
 from rlmesh_stream.consumers.sinks import OffsetUpdate, Sink
 
 if TYPE_CHECKING:
     from rlmesh_stream.consumers.deadletter import DeadLetter
-    from rlmesh_stream.consumers.runtime.records import Record
+    from rlmesh_stream.consumers.runtime.records import TP, Record
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,6 @@ from typing import Any
 
 from rlmesh_stream.consumers.runtime.records import Record
 
-TP = tuple[str, int]  # a topic partition
-
 
 @dataclass
 class RuntimeOptions:

@@ -21,8 +21,8 @@ from rlmesh_stream.consumers.deadletter import DeadLetter
 from rlmesh_stream.consumers.runtime import aligned_cut
 from rlmesh_stream.consumers.runtime.checkpoint_writer import CheckpointWriter
 from rlmesh_stream.consumers.runtime.offsets import Offsets
-from rlmesh_stream.consumers.runtime.options import TP, RuntimeOptions
-from rlmesh_stream.consumers.runtime.records import Record
+from rlmesh_stream.consumers.runtime.options import RuntimeOptions
+from rlmesh_stream.consumers.runtime.records import TP, Record
 
 Buffered = Record | DeadLetter
 

@@ -17,9 +17,9 @@ from rlmesh_stream.consumers.deadletter import DeadLetter
 from rlmesh_stream.consumers.runtime.decoding import Decoders, check_event_type, check_key
 from rlmesh_stream.consumers.runtime.kafka_io import ClientErrors, header_dict, header_pairs
 from rlmesh_stream.consumers.runtime.offsets import Offsets
-from rlmesh_stream.consumers.runtime.options import TP, ConsumerError, RegistryDown
+from rlmesh_stream.consumers.runtime.options import ConsumerError, RegistryDown
 from rlmesh_stream.consumers.runtime.policy import CheckpointPolicy
-from rlmesh_stream.consumers.runtime.records import OUT_OF_RANGE, Record, timestamp_of
+from rlmesh_stream.consumers.runtime.records import OUT_OF_RANGE, TP, Record, timestamp_of
 from rlmesh_stream.schemas.contract.errors import (
     DecodeError,
     RegistryProtocolError,

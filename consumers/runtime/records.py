@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from rlmesh_stream.schemas.contract.errors import DecodeError
 from rlmesh_stream.schemas.contract.topics import EventType
 
+TP = tuple[str, int]  # a topic partition: (topic, partition number)
+
 if TYPE_CHECKING:  # hints only: the event dataclasses load when a decoder needs them
     from rlmesh_stream.schemas.contract.events import RuntimeEnvContext, RuntimeEvent
 

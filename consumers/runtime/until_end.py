@@ -21,8 +21,9 @@ from rlmesh_stream.consumers.runtime.kafka_io import (
     existing_topics,
     high_watermarks,
 )
-from rlmesh_stream.consumers.runtime.options import TP, ConsumerError, RuntimeOptions
+from rlmesh_stream.consumers.runtime.options import ConsumerError, RuntimeOptions
 from rlmesh_stream.consumers.runtime.policy import CheckpointPolicy
+from rlmesh_stream.consumers.runtime.records import TP
 from rlmesh_stream.consumers.sinks import Sink
 from rlmesh_stream.schemas.connection.config import StreamConfig
 
@@ -87,14 +88,15 @@ class UntilEnd:
         """whole_sessions: the partitions `others` (held by other members) read to their
         ends at start, as the sink's stored offsets say (asked once a second at most, and
         not while a checkpoint is being written)."""
-        group_offsets = getattr(self.sink, "group_offsets", None)
-        if group_offsets is None or self.policy.writer.busy:
+        if self.policy.writer.busy:
             return False
         now = time.monotonic()
         if now - self._idle_checked_at < 1.0:  # ask the sink once a second at most
             return False
         self._idle_checked_at = now
-        stored = group_offsets()
+        stored = self.sink.group_offsets()
+        if stored is None:  # this sink cannot tell
+            return False
         ends = self.policy.offsets.group_ends
         return all(stored.get(k, -1) >= ends[k] for k in others)
 

@@ -1,6 +1,8 @@
 """Sinks: where the consumers write their tables, opened from a `--sink` URL.
 
-`open_sink` is the writer's door; the URL rules and every refusal live in
+`Sink` is the contract the consumer runtime writes through (the dataset export's sink
+implements it too); `TableSink` is DuckDB's and PostgreSQL's. `open_sink` is the writer's
+door; the URL rules and every refusal live in
 `sinks.url`, which the reports and the join open their stores through as well. The
 commands receive `--sink` already parsed (a `SinkURL`); a string is parsed here.
 """
@@ -13,6 +15,7 @@ from rlmesh_stream.consumers.sinks.base import (
     OffsetUpdate,
     Sink,
     SinkBatch,
+    TableSink,
 )
 from rlmesh_stream.consumers.sinks.url import (
     DEFAULT_SINK,
@@ -24,10 +27,10 @@ from rlmesh_stream.consumers.sinks.url import (
 )
 
 
-def open_sink(url: SinkURL | str) -> Sink:
+def open_sink(url: SinkURL | str) -> TableSink:
     """Open (and migrate) the sink a `--sink` URL names; SinkError when it cannot be used."""
     target = as_sink_url(url)
-    sink: Sink
+    sink: TableSink
     if target.path is not None:
         from rlmesh_stream.consumers.sinks.duckdb_sink import DuckDBSink
 
@@ -53,6 +56,7 @@ __all__ = [
     "SinkBatch",
     "SinkError",
     "SinkURL",
+    "TableSink",
     "as_sink_url",
     "open_sink",
     "parse_sink_url",

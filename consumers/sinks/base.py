@@ -1,4 +1,5 @@
-"""The sink contract: a batch's rows and its consumed offsets in one transaction.
+"""The sink contract (`Sink`: every call the consumer runtime makes on a sink) and the
+table sinks' shared logic (`TableSink`: DuckDB and PostgreSQL).
 
 Exactly once, by construction: the runtime resumes from `load_offsets`, and
 `apply` writes rows and offsets atomically, so a crash before the commit
@@ -6,6 +7,11 @@ leaves neither and a crash after leaves both. Offsets are also *fenced*: each
 update names the offset the writer expects to be stored, and the transaction
 is rolled back (`OffsetConflict`) when another process moved it meanwhile (a
 zombie after a rebalance), so two processes never apply the same records.
+
+A sink that keeps state between checkpoints (the dataset export's joiner) is told when
+reading goes back (`rewound`), when its partitions go away (`revoked`) and when an
+offline run has read everything (`at_end`); a table sink keeps nothing, so those hooks are
+no-ops here, documented once, and the runtime calls them on every sink alike.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from rlmesh_stream.consumers.runtime.records import TP
 from rlmesh_stream.consumers.sinks.url import SinkError
 from rlmesh_stream.consumers.tables import (
     CONSUMER_OFFSETS,
@@ -36,7 +43,6 @@ from rlmesh_stream.consumers.tables import (
     create_view_sql,
 )
 
-TopicPartition = tuple[str, int]
 WRITER = f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -117,12 +123,62 @@ class SinkBatch:
 
 
 class Sink(abc.ABC):
-    dialect: Dialect
+    """Every call the consumer runtime makes on a sink (`consumers.runtime`).
+
+    Required: `load_offsets`, `apply`, `close`. The rest are hooks with a no-op default,
+    for a sink that keeps state between checkpoints or needs a head start.
+    """
+
     # several processes may write the store at once: the batch's lock keys are taken
     shared_writers = True
     # `apply` reads state the builders' `rows()` feed (the dataset exporter's joiner): the
     # runtime reduces a cut only once the checkpoint before it is written
     reads_builder_state = False
+
+    @abc.abstractmethod
+    def load_offsets(self, builder: str) -> dict[TP, int]:
+        """The next offset to apply per partition for this builder, as stored."""
+
+    @abc.abstractmethod
+    def apply(self, batch: SinkBatch) -> None:
+        """Write the batch and its offsets atomically; OffsetConflict leaves nothing."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the store (the runtime's last call)."""
+
+    def prepare(self) -> None:  # noqa: B027 - optional hook
+        """Load what writing needs, ahead of the first batch (on the runtime's warm-up
+        thread, while the group join is waited for). An ImportError or OSError here is
+        only logged: the first `apply` meets it again and reports it. Nothing by default."""
+
+    def rewound(self, partitions: list[TP]) -> None:  # noqa: B027 - optional hook
+        """`partitions` are read again from the stored offsets (an assignment, a loss, a
+        rewind): a sink that keeps state goes back to its committed state. Nothing by
+        default (a table sink keeps nothing between checkpoints)."""
+
+    def revoked(self, read: dict[TP, int] | None) -> None:  # noqa: B027 - optional hook
+        """Whole-sessions reading only: every partition went away (an eager revocation or
+        a loss); `read` is the next offset read per partition, everything below it
+        committed (None: not all of it is). Nothing by default."""
+
+    def at_end(self) -> None:  # noqa: B027 - optional hook
+        """--until-end, everything read and checkpointed, while this process still holds
+        its partitions: the sink's last decisions (OffsetConflict: fenced, the runtime
+        reads again). Nothing by default."""
+
+    def group_offsets(self) -> dict[TP, int] | None:
+        """How far every member of the group has read each partition, as stored (a group
+        whose members share one store); None: this sink cannot tell, and a member holding
+        no partition waits for the group to settle instead."""
+        return None
+
+
+class TableSink(Sink):
+    """The consumers' tables in a SQL store (DuckDB, PostgreSQL): migration, staged
+    upserts, fenced offsets; the dialects fill in the abstract statements."""
+
+    dialect: Dialect
     # how information_schema's table_name matches one of our names: DuckDB resolves
     # identifiers case-insensitively (a user's "Episodes" IS episodes), PostgreSQL does not
     name_match_sql = "table_name = %s"
@@ -215,7 +271,7 @@ class Sink(abc.ABC):
         self._execute(f"DROP TABLE {LEGACY_DELIVERY_SCRATCH}")
         return True
 
-    def load_offsets(self, builder: str) -> dict[TopicPartition, int]:
+    def load_offsets(self, builder: str) -> dict[TP, int]:
         """The next offset to apply per partition for this builder, as stored."""
         rows = self.query(
             f"SELECT topic, partition_id, next_offset FROM {CONSUMER_OFFSETS.name} "
@@ -273,13 +329,6 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """Run a read in its own transaction (placeholders are `%s`)."""
-
-    @abc.abstractmethod
-    def close(self) -> None: ...
-
-    def prepare(self) -> None:  # noqa: B027 - optional, not abstract
-        """Load what writing needs, ahead of the first batch (on the runtime's warm-up
-        thread, while the group join is waited for); nothing by default."""
 
     @abc.abstractmethod
     def _transaction(self) -> Any: ...

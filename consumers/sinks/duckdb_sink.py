@@ -15,7 +15,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlmesh_stream.consumers.sinks.base import WRITER, OffsetUpdate, Sink, offset_conflict
+from rlmesh_stream.consumers.sinks.base import (
+    WRITER,
+    OffsetUpdate,
+    TableSink,
+    offset_conflict,
+)
 from rlmesh_stream.consumers.sinks.url import connect_duckdb
 from rlmesh_stream.consumers.tables import (
     CONSUMER_OFFSETS,
@@ -80,7 +85,7 @@ def to_arrow(table: Table, rows: list[Any]) -> pa.Table:
     return pa.Table.from_pydict(by_name, schema=arrow_schema(table))
 
 
-class DuckDBSink(Sink):
+class DuckDBSink(TableSink):
     dialect = Dialect.DUCKDB
     shared_writers = False  # a DuckDB file has one writing process
     name_match_sql = "lower(table_name) = lower(%s)"
@@ -154,7 +159,7 @@ class DuckDBSink(Sink):
     def _fence_all(self, updates: list[OffsetUpdate], group_id: str, now: datetime) -> None:
         """The batch's offsets in one UPDATE (stored rows) and one INSERT (new rows), each
         returning the rows it wrote: one missing is a conflict, and the exception rolls
-        the whole transaction back, as `Sink._fence` per offset does."""
+        the whole transaction back, as `TableSink._fence` per offset does."""
         if len({(u.builder, u.topic, u.partition) for u in updates}) < len(updates):
             super()._fence_all(updates, group_id, now)  # a partition twice: one at a time
             return
@@ -178,7 +183,7 @@ class DuckDBSink(Sink):
         return [(str(b), str(t), int(p)) for b, t, p in rows]
 
 
-# the fence (`Sink._fence`) of several offsets in one statement; `{values}` is one
+# the fence (`TableSink._fence`) of several offsets in one statement; `{values}` is one
 # (builder, topic, partition_id, expected, next_offset, group_id, updated_at, written_by)
 # row per offset
 _FENCE_ROWS = ("(VALUES {values}) AS v(builder, topic, partition_id, expected, next_offset, "

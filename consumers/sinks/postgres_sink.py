@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rlmesh_stream.consumers.runtime.records import timestamp_of
-from rlmesh_stream.consumers.sinks.base import Sink
+from rlmesh_stream.consumers.sinks.base import TableSink
 from rlmesh_stream.consumers.sinks.url import connect_postgres
 from rlmesh_stream.consumers.tables import Dialect, Table, column_defs, upsert_sql
 
@@ -28,7 +28,7 @@ _ALL_KEYS_LOCK = 0x726C6D657369
 MAX_KEY_LOCKS = 256
 
 
-class PostgresSink(Sink):
+class PostgresSink(TableSink):
     dialect = Dialect.POSTGRES
 
     def __init__(self, dsn: str) -> None:

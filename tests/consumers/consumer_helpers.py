@@ -18,7 +18,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from rlmesh_stream.consumers.builders import make_builders
 from rlmesh_stream.consumers.runtime import CheckpointInfo, ConsumerRuntime, RuntimeOptions
-from rlmesh_stream.consumers.sinks import Sink, open_sink
+from rlmesh_stream.consumers.sinks import TableSink, open_sink
 from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.schemas.codec.serde import EventSerializer
 from rlmesh_stream.schemas.connection.config import StreamConfig
@@ -95,7 +95,7 @@ class PlainKafkaHooks:
 
 
 def run_offline(config: StreamConfig, sink_url: str, builders: Iterable[str] = ("all",), *,
-                group_id: str | None = None, sink: Sink | None = None,
+                group_id: str | None = None, sink: TableSink | None = None,
                 on_checkpoint: Any = None, **options: Any) -> ConsumerRuntime:
     """Run builders in this process from the beginning until the end, as `--until-end`."""
     store = sink or open_sink(sink_url)
