@@ -22,6 +22,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import headers as h
 from rlmesh_stream.schemas.contract.topics import MAX_MESSAGE_BYTES, all_topics
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 # A dead letter is its record plus the DLQ headers: room for them above the record's limit.
 HEADER_ROOM_BYTES = 64 * 1024
@@ -52,7 +53,7 @@ def check_dead_letter_topic(topic: str, prefix: str, read: list[str] | None = No
     return topic
 
 
-class DeadLetterQueueError(RuntimeError):
+class DeadLetterQueueError(RlmeshStreamError, RuntimeError):
     """The dead-letter topic could not take letters now (Kafka down): retry, skip nothing."""
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import click
 
 from rlmesh_stream.schemas.connection.redact import redact_url
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 # command -> "module:attribute" of its click command or group, in the order data flows
 COMMANDS: dict[str, str] = {
@@ -103,7 +104,7 @@ def missing_extra_message(command: str, exc: ModuleNotFoundError) -> str:
             f"pip install 'rlmesh-stream[{extra}]'")
 
 
-class OneLineUsageError(click.UsageError):
+class OneLineUsageError(click.UsageError, RlmeshStreamError):
     """A usage error shown as one `Error:` line (what was wrong, and where help is)."""
 
     def show(self, file: Any = None) -> None:

@@ -7,8 +7,10 @@ only wanted Kafka running.
 
 from __future__ import annotations
 
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 
-class StackError(Exception):
+
+class StackError(RlmeshStreamError):
     """Base class: the stack could not be brought up, inspected or stopped."""
 
     def __init__(self, message: str) -> None:

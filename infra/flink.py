@@ -28,6 +28,7 @@ from typing import Any
 from rlmesh_stream.infra.artifacts import Artifacts
 from rlmesh_stream.infra.errors import ArtifactError, JavaError
 from rlmesh_stream.infra.java import DEFAULT_SEARCH_ROOTS, _candidates, java_major_version
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 FLINK_VERSION = "2.3.0"
 # The Kafka connector is released apart from Flink; 5.0.0-2.2 is the newest for Flink 2.x
@@ -174,7 +175,7 @@ def flink_java_home(env: Mapping[str, str] | None = None) -> Path:
                     "(PATH, JAVA_HOME, /usr/lib/jvm); install openjdk-17.")
 
 
-class FlinkJobError(Exception):
+class FlinkJobError(RlmeshStreamError):
     """The Flink job failed; the message carries the end of its output."""
 
 

@@ -24,6 +24,7 @@ from rlmesh_stream.schemas.connection.client_errors import ClientErrors
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.errors import RegistryProtocolError, RegistryUnavailableError
 from rlmesh_stream.schemas.contract.topics import confluent_serde_conf
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 from rlmesh_stream.schemas.registry.client import call as registry_call
 
 SMOKE_SCHEMA = json.dumps({
@@ -36,7 +37,7 @@ SMOKE_SCHEMA = json.dumps({
 })
 
 
-class SmokeError(Exception):
+class SmokeError(RlmeshStreamError):
     """A step of the smoke test failed; the message names the step, the server and why."""
 
 

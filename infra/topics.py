@@ -26,6 +26,7 @@ from confluent_kafka.admin import (
 from rlmesh_stream.schemas.connection.client_errors import ClientErrors
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import MAX_MESSAGE_BYTES
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 DEFAULT_PARTITIONS = 12
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
@@ -37,7 +38,7 @@ MAX_REPLICATION_FACTOR = 3
 MIN_MAX_MESSAGE_BYTES = 64 * 1024
 
 
-class TopicsError(Exception):
+class TopicsError(RlmeshStreamError):
     """The topics cannot be created as asked; the message says what and why."""
 
 

@@ -50,6 +50,7 @@ from rlmesh_stream.producer.schema_ids import SchemaIdResolver
 from rlmesh_stream.schemas.connection import access
 from rlmesh_stream.schemas.contract import headers as h
 from rlmesh_stream.schemas.contract.topics import EventType
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 log = logging.getLogger("rlmesh_stream.producer.hooks")
 _ACCESS_LOG = access.RateLimitedLog()  # auth errors repeat on every reconnect
@@ -64,7 +65,7 @@ _UNREACHABLE = (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError.
 _SPILL_INTERVAL_S = 0.25
 
 
-class _Yield(Exception):
+class _Yield(RlmeshStreamError):
     """Raised by a failure's report served inline: stops serving, librdkafka keeps the rest."""
 
 

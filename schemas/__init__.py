@@ -3,7 +3,8 @@
 This is the one package both the producer and the consumers import. Its parts:
 `contract` (the events, topics, headers, validation and the schema files), `codec`
 (serialisation), `registry` (the schema registry), `connection` (settings and access),
-`engines` (DDL and reader schemas for other engines). It imports nothing else of ours.
+`engines` (DDL and reader schemas for other engines); `errors.RlmeshStreamError`, the root
+of every error rlmesh-stream raises. It imports nothing else of ours.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from rlmesh_stream.schemas.contract.topics import (
     subject_name,
     topic_name,
 )
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 __all__ = [
     "EVENT_TYPES",
@@ -35,6 +37,7 @@ __all__ = [
     "ModelConnectedEvent",
     "ObservationEmittedEvent",
     "RelayAdvisoryEvent",
+    "RlmeshStreamError",
     "RuntimeEnvContext",
     "RuntimeEvent",
     "SessionEndedEvent",

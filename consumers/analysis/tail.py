@@ -30,9 +30,10 @@ from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.connection.redact import redact_url
 from rlmesh_stream.schemas.contract.topics import EventType
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 
-class TailError(Exception):
+class TailError(RlmeshStreamError):
     """Tailing cannot go on (no Kafka, no registry, no such topic); the message says why."""
 
 

@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from rlmesh_stream.schemas.contract import headers as h
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 STATE_DIR = ".rlmesh-export"
 VERSION = 1
 
 
-class DatasetError(Exception):
+class DatasetError(RlmeshStreamError):
     """A dataset directory that cannot be exported into (one clear line for the user)."""
 
 

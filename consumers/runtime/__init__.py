@@ -24,7 +24,7 @@ The parts, one job each, composed by `core.ConsumerRuntime`:
 - `reader.py`: the per-record hot path, messages into Records and dead letters;
 - `kafka_io.py`: the consumer's settings (a range assignment for whole sessions), its
   connection made before the sink opens, client errors, metadata and watermarks;
-- `options.py`: the options, the account of a checkpoint and the errors.
+- `options.py`: the options and the account of a checkpoint; `errors.py`: the errors.
 
 What the runtime calls on a sink is declared by `consumers.sinks.Sink`: its required
 calls and its optional hooks (`prepare`, `rewound`, `revoked`, `at_end`,
@@ -40,14 +40,11 @@ if TYPE_CHECKING:
     from rlmesh_stream.consumers.runtime.checkpoint import offset_ranges as _offset_ranges
     from rlmesh_stream.consumers.runtime.core import ConsumerRuntime
     from rlmesh_stream.consumers.runtime.decoding import Decoder
+    from rlmesh_stream.consumers.runtime.errors import ConsumerError, RegistryDown
     from rlmesh_stream.consumers.runtime.kafka_io import Connection
     from rlmesh_stream.consumers.runtime.kafka_io import existing_topics as _existing_topics
     from rlmesh_stream.consumers.runtime.kafka_io import watermarks as _watermarks
-    from rlmesh_stream.consumers.runtime.options import (
-        CheckpointInfo,
-        ConsumerError,
-        RuntimeOptions,
-    )
+    from rlmesh_stream.consumers.runtime.options import CheckpointInfo, RuntimeOptions
 
 # Imported on first use: the builders import `runtime.records` (the record type they
 # reduce), and the runtime's core imports the builders, so importing this package must
@@ -55,7 +52,8 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, tuple[str, str]] = {
     "CheckpointInfo": ("options", "CheckpointInfo"),
     "Connection": ("kafka_io", "Connection"),
-    "ConsumerError": ("options", "ConsumerError"),
+    "ConsumerError": ("errors", "ConsumerError"),
+    "RegistryDown": ("errors", "RegistryDown"),
     "ConsumerRuntime": ("core", "ConsumerRuntime"),
     "Decoder": ("decoding", "Decoder"),
     "RuntimeOptions": ("options", "RuntimeOptions"),
@@ -79,6 +77,7 @@ __all__ = [
     "ConsumerError",
     "ConsumerRuntime",
     "Decoder",
+    "RegistryDown",
     "RuntimeOptions",
     "_existing_topics",
     "_offset_ranges",

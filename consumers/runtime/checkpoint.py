@@ -26,8 +26,9 @@ from rlmesh_stream.consumers.deadletter import (
     LetterId,
 )
 from rlmesh_stream.consumers.runtime.checkpoint_writer import CheckpointWriter, ReadAgain, Written
+from rlmesh_stream.consumers.runtime.errors import ConsumerError
 from rlmesh_stream.consumers.runtime.offsets import Offsets
-from rlmesh_stream.consumers.runtime.options import CheckpointInfo, ConsumerError
+from rlmesh_stream.consumers.runtime.options import CheckpointInfo
 from rlmesh_stream.consumers.runtime.policy import Buffered, CheckpointPolicy
 from rlmesh_stream.consumers.runtime.records import TP, Record
 from rlmesh_stream.consumers.sinks import Sink, SinkBatch

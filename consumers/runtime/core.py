@@ -20,14 +20,10 @@ from rlmesh_stream.consumers.runtime import kafka_io
 from rlmesh_stream.consumers.runtime.checkpoint import Checkpoints
 from rlmesh_stream.consumers.runtime.checkpoint_writer import CheckpointWriter
 from rlmesh_stream.consumers.runtime.decoding import Decoder, Decoders
+from rlmesh_stream.consumers.runtime.errors import ConsumerError, RegistryDown
 from rlmesh_stream.consumers.runtime.interpreter import tuned_for_reading
 from rlmesh_stream.consumers.runtime.offsets import Offsets
-from rlmesh_stream.consumers.runtime.options import (
-    CheckpointInfo,
-    ConsumerError,
-    RegistryDown,
-    RuntimeOptions,
-)
+from rlmesh_stream.consumers.runtime.options import CheckpointInfo, RuntimeOptions
 from rlmesh_stream.consumers.runtime.policy import CheckpointPolicy
 from rlmesh_stream.consumers.runtime.reader import Reader
 from rlmesh_stream.consumers.runtime.records import TP

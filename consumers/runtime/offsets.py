@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
 
 from rlmesh_stream.consumers.builders import Builder
+from rlmesh_stream.consumers.runtime.errors import ConsumerError
 from rlmesh_stream.consumers.runtime.kafka_io import watermarks
-from rlmesh_stream.consumers.runtime.options import ConsumerError, RuntimeOptions
+from rlmesh_stream.consumers.runtime.options import RuntimeOptions
 from rlmesh_stream.consumers.sinks import OffsetUpdate, Sink
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """What a consumer run is told and what it reports: its options, the account of a
-checkpoint, and the errors that end it. The runtime's parts all read these; none of
+checkpoint (the errors that end a run: `errors.py`). The runtime's parts all read these; none of
 them holds state."""
 
 from __future__ import annotations
@@ -53,14 +53,3 @@ class CheckpointInfo:
     committed_at: float  # time.time() right after the sink's commit
     records_by_builder: dict[str, list[Record]]
 
-
-class RegistryDown(Exception):
-    """The registry did not answer while decoding: the runtime rewinds and retries."""
-
-
-class ConsumerError(Exception):
-    """The run cannot go on (no Kafka or no topics for --until-end, a registry URL that
-    leads to something else); the message says why and what to check.
-
-    Nothing is skipped: the sink holds the offsets of the last checkpoint, so running
-    again resumes there."""

@@ -15,9 +15,9 @@ from confluent_kafka import KafkaError, Message
 
 from rlmesh_stream.consumers.deadletter import DeadLetter
 from rlmesh_stream.consumers.runtime.decoding import Decoders, check_event_type, check_key
+from rlmesh_stream.consumers.runtime.errors import ConsumerError, RegistryDown
 from rlmesh_stream.consumers.runtime.kafka_io import ClientErrors, header_dict, header_pairs
 from rlmesh_stream.consumers.runtime.offsets import Offsets
-from rlmesh_stream.consumers.runtime.options import ConsumerError, RegistryDown
 from rlmesh_stream.consumers.runtime.policy import CheckpointPolicy
 from rlmesh_stream.consumers.runtime.records import OUT_OF_RANGE, TP, Record, timestamp_of
 from rlmesh_stream.schemas.contract.errors import (

@@ -15,13 +15,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
+from rlmesh_stream.consumers.runtime.errors import ConsumerError
 from rlmesh_stream.consumers.runtime.kafka_io import (
     SESSION_TIMEOUT_MS,
     ClientErrors,
     existing_topics,
     high_watermarks,
 )
-from rlmesh_stream.consumers.runtime.options import ConsumerError, RuntimeOptions
+from rlmesh_stream.consumers.runtime.options import RuntimeOptions
 from rlmesh_stream.consumers.runtime.policy import CheckpointPolicy
 from rlmesh_stream.consumers.runtime.records import TP
 from rlmesh_stream.consumers.sinks import Sink

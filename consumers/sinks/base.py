@@ -42,6 +42,7 @@ from rlmesh_stream.consumers.tables import (
     create_table_sql,
     create_view_sql,
 )
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 WRITER = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -78,7 +79,7 @@ class ForeignTableError(SinkError):
     """The store holds a table or view of a consumers' name that the consumers did not make."""
 
 
-class OffsetConflict(RuntimeError):
+class OffsetConflict(RlmeshStreamError, RuntimeError):
     """Another writer moved a stored offset: this batch must not be applied."""
 
 

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 import click
 
 from rlmesh_stream.schemas.connection.access import redact_url
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 if TYPE_CHECKING:
     import duckdb
@@ -42,7 +43,7 @@ _DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of every DuckDB database file
 _POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 
-class SinkError(Exception):
+class SinkError(RlmeshStreamError):
     """A sink URL that cannot be used; the message names it and says what to change."""
 
 

@@ -21,6 +21,7 @@ from rlmesh_stream.schemas.codec.schema_walk import SchemaWalk
 from rlmesh_stream.schemas.codec.zigzag import ZZ, Malformed, long_bytes, read_long
 from rlmesh_stream.schemas.contract import bindings as bd
 from rlmesh_stream.schemas.contract.validate import MAX_META_DEPTH
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 MEMO_LIMIT = 4096
 _D = struct.Struct("<d").unpack_from
@@ -28,7 +29,7 @@ _DOUBLE = struct.Struct("<d").pack
 _BOOL = {True: b"\x01", False: b"\x00"}
 
 
-class NotEncodable(Exception):
+class NotEncodable(RlmeshStreamError):
     """Internal: the fast path saw a bad value; the validator will name it."""
 
 

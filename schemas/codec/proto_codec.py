@@ -32,13 +32,14 @@ from rlmesh_stream.schemas.contract.errors import (
 from rlmesh_stream.schemas.contract.events import Leg, SpaceSpec
 from rlmesh_stream.schemas.contract.topics import EVENT_TYPES, EventType
 from rlmesh_stream.schemas.contract.validate import MAX_META_DEPTH, diagnose
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 from rlmesh_stream.schemas.registry.proto_defs import PACKAGE, message_class
 
 _LEAVES = f"{PACKAGE}.Leaves"
 _I64_MAX = 2**63 - 1
 
 
-class _Unencodable(Exception):
+class _Unencodable(RlmeshStreamError):
     pass
 
 

@@ -7,11 +7,13 @@ protobuf message indexes, and the check of foreign payloads (`avro_guard`).
 
 from __future__ import annotations
 
+from rlmesh_stream.schemas.errors import RlmeshStreamError
+
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 SMALL = 4096  # longs whose encoding `ZZ` holds from the start (every short length prefix)
 
 
-class Malformed(ValueError):
+class Malformed(RlmeshStreamError, ValueError):
     """The payload is not valid Avro for the schema."""
 
 

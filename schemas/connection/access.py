@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError
 
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.connection.redact import redact_url
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 AUTHENTICATION_CODES: frozenset[int] = frozenset({
     KafkaError._AUTHENTICATION,
@@ -32,7 +33,7 @@ AUTHORIZATION_CODES: frozenset[int] = frozenset({
 })
 
 
-class AccessDeniedError(PermissionError):
+class AccessDeniedError(RlmeshStreamError, PermissionError):
     """Kafka refused this principal's credentials or an operation on a resource."""
 
 

@@ -9,8 +9,10 @@ retry, never dead-letter, so it is deliberately *not* a `DecodeError`.
 
 from __future__ import annotations
 
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 
-class ContractError(ValueError):
+
+class ContractError(RlmeshStreamError, ValueError):
     """An event value the contract cannot carry faithfully (names event, field, value)."""
 
     def __init__(self, event: str, field: str, value: object, reason: str) -> None:
@@ -24,7 +26,7 @@ class ContractError(ValueError):
         self.reason = reason
 
 
-class DecodeError(ValueError):
+class DecodeError(RlmeshStreamError, ValueError):
     """A record value that cannot be decoded into an event."""
 
 
@@ -49,20 +51,20 @@ class WrongKeyError(DecodeError):
     every event (`record_key`): it may sit in another partition than its session's."""
 
 
-class RegistryUnavailableError(ConnectionError):
+class RegistryUnavailableError(RlmeshStreamError, ConnectionError):
     """The schema registry could not be reached; retry later."""
 
 
-class RegistryProtocolError(RuntimeError):
+class RegistryProtocolError(RlmeshStreamError, RuntimeError):
     """The server at the registry URL answers, but not as a Confluent-API schema registry
     (an HTML page, a 404 without a registry error code): the URL is wrong; never retried."""
 
 
-class SubjectFormatError(ValueError):
+class SubjectFormatError(RlmeshStreamError, ValueError):
     """The subject already holds schemas of the other wire format (a topic carries one)."""
 
 
-class SchemaNotRegisteredError(LookupError):
+class SchemaNotRegisteredError(RlmeshStreamError, LookupError):
     """Registration is off and the event's schema is not registered under its subject."""
 
 

@@ -17,6 +17,7 @@ from rlmesh_stream.schemas.contract import events
 from rlmesh_stream.schemas.contract.avro import load_schema, named_types
 from rlmesh_stream.schemas.contract.errors import ContractError
 from rlmesh_stream.schemas.contract.topics import EventType
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 MAX_META_DEPTH = 32
 """Dicts/lists nested inside a MetaMap, at most. rlmesh's MetaMap is protobuf, and
@@ -25,7 +26,7 @@ costs up to 3 (entry, MetaValue, MetaMap), so deeper maps could be written but
 not read back by every consumer. Both formats refuse them."""
 
 
-class _Bad(Exception):
+class _Bad(RlmeshStreamError):
     def __init__(self, path: str, value: object, reason: str) -> None:
         super().__init__(path, value, reason)
         self.path, self.value, self.reason = path, value, reason

@@ -21,6 +21,7 @@ from typing import Any
 
 from rlmesh_stream.schemas.contract.avro import load_schema, named_types
 from rlmesh_stream.schemas.contract.topics import EventType
+from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 
@@ -33,7 +34,7 @@ class Omission:
     reason: str
 
 
-class Unrepresentable(Exception):
+class Unrepresentable(RlmeshStreamError):
     """A type no SQL engine can declare; the message is the reason."""
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
+from rlmesh_stream.schemas.errors import RlmeshStreamError
+
 SUPPORTED = frozenset({"url", "timeout", "max.retries", "basic.auth.user.info",
                        "ssl.ca.location"})
 """The settings this client understands; any other needs the confluent client."""
@@ -30,7 +32,7 @@ _ACCEPT = ("application/vnd.schemaregistry.v1+json, application/vnd.schemaregist
            "application/json")
 
 
-class RegistryHttpError(Exception):
+class RegistryHttpError(RlmeshStreamError):
     """A registry's error answer (or none: `http_status_code` None), as SchemaRegistryError."""
 
     def __init__(self, http_status_code: int | None, error_code: int | None,

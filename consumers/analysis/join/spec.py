@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from rlmesh_stream.schemas.errors import RlmeshStreamError
+
 Mode = Literal["key", "asof"]
 EpisodeTime = Literal["started_at", "completed_at"]
 LOG_FORMATS = ("jsonl", "csv", "parquet")
@@ -15,7 +17,7 @@ TRAIN_PREFIX = "train_"
 collide with an episode column of the same name."""
 
 
-class JoinError(Exception):
+class JoinError(RlmeshStreamError):
     """The join cannot be done as asked; the message says why and what to change."""
 
 

@@ -13,11 +13,13 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
+from rlmesh_stream.schemas.errors import RlmeshStreamError
+
 RESERVED = ("run", "step", "time")
 """Column names of the rows themselves; a metric may not take one of them."""
 
 
-class TrainingLogError(Exception):
+class TrainingLogError(RlmeshStreamError):
     """A training log cannot be read; the message names the source and what is wrong."""
 
 
