@@ -4,7 +4,7 @@ Over topic sets holding only episode events (episode_started/completed,
 session_ended), on the stack named by RLMESH_STREAM_BOOTSTRAP /
 RLMESH_STREAM_REGISTRY_URL, one per dataset shape (`--shapes`: sessions x episodes
 per session : partitions; by default make bench's old shape, 400 x 150 on 4
-partitions, and issue 28's two, 3 000 and 15 000 sessions x 20 episodes on the
+partitions, and the targets' two, 3 000 and 15 000 sessions x 20 episodes on the
 default 12 partitions: 123 000 and 615 000 events):
 
   floor     a bare consume loop: read every record, nothing else (what is fetched
@@ -424,7 +424,7 @@ def _pct(values: list[float], q: int) -> float:
         else values[0]
 
 
-# issue 28's targets
+# the targets (docs/benchmarks.md)
 TARGET_PROCESS = 0.5  # consume episodes -> DuckDB, whole process, over a bare loop process
 TARGET_LIVE_P99_MS = 100.0  # hook call -> committed row
 
@@ -523,7 +523,7 @@ def main() -> None:
               f" ms): p50 {_pct(ms, 50):.0f} ms, p99 {_pct(ms, 99):.0f} ms", flush=True)
 
     load = os.getloadavg()
-    print(f"\ntargets (issue 28), load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}:")
+    print(f"\ntargets, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}:")
     for label, ratios in results:
         _target(f"consume episodes -> DuckDB, whole process ({label})", ratios["ours"],
                 f">= {TARGET_PROCESS}x", ratios["ours"] >= TARGET_PROCESS)

@@ -482,7 +482,7 @@ def _print_breakdown(e: dict[str, Any], episodes: int, repeats: int) -> None:
         print(f"| {name} | {w * 1000:.0f} | {w / noop_w:.2f}x ({statistics.median(ratios):.2f}x) "
               f"| {(w - noop_w) / steps * 1e6:.0f} | {(c - noop_c) / steps * 1e6:.0f} | {per} |")
     target = med["bridge -> Kafka hook"][0] / noop_w
-    print(f"target (issue 28): bridge -> Kafka hook over no-op RunHooks <= 1.05x: "
+    print(f"target: bridge -> Kafka hook over no-op RunHooks <= 1.05x: "
           f"{target:.2f}x, {'met' if target <= 1.05 else 'MISSED'}")
     cb = e["on_thread_us"]
     wall = sum(w for w, _ in cb.values())
@@ -595,7 +595,7 @@ def main() -> None:
               f"[{fcpu[1]:.2f}-{fcpu[2]:.2f}], header + callback {fcc[0]:.2f} us | "
               f"**{a['ratio_cpu'][0]:.2f}x** (median of the per-round ratios; quartiles "
               f"{q1:.2f}-{q3:.2f}, range {a['ratio_cpu'][1]:.1f}-{a['ratio_cpu'][2]:.1f}), "
-              f"vs header + callback {a['ratio_cpu_contract'][0]:.2f}x | <= 2.5x (issue 28): "
+              f"vs header + callback {a['ratio_cpu_contract'][0]:.2f}x | <= 2.5x: "
               f"{'met' if a['ratio_cpu'][0] <= 2.5 else 'MISSED'} |")
     if p is not None:
         floor = p["bare"]

@@ -20,7 +20,7 @@ from rlmesh_stream.infra.errors import StartupError
 from rlmesh_stream.infra.java import Java
 
 # Every topic partition costs broker heap; a test run creates thousands (a prefix per test):
-# a shared dev broker with 10 844 partitions ran out of 512 MiB on 2026-12-03.
+# a dev broker holding 10 844 partitions ran out of a 512 MiB heap, hence 1 GiB.
 HEAP = "-Xmx1g"
 FORMAT_TIMEOUT_S = 180.0  # a JVM start and a few files: seconds, normally
 

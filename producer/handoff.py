@@ -12,7 +12,8 @@ wake-up per step, the worker takes the GIL once per batch rather than once
 per event, and the hook's records reach librdkafka in bursts that it sends in
 fewer, larger requests (measured: a queue waking the worker per step cost
 more than publishing inline; a 100 ms batch costs a third less CPU than a
-5 ms one; see docs/benchmarks.md, "Producer bridge"). `barrier()`
+5 ms one: librdkafka 12 against 72 us a step, the publishing thread 52 against 99).
+`barrier()`
 wakes it at once and returns when everything submitted before has run: the end
 of a run waits for it, so that when `rlmesh.run` returns every event is in the
 hook. At most `max_pending` calls wait: beyond that `submit` waits for the

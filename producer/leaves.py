@@ -1,4 +1,4 @@
-"""Native arrays -> rlmesh leaf bytes (spec section 7), and Gymnasium spaces -> `SpaceSpec`.
+"""Native arrays -> rlmesh leaf bytes (runtime-events.md §7), and Gymnasium spaces -> `SpaceSpec`.
 
 A payload is one bytes entry per fundamental leaf of the space, in canonical
 pre-order (Dict children in declared key order, Tuple in index order). A

@@ -2,14 +2,14 @@
 
 `simulate_fleet(hooks, sessions=..., lanes=..., episodes=..., seed=...)` drives
 any object with the runtime callbacks (normally `KafkaRuntimeHooks`) with
-the events N sessions of an L-lane vector env would produce (spec sections
-2 to 5), and returns a `Manifest` of what it emitted. The same seed gives
+the events N sessions of an L-lane vector env would produce (runtime-events.md §§
+2-5), and returns a `Manifest` of what it emitted. The same seed gives
 the same events and manifest (ids included); nothing depends on the clock.
 
 Per session: connect/start events; a log after the first reset; each lane's
 first `episode_started`; the reset observation; then per group step an
 action, a step and an observation event, with per-lane vectors. Step numbers
-follow spec section 3: an observation's `step` is the steps its (primary
+follow runtime-events.md §3: an observation's `step` is the steps its (primary
 lane's) episode had taken. About half the vector sessions use `NEXT_STEP`
 autoreset (a lane that ended at step t rolls at t+1: `autoreset_roll`, no
 trial ordinal, infos None; the roll's observation is the next episode's
@@ -429,7 +429,7 @@ def simulate_fleet(
     Deterministic for a seed. `rate` (events/s) paces emission; None runs flat out.
     `lane_driven` adds that many lane-driven sessions after the `sessions` vector-env
     ones: one session per lane of one shared endpoint (`route.lane` 0, 1, ...; one lane
-    each), as the runtime runs a lane-driven env (spec section 2).
+    each), as the runtime runs a lane-driven env (runtime-events.md §2).
     """
     return _Fleet(hooks, sessions=sessions, lanes=lanes, episodes=episodes, seed=seed,
                   rate=rate, failure_rate=failure_rate, next_step_fraction=next_step_fraction,

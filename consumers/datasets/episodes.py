@@ -12,7 +12,7 @@ one with a missing step is skipped, one its session never completed is
 abandoned. Every skip is counted by reason for the certificate.
 
 Single-lane events (the SDK bridge publishes every lane of a vector env as
-its own lane) place themselves (spec section 3, "Step numbers"): an
+its own lane) place themselves (runtime-events.md §3, "Step numbers"): an
 observation's `step` is the number of steps its episode had taken (the reset
 one 0, with `is_reset`; the terminal one T). The first observation read for a
 step wins (a later one for the same step is a duplicate, or a 1-lane session's

@@ -5,8 +5,8 @@ One runtime event's records are spread over one topic per event type: an episode
 number (both keyed by the session). librdkafka fetches every partition at its own pace
 (a topic of small records runs ahead of one of large records), so a checkpoint that
 took the whole buffer split most episodes over two checkpoints: two upserts of one row
-where one would do (docs/benchmarks.md, "Round six": 107 000 rows upserted for 60 000
-episodes).
+where one would do (107 000 rows upserted for 60 000 episodes over a 120 000-event
+backlog).
 
 While a backlog is read and the sink is the slower side (the runtime decides when:
 `runtime/policy.py`), a checkpoint therefore takes of each partition the records up

@@ -283,7 +283,7 @@ class ConsumerRuntime:
         wait up to `poll_timeout` for some. librdkafka's batch consume waits for a full
         batch until the timeout, so asking with a timeout first idled at every partial
         batch: at the end of a backlog, and whenever the fetches fell behind the reading
-        (docs/benchmarks.md, "Round four")."""
+        (half a bare loop's wall time over 120 000 records was such waits of 0.5 s)."""
         assert self.consumer is not None
         messages = self.consumer.consume(self.options.poll_batch, 0)
         # live: at the stream's head (policy.due); end-of-partition reports are no records

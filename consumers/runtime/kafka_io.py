@@ -55,13 +55,14 @@ def kafka_config(config: StreamConfig, options: RuntimeOptions,
         # 64 KiB per partition and fetch (librdkafka: 1 MiB) keeps the partitions of a
         # backlog in step, so an aligned cut (`policy.py`) leaves little behind: 60 400 rows
         # for `consume episodes` over 120k events, 64 000 to 98 000 at 1 MiB, at the
-        # same speed; a bigger record is still fetched whole (docs/benchmarks.md,
-        # "Consumers", "Round six")
+        # same speed (8 KiB to 1 MiB all read equally fast); a bigger record is still
+        # fetched whole
         "max.partition.fetch.bytes": 65_536,
         # once the prefetched records reach queued.min.messages (100 000: the whole
         # consumer queue, not a partition's), librdkafka stops fetching for this long
         # (default 1 s); a backlog's reader drains 100 000 records in about a second, so
-        # it found its queue empty for up to that long (docs/benchmarks.md, "Round four")
+        # it found its queue empty for up to that long: 615 000 records took a bare loop
+        # 2.7 to 3.7 s with the default, 0.8 to 0.9 s with 10 ms
         "fetch.queue.backoff.ms": 10,
         "session.timeout.ms": SESSION_TIMEOUT_MS,
         # a topic created after the subscription (producers started after the
@@ -72,7 +73,7 @@ def kafka_config(config: StreamConfig, options: RuntimeOptions,
         # request: librdkafka's sparse connections connect on demand, and after the
         # bootstrap broker's first answer wait up to reconnect.backoff.ms / 2 (50 ms) before
         # connecting to the broker it named, which the --until-end topic check paid
-        # (54 ms against 6 to 10 eager; docs/benchmarks.md, "Start-up"). The cost: one
+        # (54 ms against 6 to 10 eager, measured by a bare client alone). The cost: one
         # connection to every broker, most of which a group member fetches from anyway
         # (its partitions' leaders are spread over them)
         "enable.sparse.connections": False,

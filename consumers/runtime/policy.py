@@ -100,7 +100,8 @@ class CheckpointPolicy:
         partition's records up to the frontier of the partitions that lag, so the events
         of one episode, in several topics, meet in one checkpoint (aligned_cut.py). When
         the reading is the slower side, the split and the merges it moves onto the reading
-        thread cost more than the upserts they save (docs/benchmarks.md, "Round six")."""
+        thread cost more than the upserts they save (every cut aligned into DuckDB: the
+        writer's CPU 4.2 to 5.6 against 5.8 to 9.5 us an event, the reading the same)."""
         buffer, self.buffer, self.held = self.buffer, [], 0
         if (not align or not self.behind or not self.writer.busy
                 or self.offsets.read_to_end()):

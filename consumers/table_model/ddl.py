@@ -33,8 +33,8 @@ def create_table_sql(table: Table, dialect: Dialect) -> str:
 
     DuckDB upserts with `merge_into_sql`, which keeps keys unique by itself and, from
     DuckDB 1.4, joins by a scan rather than the key's index: the index (an ART) would
-    only be maintained, at about a sixth of the sink's time (docs/benchmarks.md, "Round
-    three"). Its key columns are NOT NULL all the same.
+    only be maintained, at about a sixth of the sink's time. Its key columns are NOT NULL
+    all the same.
     """
     if dialect is Dialect.DUCKDB and not table.conflict_target:
         keyed = Table(table.name, tuple(replace(c, nullable=False) if c.name in table.primary_key
@@ -67,8 +67,8 @@ def merge_into_sql(table: Table, source: str) -> str:
 
     DuckDB plans `ON CONFLICT DO UPDATE` as this MERGE over `SELECT DISTINCT ON (key)` of
     the source; a batch's keys are distinct already (one merged row per key), so the MERGE
-    skips that aggregation, about a fifth of the statement (docs/benchmarks.md, "Sink
-    staging and upsert").
+    skips that aggregation, about a fifth of the statement (19.5 of ~100 ms for a
+    20 000-row checkpoint).
     """
     t = table.name
     on = " AND ".join(f"{t}.{k} = excluded.{k}" for k in table.primary_key)

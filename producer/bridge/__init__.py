@@ -4,7 +4,7 @@
 publishes, for one run, the events the Rust runtime's driver would: the
 connect/start events, episode started/completed with the run's seeds and
 trial ordinals, per step an action, a step and an observation event with
-leaves encoded per spec section 7 (the SpaceSpec derived once from the env's
+leaves encoded per runtime-events.md §7 (the SpaceSpec derived once from the env's
 spaces), the run's telemetry rows as the final `Session` snapshot, its
 advisories as relay advisories, then session ended (or failed, if the run
 raised).
@@ -25,7 +25,7 @@ reset infos' key `rlmesh.env_spec` (`ENV_SPEC_INFO`) of every episode's reset
 observation, with the env's reset infos (docs/contract.md); wrappers
 `gym.make` cannot rebuild (no recorded constructor arguments) are left out of
 it. `env_spec=` gives it for an env that is not wrapped.
-Step numbers follow spec section 3: an observation's `step` is the number of
+Step numbers follow runtime-events.md §3: an observation's `step` is the number of
 steps its episode had taken (reset 0, the one step t returns t+1, terminal T).
 Episodes are attributed to lane slots in start order (a vector env's
 `StepEvent` carries no lane), one group step per `StepEvent`.

@@ -2,7 +2,7 @@
 the runtime hooks (session start, episodes, per step an observation, an action and a
 step event, the terminal observation, telemetry, advisories, the session's end).
 
-Step numbers follow spec section 3: an observation's `step` is the number of steps its
+Step numbers follow runtime-events.md §3: an observation's `step` is the number of steps its
 episode had taken (reset 0, the one step t returns t+1, terminal T). One group step per
 `StepEvent`; an episode's record id and index count from 1 (`ep-000001`).
 """

@@ -3,5 +3,5 @@
 `wire` (the Confluent framing), `serde` (the serializer and decoder both sides use),
 the Avro writer and readers (`avro_writer`, `avro_reader`, the generated
 `avro_fastread`), `proto_codec`, `avro_protos` (protobuf leaves inside
-Avro), and `leaves` (observation and action bytes -> typed values, spec section 7).
+Avro), and `leaves` (observation and action bytes -> typed values, runtime-events.md §7).
 """

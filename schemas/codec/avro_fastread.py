@@ -9,9 +9,10 @@ the dataclasses. Any other writer schema goes through fastavro's resolution
 malformed payload raises, and the caller turns that into CorruptPayloadError.
 
 Why keep hand-written decoding next to fastavro: measured side by side
-(`benchmarks/bench_contract.py`, docs/benchmarks.md "Fast Avro reader vs fastavro"),
-it is 2.3x to 3.2x faster than fastavro's compiled reader plus the conversion to
-dataclasses it replaces, and Avro decoding is a large share of a consumer's time.
+(`benchmarks/bench_contract.py`), it is 2.3x to 3.2x faster than fastavro's compiled
+reader plus the conversion to dataclasses it replaces (one 8-lane `StepCompletedEvent`:
+19.7 against 62.5 us), and Avro decoding is a large share of a consumer's time (read +
+decode ~3 us of an event's ~10).
 """
 
 from __future__ import annotations

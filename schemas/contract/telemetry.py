@@ -1,4 +1,4 @@
-"""Telemetry snapshot types, mirroring rlmesh-runtime's `crate::telemetry` (spec section 5).
+"""Telemetry snapshot types, mirroring rlmesh-runtime's `crate::telemetry` (runtime-events.md §5).
 
 A `Snapshot` is a pure metrics payload; identity rides on the enclosing
 `TelemetrySnapshotEvent`. `Horizon.WINDOW` rows cover one telemetry window,

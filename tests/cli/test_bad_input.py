@@ -222,7 +222,7 @@ CASES: list[BadInput] = [
               "--checkpoint-step", r"ckpt-(\d+)"),
              ("events.out.tfevents.18446744073709551615", "corrupt",
               "claims 18446744073709551615 bytes")),
-    # -- export trajectories: a dataset id cannot leave --out (issue 26, item 3)
+    # -- export trajectories: a dataset id cannot leave --out
     BadInput("export --dataset-id escaping --out",
              ("export", "trajectories", "--out", "{tmp_path}/ds", "--format", "minari",
               "--dataset-id", "../../elsewhere/x-v0"),

@@ -1,5 +1,5 @@
 """`--dataset-id` stays inside `--out`, and the exporter removes only what its own manifest
-lists (issue 26, item 3)."""
+lists: a dataset id must not make it write or delete outside the directory it was given."""
 
 from __future__ import annotations
 

@@ -249,9 +249,9 @@ def test_a_producer_sigkilled_during_a_kafka_outage_with_a_spool_loses_nothing(
     assert heir.stats().recovered == report["spooled"]
     assert sorted(set(theirs)) == list(range(report["accepted"]))  # every sequence: no loss
     # Copies: only a record the broker wrote while it was stopping, whose acknowledgement never
-    # came, so it was spooled and sent again (docs/producer.md, "Duplicates"): at most one
-    # request's worth, one run of sequences, each twice, under its own producer id and sequence
-    # (the consumers' delivery tables count them as duplicates).
+    # came, so it was spooled and sent again (docs/producer.md, "Delivery guarantees of the
+    # hook"): at most one request's worth, one run of sequences, each twice, under its own
+    # producer id and sequence (the consumers' delivery tables count them as duplicates).
     again = sorted(seq for seq, copies in Counter(theirs).items() if copies > 1)
     assert all(copies <= 2 for copies in Counter(theirs).values())
     assert len(again) < report["spooled"]

@@ -1,4 +1,4 @@
-"""Leaf bytes per spec section 7 and SpaceSpecs from Gymnasium spaces."""
+"""Leaf bytes per runtime-events.md §7 and SpaceSpecs from Gymnasium spaces."""
 
 from __future__ import annotations
 

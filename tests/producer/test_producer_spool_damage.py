@@ -17,7 +17,7 @@ from rlmesh_stream.producer.records import Record, encode_record, scan_records
 from rlmesh_stream.producer.spool import SET_ASIDE_DIR, Spool
 from rlmesh_stream.schemas.contract.topics import EventType
 
-RECORDS = 71  # about 23.6 KB in one segment, as in the report (issue 26, item 5)
+RECORDS = 71  # about 23.6 KB in one segment: a torn tail lands inside a record
 
 
 def _record(seq: int) -> Record:

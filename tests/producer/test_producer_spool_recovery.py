@@ -1,8 +1,8 @@
 """The hook starting on a spool a crash or a newer version left damaged, on the real stack.
 
-It must come up (issue 26, item 6: it raised IndexError / IsADirectoryError
-in every later process), deliver every intact record it finds, and account
-for the lost ones in `stats()` (item 5: they vanished uncounted).
+It must come up (a damaged segment once raised IndexError / IsADirectoryError in every
+later process), deliver every intact record it finds, and account for the lost ones in
+`stats()` (they once vanished uncounted).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SpaceSpec encodings are cached (spec section 7: encode a space once per distinct spec)."""
+"""SpaceSpec encodings are cached (runtime-events.md §7: encode a space once per distinct spec)."""
 
 from __future__ import annotations
 
