@@ -15,9 +15,8 @@ Nullable keys: a whole-env session has no lane (`lane` NULL), but key columns
 cannot be NULL, so keyed tables carry `lane_key = COALESCE(lane, -1)` in the
 primary key next to the nullable `lane`.
 
-The model (columns, merge rules, SQL rendering) is the package `table_model`; this
-module holds the definitions and re-exports the model's names, so code and tests
-import everything table-related from here.
+The model (columns, merge rules, SQL rendering) is the package `table_model`, imported
+from there; this module holds the definitions only.
 """
 
 from __future__ import annotations
@@ -25,28 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rlmesh_stream.consumers.table_model import (
-    MERGE_RULES,
-    Column,
-    Dialect,
-    Merge,
-    MergeRule,
-    Table,
-    View,
-    add_column_sql,
-    column_defs,
-    create_table_sql,
-    create_view_sql,
-    finish_row,
-    merge_into_sql,
-    merge_rows,
-    merge_sql,
-    merge_value,
-    rank_sql,
-    sql_type,
-    tuple_merger,
-    upsert_sql,
-)
+from rlmesh_stream.consumers.table_model import Column, Merge, Table, View
 
 __all__ = [
     "ADVISORIES",
@@ -63,7 +41,6 @@ __all__ = [
     "LEGACY_DELIVERY_COLUMN",
     "LEGACY_DELIVERY_RANGES_SQL",
     "LEGACY_DELIVERY_SCRATCH",
-    "MERGE_RULES",
     "OWNED_NAMES",
     "SESSIONS",
     "SESSION_STATUSES",
@@ -73,26 +50,7 @@ __all__ = [
     "TELEMETRY_ROLLUPS",
     "TELEMETRY_SESSIONS",
     "VIEWS",
-    "Column",
-    "Dialect",
-    "Merge",
-    "MergeRule",
-    "Table",
-    "View",
-    "add_column_sql",
-    "column_defs",
-    "create_table_sql",
-    "create_view_sql",
-    "finish_row",
     "is_consumers_own",
-    "merge_into_sql",
-    "merge_rows",
-    "merge_sql",
-    "merge_value",
-    "rank_sql",
-    "sql_type",
-    "tuple_merger",
-    "upsert_sql",
 ]
 
 # --------------------------------------------------------------------------- tables

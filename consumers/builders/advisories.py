@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, ClassVar, cast
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.runtime.records import Record, enum_text, route_columns
-from rlmesh_stream.consumers.tables import ADVISORIES, Table
+from rlmesh_stream.consumers.table_model import Table
+from rlmesh_stream.consumers.tables import ADVISORIES
 from rlmesh_stream.schemas.contract.topics import EventType
 
 if TYPE_CHECKING:  # the event classes load with the decoders, not at start-up

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from rlmesh_stream.consumers.builders.projection import Projections
 from rlmesh_stream.consumers.runtime.records import Record, epoch_ms
-from rlmesh_stream.consumers.tables import Table, finish_row, merge_rows, tuple_merger
+from rlmesh_stream.consumers.table_model import Table, finish_row, merge_rows, tuple_merger
 from rlmesh_stream.schemas.contract.topics import EventType
 
 PartialRow = tuple[Table, dict[str, Any]]
@@ -115,7 +115,7 @@ def reduce(builder: Builder, records: Iterable[Record], into: Reduced | None = N
 
 def _reduce_packed(projections: Projections, records: Iterable[Record],
                    reduced: Reduced) -> None:
-    """Merge every record's packed row into `reduced` (`tables.tuple_merger`), with what
+    """Merge every record's packed row into `reduced` (`table_model.tuple_merger`), with what
     each event type needs looked up once: the per-record loop of a backlog."""
     plans: dict[EventType, tuple[Any, ...]] = {}
     last_type: EventType | None = None  # records come in runs of one event type: an

@@ -19,12 +19,8 @@ from typing import ClassVar
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow, Reduced
 from rlmesh_stream.consumers.runtime.records import Record
-from rlmesh_stream.consumers.tables import (
-    DELIVERY_BATCH,
-    DELIVERY_MERGE_SQL,
-    INVALID_HEADERS,
-    Table,
-)
+from rlmesh_stream.consumers.table_model import Table
+from rlmesh_stream.consumers.tables import DELIVERY_BATCH, DELIVERY_MERGE_SQL, INVALID_HEADERS
 from rlmesh_stream.schemas.contract import headers as h
 from rlmesh_stream.schemas.contract.topics import EventType
 

@@ -23,7 +23,8 @@ from rlmesh_stream.consumers.builders.projection import (
     Source,
 )
 from rlmesh_stream.consumers.runtime.records import Record, meta_json, route_columns
-from rlmesh_stream.consumers.tables import EPISODE_SESSION_ENDS, EPISODES, STEPS, Table
+from rlmesh_stream.consumers.table_model import Table
+from rlmesh_stream.consumers.tables import EPISODE_SESSION_ENDS, EPISODES, STEPS
 from rlmesh_stream.schemas.contract.topics import EventType
 
 if TYPE_CHECKING:  # the event classes load with the decoders, not at start-up

@@ -6,7 +6,7 @@ fields (a route flattened, a constant status, the record timestamp). Declared as
 schema), or straight from the Avro bytes by a decoder generated for it
 (`schemas.avro_fastread.compile_projection`), which builds no event dataclass, no
 `Record` payload and no dict. Such a row is a tuple in the table's column order (a
-"packed" row) and is merged with `tables.tuple_merger`, the tuple twin of `merge_rows`.
+"packed" row) and is merged with `table_model.tuple_merger`, the tuple twin of `merge_rows`.
 In a packed row a TIMESTAMPTZ column holds whole milliseconds since the epoch (an int:
 Arrow stages those ~10x faster than aware datetimes); the sinks convert.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rlmesh_stream.consumers.tables import Table
+from rlmesh_stream.consumers.table_model import Table
 from rlmesh_stream.schemas.codec.projection_items import Arg, Call, Const, Item
 from rlmesh_stream.schemas.contract.topics import EventType
 

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.runtime.records import Record, route_columns
-from rlmesh_stream.consumers.tables import SESSIONS, Table
+from rlmesh_stream.consumers.table_model import Table
+from rlmesh_stream.consumers.tables import SESSIONS
 from rlmesh_stream.schemas.contract.topics import EventType
 
 if TYPE_CHECKING:  # the event classes load with the decoders, not at start-up

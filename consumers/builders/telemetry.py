@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, ClassVar, cast
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.runtime.records import Record, enum_text, route_columns
-from rlmesh_stream.consumers.tables import TELEMETRY_ROLLUPS, TELEMETRY_SESSIONS, Table
+from rlmesh_stream.consumers.table_model import Table
+from rlmesh_stream.consumers.tables import TELEMETRY_ROLLUPS, TELEMETRY_SESSIONS
 from rlmesh_stream.schemas.contract.telemetry import Horizon
 from rlmesh_stream.schemas.contract.topics import EventType
 

@@ -37,7 +37,7 @@ from rlmesh_stream.consumers.datasets.manifest import (
 from rlmesh_stream.consumers.datasets.writers import MinariWriter, ParquetWriter
 from rlmesh_stream.consumers.runtime.records import TP, Record
 from rlmesh_stream.consumers.sinks import Sink, SinkBatch
-from rlmesh_stream.consumers.tables import Table
+from rlmesh_stream.consumers.table_model import Table
 from rlmesh_stream.schemas.contract.topics import EventType
 
 TRAJECTORY_EVENTS = frozenset({

@@ -27,7 +27,7 @@ from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.errors import ContractError
 
 
-class Joiner(Protocol):
+class JoinerView(Protocol):
     """What releasing a session needs of the joiner (`episodes.Joiner`), which calls it:
     described here, not imported, so the two modules do not import each other."""
 
@@ -39,7 +39,7 @@ class Joiner(Protocol):
     def _skip(self, reason: str, ep: PendingEpisode) -> None: ...
 
 
-def release_session(joiner: Joiner, session_id: str, session: SessionState,
+def release_session(joiner: JoinerView, session_id: str, session: SessionState,
                     pending: dict[Key, PendingEpisode] | None = None) -> list[Episode]:
     """Every episode of an ended vector-env session (or of any at the end of a run);
     `pending`: the joiner's pending episodes of this session, if the caller has them."""
@@ -73,7 +73,7 @@ def release_session(joiner: Joiner, session_id: str, session: SessionState,
     joiner._first.pop(("s", session_id), None)
     return out
 
-def _verdict(joiner: Joiner, ep: PendingEpisode, session: SessionState,
+def _verdict(joiner: JoinerView, ep: PendingEpisode, session: SessionState,
                    problem: str | None) -> str | None:
     if ep.route is not None and not joiner.filters.wants(ep.route):
         return "filtered"
@@ -87,7 +87,7 @@ def _verdict(joiner: Joiner, ep: PendingEpisode, session: SessionState,
         return "caution"
     return None
 
-def _build_lane(joiner: Joiner, ep: PendingEpisode, session: SessionState, lane_ep: Any,
+def _build_lane(joiner: JoinerView, ep: PendingEpisode, session: SessionState, lane_ep: Any,
                 bad: set[int], values: LaneValues) -> Episode | None:
     groups = session.groups
     assert groups is not None

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from rlmesh_stream.consumers.builders.projection import Const
 from rlmesh_stream.consumers.flink.render import FlinkView, Partial, Sql, literal, merged_sql
-from rlmesh_stream.consumers.tables import DELIVERY_BATCH, DELIVERY_PRODUCERS, Column
+from rlmesh_stream.consumers.table_model import Column
+from rlmesh_stream.consumers.tables import DELIVERY_BATCH, DELIVERY_PRODUCERS
 from rlmesh_stream.schemas.contract import headers as h
 from rlmesh_stream.schemas.contract.topics import EVENT_TYPES
 

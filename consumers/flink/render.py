@@ -1,6 +1,6 @@
 """A consumer table as a Flink SQL query: partial rows per source event, merged per key.
 
-Why: a table is written by order-independent upserts (`tables.Merge`), so the whole
+Why: a table is written by order-independent upserts (`table_model.Merge`), so the whole
 history of a key merges into one row whatever the order. Over a group of all of a key's
 partial rows the same result is an aggregate per column, which Flink computes in a
 batch (bounded) or updating (streaming) job alike:
@@ -32,7 +32,7 @@ from typing import Any, TypeAlias
 
 from rlmesh_stream.consumers.builders.projection import TIMESTAMP, Call, Const
 from rlmesh_stream.consumers.runtime.records import enum_text
-from rlmesh_stream.consumers.tables import Column, Merge, Table
+from rlmesh_stream.consumers.table_model import Column, Merge, Table
 from rlmesh_stream.schemas.codec.projection_items import Arg
 from rlmesh_stream.schemas.contract.avro import named_types
 from rlmesh_stream.schemas.contract.topics import EventType

@@ -5,7 +5,7 @@ records arrive), so it needs a sink that upserts: Flink's JDBC connector
 (`org.apache.flink:flink-connector-jdbc-core` and `-postgres` 4.0.0-2.0, plus the
 PostgreSQL driver; `infra fetch --flink` fetches them) writes each change as
 `INSERT ... ON CONFLICT (key) DO UPDATE` when the sink table declares the view's key.
-The PostgreSQL table is the consumers' own definition of it (`tables.create_table_sql`),
+The PostgreSQL table is the consumers' own definition of it (`table_model.create_table_sql`),
 less the columns Flink cannot carry, so a report reads it as it reads the consumers'.
 
 Timestamps: the connector has no TIMESTAMP_LTZ, so a TIMESTAMPTZ column travels as a
@@ -17,7 +17,7 @@ its default, the JVM's.
 from __future__ import annotations
 
 from rlmesh_stream.consumers.flink.render import FlinkView, flink_type, literal
-from rlmesh_stream.consumers.tables import Column, Dialect, Table, create_table_sql
+from rlmesh_stream.consumers.table_model import Column, Dialect, Table, create_table_sql
 from rlmesh_stream.schemas.engines.flink import quote
 
 SINK_PREFIX = "sink_"

@@ -84,7 +84,7 @@ class ConsumerRuntime:
         # a consumer made before the sink was opened (`kafka_io.Connection`), or made by run()
         self._connection = connection
         self.errors = (connection.errors if connection is not None
-                       else kafka_io.ClientErrors(config, options.group_id))
+                       else kafka_io.ConsumerErrors(config, options.group_id))
         self.reader = Reader(self.decoders, self.offsets, self.policy, self.errors)
         self.until_end = UntilEnd(config, options, self.topics, self.policy, sink)
         if options.whole_sessions:  # the end of the partitions other members hold

@@ -99,7 +99,7 @@ class Connection:
     group (`close`), and never rebalances the other members."""
 
     def __init__(self, config: StreamConfig, options: RuntimeOptions) -> None:
-        self.errors = ClientErrors(config, options.group_id)
+        self.errors = ConsumerErrors(config, options.group_id)
         self.consumer = Consumer(kafka_config(config, options, self.errors))
 
     def close(self) -> None:
@@ -107,7 +107,7 @@ class Connection:
         self.consumer.close()
 
 
-class ClientErrors:
+class ConsumerErrors:
     """The consumer's `error_cb`: wrong credentials stop the process (raised out of
     consume); other errors are logged once per kind and 30 s, and the last one is kept
     to explain a failure."""

@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, Message
 from rlmesh_stream.consumers.deadletter import DeadLetter
 from rlmesh_stream.consumers.runtime.decoding import Decoders, check_event_type, check_key
 from rlmesh_stream.consumers.runtime.errors import ConsumerError, RegistryDown
-from rlmesh_stream.consumers.runtime.kafka_io import ClientErrors, header_dict, header_pairs
+from rlmesh_stream.consumers.runtime.kafka_io import ConsumerErrors, header_dict, header_pairs
 from rlmesh_stream.consumers.runtime.offsets import Offsets
 from rlmesh_stream.consumers.runtime.policy import CheckpointPolicy
 from rlmesh_stream.consumers.runtime.records import OUT_OF_RANGE, TP, Record, timestamp_of
@@ -39,7 +39,7 @@ class Reader:
     """Buffers what is read into the checkpoint policy's buffer."""
 
     def __init__(self, decoders: Decoders, offsets: Offsets, policy: CheckpointPolicy,
-                 errors: ClientErrors) -> None:
+                 errors: ConsumerErrors) -> None:
         self.decoders, self.offsets, self.policy, self.errors = decoders, offsets, policy, errors
         self._stamps: dict[int, Any] = {}  # record timestamp (ms) -> its datetime
         self.first_record_at: float | None = None  # monotonic time of the first record read

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from rlmesh_stream.consumers.runtime.errors import ConsumerError
 from rlmesh_stream.consumers.runtime.kafka_io import (
     SESSION_TIMEOUT_MS,
-    ClientErrors,
+    ConsumerErrors,
     existing_topics,
     high_watermarks,
 )
@@ -43,7 +43,7 @@ class UntilEnd:
         self._idle_checked_at = 0.0
         self._admin: Any = None  # AdminClient describing the group, made when first needed
 
-    def check_topics(self, consumer: Consumer, errors: ClientErrors) -> None:
+    def check_topics(self, consumer: Consumer, errors: ConsumerErrors) -> None:
         """Kafka answers and at least one of the topics exists, or an error.
 
         Without it an offline run waits forever for an assignment that cannot come: a

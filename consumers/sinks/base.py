@@ -25,6 +25,14 @@ from typing import Any
 
 from rlmesh_stream.consumers.runtime.records import TP
 from rlmesh_stream.consumers.sinks.url import SinkError
+from rlmesh_stream.consumers.table_model import (
+    Dialect,
+    Table,
+    View,
+    add_column_sql,
+    create_table_sql,
+    create_view_sql,
+)
 from rlmesh_stream.consumers.tables import (
     CONSUMER_OFFSETS,
     DEAD_LETTERS,
@@ -35,12 +43,6 @@ from rlmesh_stream.consumers.tables import (
     LEGACY_DELIVERY_SCRATCH,
     TABLES,
     VIEWS,
-    Dialect,
-    Table,
-    View,
-    add_column_sql,
-    create_table_sql,
-    create_view_sql,
 )
 from rlmesh_stream.schemas.errors import RlmeshStreamError
 

@@ -22,12 +22,8 @@ from rlmesh_stream.consumers.sinks.base import (
     offset_conflict,
 )
 from rlmesh_stream.consumers.sinks.url import connect_duckdb
-from rlmesh_stream.consumers.tables import (
-    CONSUMER_OFFSETS,
-    Dialect,
-    Table,
-    merge_into_sql,
-)
+from rlmesh_stream.consumers.table_model import Dialect, Table, merge_into_sql
+from rlmesh_stream.consumers.tables import CONSUMER_OFFSETS
 
 if TYPE_CHECKING:
     import pyarrow as pa

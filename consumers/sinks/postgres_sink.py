@@ -17,7 +17,7 @@ from typing import Any
 from rlmesh_stream.consumers.runtime.records import timestamp_of
 from rlmesh_stream.consumers.sinks.base import TableSink
 from rlmesh_stream.consumers.sinks.url import connect_postgres
-from rlmesh_stream.consumers.tables import Dialect, Table, column_defs, upsert_sql
+from rlmesh_stream.consumers.table_model import Dialect, Table, column_defs, upsert_sql
 
 _MIGRATION_LOCK = 0x726C6D657368  # "rlmesh": pg_advisory_xact_lock key for migrations
 # Every batch with keys to lock takes this one first: shared, then one lock per key; a batch

@@ -15,7 +15,8 @@ from typing import Any
 
 import duckdb
 
-from rlmesh_stream.consumers.tables import TABLES, VIEWS, Dialect, create_table_sql, create_view_sql
+from rlmesh_stream.consumers.table_model import Dialect, create_table_sql, create_view_sql
+from rlmesh_stream.consumers.tables import TABLES, VIEWS
 
 T0 = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 

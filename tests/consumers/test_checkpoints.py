@@ -26,7 +26,7 @@ from rlmesh_stream.consumers.deadletter import DeadLetter
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions, _offset_ranges
 from rlmesh_stream.consumers.runtime.records import Record
 from rlmesh_stream.consumers.sinks import SinkBatch, open_sink
-from rlmesh_stream.consumers.tables import Table
+from rlmesh_stream.consumers.table_model import Table
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import EventType
 

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from rlmesh_stream.consumers.builders import EpisodesBuilder
 from rlmesh_stream.consumers.runtime.records import epoch_ms, timestamp_of
-from rlmesh_stream.consumers.tables import EPISODES, merge_rows, tuple_merger
+from rlmesh_stream.consumers.table_model import merge_rows, tuple_merger
+from rlmesh_stream.consumers.tables import EPISODES
 from rlmesh_stream.schemas.codec.avro_fastread import Framing, compile_projection, compile_reader
 from rlmesh_stream.schemas.codec.avro_reader import (
     _refused,

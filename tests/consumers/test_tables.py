@@ -17,12 +17,7 @@ from rlmesh_stream.consumers.builders import DeliveryBuilder, Reduced, reduce
 from rlmesh_stream.consumers.builders.telemetry import weighted
 from rlmesh_stream.consumers.runtime.records import Record, epoch_ms
 from rlmesh_stream.consumers.sinks import OffsetConflict, OffsetUpdate, SinkBatch, open_sink
-from rlmesh_stream.consumers.tables import (
-    ADVISORIES,
-    EPISODES,
-    SESSIONS,
-    TABLES,
-    TELEMETRY_ROLLUPS,
+from rlmesh_stream.consumers.table_model import (
     Column,
     Dialect,
     Merge,
@@ -30,6 +25,7 @@ from rlmesh_stream.consumers.tables import (
     create_table_sql,
     finish_row,
 )
+from rlmesh_stream.consumers.tables import ADVISORIES, EPISODES, SESSIONS, TABLES, TELEMETRY_ROLLUPS
 from rlmesh_stream.schemas.contract import headers as h
 from rlmesh_stream.schemas.contract.topics import EventType
 
@@ -212,7 +208,7 @@ def test_packed_rows_are_stored_as_the_same_rows_as_dicts(sink_url: str) -> None
 
 def test_rank_merge_prefers_the_higher_status_whatever_comes_first() -> None:
     status = Column("status", "TEXT", Merge.RANK, ranks=("running", "ended", "failed"))
-    from rlmesh_stream.consumers.tables import merge_value
+    from rlmesh_stream.consumers.table_model import merge_value
 
     assert merge_value(status, "failed", "running") == "failed"
     assert merge_value(status, "running", "ended") == "ended"

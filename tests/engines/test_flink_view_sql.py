@@ -38,15 +38,13 @@ from rlmesh_stream.consumers.flink.sink import insert_sql, jdbc_sink_sql, postgr
 from rlmesh_stream.consumers.flink.telemetry import SESSION_PARTIALS as TELEMETRY_SESSION_PARTIALS
 from rlmesh_stream.consumers.flink.telemetry import rollup_partials, rollups_view
 from rlmesh_stream.consumers.runtime.records import Record, enum_text, meta_json
+from rlmesh_stream.consumers.table_model import Column, Merge, Table
 from rlmesh_stream.consumers.tables import (
     ADVISORIES,
     SESSIONS,
     TABLES_BY_NAME,
     TELEMETRY_ROLLUPS,
     TELEMETRY_SESSIONS,
-    Column,
-    Merge,
-    Table,
 )
 from rlmesh_stream.infra.schemas_cli import schemas
 from rlmesh_stream.schemas.contract.topics import EventType

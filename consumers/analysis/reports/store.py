@@ -25,7 +25,7 @@ from rlmesh_stream.consumers.sinks.url import (
     connect_duckdb,
     connect_postgres,
 )
-from rlmesh_stream.consumers.tables import Table, View
+from rlmesh_stream.consumers.table_model import Table, View
 
 
 class StoreError(SinkError):
