@@ -46,12 +46,12 @@ COMMANDS: dict[str, str] = {
     "consume": "rlmesh_stream.consumers.consume_cli:consume",
     # analysis (consumers/analysis/)
     "report": "rlmesh_stream.consumers.analysis.report_cli:report",
-    "tail": "rlmesh_stream.consumers.analysis.tail:tail",
+    "tail": "rlmesh_stream.consumers.analysis.tail_cli:tail",
     "join": "rlmesh_stream.consumers.analysis.join_cli:join",
     # datasets (consumers/datasets/)
     "export": "rlmesh_stream.consumers.datasets.export_cli:export",
     # everything at once (infra/)
-    "demo": "rlmesh_stream.infra.demo:demo",
+    "demo": "rlmesh_stream.infra.demo_cli:demo",
 }
 
 # command -> its line in `rlmesh-stream --help`: the first sentence of its own help, kept

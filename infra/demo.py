@@ -35,7 +35,6 @@ from typing import Any
 
 import click
 
-from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import DEFAULT_BOOTSTRAP, StreamConfig
 
 ENV_ID = "CartPole-v1"
@@ -337,22 +336,12 @@ def _join(sink_url: str, log_path: Path, out: Path, say: Callable[[str], None]) 
     say(f"  see it next to the training loss: tensorboard --logdir {log_path.parent}")
 
 
-# --------------------------------------------------------------------------- command
+# --------------------------------------------------------------------------- the run
 
 
-@click.command()
-@stream_options
-@click.option("--episodes", default=6, show_default=True, type=click.IntRange(1, 200),
-              help="Episodes per session (each checkpoint runs "
-              f"{CONCURRENT_SESSIONS} concurrent sessions).")
-@click.option("--out", "out_dir", default="rlmesh-demo", show_default=True,
-              type=click.Path(file_okay=False, path_type=Path),
-              help="Directory for the store, reports, training log and plot.")
-@click.option("--start-stack/--no-start-stack", default=True, show_default=True,
-              help="Start the local stack when nothing answers at the default address.")
-def demo(config: StreamConfig, episodes: int, out_dir: Path, start_stack: bool) -> None:
-    """Run real CartPole rollouts through Kafka into tables, then report, join and plot."""
-    say = click.echo
+def run_demo(config: StreamConfig, episodes: int, out_dir: Path, start_stack: bool,
+             say: Callable[[str], None]) -> None:
+    """The demo's five steps (the module docstring), reported through `say`."""
     started = time.monotonic()
     out_dir.mkdir(parents=True, exist_ok=True)
     config = _ensure_stack(config, start_stack, say)

@@ -11,15 +11,10 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
-
-import click
 
 from rlmesh_stream.schemas.connection.access import redact_url
-from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.client_errors import ClientErrors
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.errors import RegistryProtocolError, RegistryUnavailableError
@@ -116,40 +111,3 @@ def run_smoke(config: StreamConfig, timeout: float = 30.0) -> SmokeResult:
         raise RuntimeError(f"the record written to {topic} was not read back within {timeout} s")
     return SmokeResult(topic, subject, schema_id, record, received,
                        round(time.monotonic() - started, 2))
-
-
-def _port(address: str, default: int) -> int:
-    return urlparse(address if "://" in address else f"//{address}").port or default
-
-
-@click.command()
-@stream_options
-@click.option("--up/--no-up", "start", default=True, show_default=True,
-              help="Start the local stack first, on the ports of --bootstrap/--registry-url.")
-@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
-              envvar="RLMESH_STREAM_HOME", help="Local stack directory (with --up).")
-def smoke(config: StreamConfig, start: bool, home: Path | None) -> None:
-    """Register a schema, produce one Avro record and read it back."""
-    if start:
-        from rlmesh_stream.infra.errors import StackError
-        from rlmesh_stream.infra.stack import LocalStack
-
-        stack = LocalStack(home, kafka_port=_port(config.bootstrap, 9092),
-                           registry_port=_port(config.registry_url, 8081))
-        try:
-            info = stack.up(log=lambda m: click.echo(m, err=True))
-        except StackError as exc:
-            raise click.ClickException(str(exc)) from None
-        config = replace(config, bootstrap=info.bootstrap, registry_url=info.registry_url)
-    click.echo(redact_url(f"bootstrap {config.bootstrap}, registry {config.registry_url}"))
-    try:
-        result = run_smoke(config)
-    except SmokeError as exc:
-        raise click.ClickException(redact_url(str(exc))) from None
-    except Exception as exc:  # any failure of the stack is the answer: one line, no password
-        raise click.ClickException(
-            redact_url(f"smoke failed: {str(exc) or type(exc).__name__}")) from None
-    click.echo(f"registered {result.subject} as schema id {result.schema_id}")
-    click.echo(f"produced to {result.topic}: {result.sent}")
-    click.echo(f"read back:  {result.received}")
-    click.echo(f"smoke OK in {result.seconds} s")

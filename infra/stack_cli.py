@@ -177,7 +177,7 @@ def fetch(flink: bool) -> None:
 
 
 def _add_smoke() -> None:
-    from rlmesh_stream.infra.smoke import smoke
+    from rlmesh_stream.infra.smoke_cli import smoke
 
     infra.add_command(smoke)
 

@@ -8,7 +8,8 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
-from rlmesh_stream.infra.demo import CHECKPOINTS, CONCURRENT_SESSIONS, ENV_ID, SIM_ENV_ID, demo
+from rlmesh_stream.infra.demo import CHECKPOINTS, CONCURRENT_SESSIONS, ENV_ID, SIM_ENV_ID
+from rlmesh_stream.infra.demo_cli import demo
 from rlmesh_stream.producer.manifest import Manifest
 from rlmesh_stream.schemas.connection.config import StreamConfig
 

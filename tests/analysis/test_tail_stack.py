@@ -10,7 +10,8 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from rlmesh_stream.consumers.analysis.tail import run_tail, tail
+from rlmesh_stream.consumers.analysis.tail import run_tail
+from rlmesh_stream.consumers.analysis.tail_cli import tail
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.events import EpisodeCompletedEvent
 from rlmesh_stream.schemas.contract.topics import EventType
