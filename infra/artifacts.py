@@ -78,10 +78,6 @@ class Artifacts:
         return self.cache_dir / f"apicurio-registry-{APICURIO_VERSION}"
 
     @property
-    def registry_jar(self) -> Path:
-        return self.registry_home / "quarkus-run.jar"
-
-    @property
     def log_file(self) -> Path:
         return self.cache_dir / "fetch.log"
 

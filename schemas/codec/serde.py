@@ -134,12 +134,6 @@ class EventDecoder:
         reader = self._readers.get(sid) or self._reader(sid)
         return getattr(reader, "choice", None)
 
-    def event_type_of(self, value: bytes) -> EventType:
-        """Which event a framed value holds, from its schema alone (no payload decode)."""
-        sid = schema_id_of(value)
-        reader = self._readers.get(sid) or self._reader(sid)
-        return reader.event_type  # type: ignore[attr-defined, no-any-return]
-
     def projector(self, value: bytes, items: list[Any]
                   ) -> tuple[EventType, Callable[[bytes, Any], tuple[Any, ...]] | None]:
         """For the schema id of a framed value: its event type, and a reader of only `items`

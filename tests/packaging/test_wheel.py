@@ -26,9 +26,8 @@ EXTRA_ONLY = ("duckdb", "pyarrow", "psycopg", "matplotlib", "rlmesh", "testconta
 
 def _copy_sources(target: Path) -> Path:
     ignore = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", "build",
-                                    ".mypy_cache", ".ruff_cache", "*.duckdb",
-                                    "*.so")  # a stale build of the C reader, dropped since
-    for name in (*FOLDERS, "rlmesh_stream", "setup.py", "pyproject.toml", "README.md"):
+                                    ".mypy_cache", ".ruff_cache", "*.duckdb")
+    for name in (*FOLDERS, "rlmesh_stream", "pyproject.toml", "README.md"):
         source = ROOT / name
         if source.is_dir():  # rlmesh_stream/ holds links to the folders: copied as links
             shutil.copytree(source, target / name, ignore=ignore, symlinks=True)
