@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -52,6 +51,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from processes import timed
 
 from rlmesh_stream.consumers.builders import EpisodesBuilder
 from rlmesh_stream.consumers.runtime import (
@@ -214,16 +214,6 @@ c.close()
 """
 
 
-def _timed_process(argv: list[str]) -> tuple[float, float]:
-    """Wall seconds from spawn to exit, and the child's CPU seconds (user + sys)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.monotonic()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
-    wall = time.monotonic() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-
-
 # the runtime's fetch settings (runtime/kafka_io.py), which the bare loops use too: with
 # librdkafka's defaults a bare process idled up to 1 s whenever its 64 MB prefetch queue was
 # full (fetch.queue.backoff.ms), 2.7 to 3.7 s over 615 000 records instead of 0.8 to 0.9 s
@@ -238,12 +228,12 @@ def bare_config(config: StreamConfig) -> dict[str, Any]:
 
 
 def bare_process(config: StreamConfig, topics: list[str], total: int) -> tuple[float, float]:
-    return _timed_process([sys.executable, "-c", BARE_PROCESS, repr(bare_config(config)),
+    return timed([sys.executable, "-c", BARE_PROCESS, repr(bare_config(config)),
                            ",".join(topics), str(total)])
 
 
 def consume_process(config: StreamConfig, builder: str, sink_url: str) -> tuple[float, float]:
-    return _timed_process([sys.executable, "-m", "rlmesh_stream.infra.cli", "consume", builder,
+    return timed([sys.executable, "-m", "rlmesh_stream.infra.cli", "consume", builder,
                            "--bootstrap", config.bootstrap, "--registry-url",
                            config.registry_url, "--topic-prefix", config.topic_prefix,
                            "--sink", sink_url, "--group", uuid.uuid4().hex,

@@ -27,10 +27,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +37,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from processes import timed, timed_together
 
 from rlmesh_stream.consumers.datasets.export import TRAJECTORY_EVENTS
 from rlmesh_stream.infra.topics import ensure_topics
@@ -71,35 +70,6 @@ while left:
             del left[(m.topic(), m.partition())]
 c.close()
 """
-
-
-def timed(argv: list[str]) -> tuple[float, float]:
-    """Wall seconds from spawn to exit, and the child's CPU seconds (user + sys)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.monotonic()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
-    wall = time.monotonic() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-
-
-def timed_together(argvs: list[list[str]]) -> tuple[list[float], float]:
-    """Processes started together: each one's wall seconds, and their CPU seconds summed."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.monotonic()
-    procs = [subprocess.Popen(a, stdout=subprocess.DEVNULL) for a in argvs]
-    walls = [0.0] * len(procs)
-    pending = set(range(len(procs)))
-    while pending:
-        for i in list(pending):
-            if procs[i].poll() is not None:
-                walls[i] = time.monotonic() - start
-                pending.discard(i)
-                if procs[i].returncode:
-                    raise RuntimeError(f"{argvs[i][:6]}... exited {procs[i].returncode}")
-        time.sleep(0.01)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return walls, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def bare_argv(config: StreamConfig, partitions: list[int]) -> list[str]:

@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from urllib.parse import urlsplit
 
@@ -48,22 +48,6 @@ def _count(path: str) -> int:
         return int(con.execute("SELECT count(*) FROM sessions").fetchone()[0])  # type: ignore[index]
     finally:
         con.close()
-
-
-@pytest.fixture
-def runtime_thread() -> Iterator[Callable[[ConsumerRuntime], threading.Thread]]:
-    started: list[tuple[ConsumerRuntime, threading.Thread]] = []
-
-    def start(runtime: ConsumerRuntime) -> threading.Thread:
-        thread = threading.Thread(target=runtime.run, daemon=True)
-        thread.start()
-        started.append((runtime, thread))
-        return thread
-
-    yield start
-    for runtime, thread in started:
-        runtime.stop()
-        thread.join(30)
 
 
 def _live_sessions(config: StreamConfig, path: str,

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -108,22 +108,6 @@ def test_reset_recreated_reads_a_recreated_topic_from_its_first_record(
                  f"'{topic}'") == [(3,)]
     again = _consume(stream_config, recreated)  # the stored offset is the new topic's
     assert again.returncode == 0, again.stderr
-
-
-@pytest.fixture
-def runtime_thread() -> Iterator[Callable[[ConsumerRuntime], threading.Thread]]:
-    started: list[tuple[ConsumerRuntime, threading.Thread]] = []
-
-    def start(runtime: ConsumerRuntime) -> threading.Thread:
-        thread = threading.Thread(target=runtime.run, daemon=True)
-        thread.start()
-        started.append((runtime, thread))
-        return thread
-
-    yield start
-    for runtime, thread in started:
-        runtime.stop()
-        thread.join(30)
 
 
 def test_a_live_run_after_an_offline_one_reads_partitions_that_were_empty(

@@ -9,7 +9,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -46,22 +46,6 @@ def published(stream_config: StreamConfig) -> StreamConfig:
     return stream_config
 
 
-@pytest.fixture
-def started() -> Iterator[Callable[[ConsumerRuntime], threading.Thread]]:
-    runs: list[tuple[ConsumerRuntime, threading.Thread]] = []
-
-    def start(runtime: ConsumerRuntime) -> threading.Thread:
-        thread = threading.Thread(target=runtime.run, daemon=True)
-        thread.start()
-        runs.append((runtime, thread))
-        return thread
-
-    yield start
-    for runtime, thread in runs:
-        runtime.stop()
-        thread.join(30)
-
-
 def _lags(stream: io.StringIO) -> list[tuple[int, int]]:
     """(events, lag) of every progress line printed so far."""
     return [(int(m[1]), int(m[2])) for m in
@@ -70,7 +54,7 @@ def _lags(stream: io.StringIO) -> list[tuple[int, int]]:
 
 def test_a_registry_outage_is_not_shown_as_lag_0(
         published: StreamConfig, duckdb_url: str,
-        started: Callable[[ConsumerRuntime], threading.Thread]) -> None:
+        runtime_thread: Callable[[ConsumerRuntime], threading.Thread]) -> None:
     down = StreamConfig.from_env(env={}, bootstrap=published.bootstrap,
                                  registry_url="http://127.0.0.1:1/apis/ccompat/v7",
                                  topic_prefix=published.topic_prefix)
@@ -79,7 +63,7 @@ def test_a_registry_outage_is_not_shown_as_lag_0(
     runtime = ConsumerRuntime(down, make_builders(["sessions"]), open_sink(duckdb_url),
                               RuntimeOptions(group_id=uuid.uuid4().hex, from_beginning=True),
                               progress=progress)
-    thread = started(runtime)
+    thread = runtime_thread(runtime)
     _wait_for(lambda: stream.getvalue().count("registry unavailable") >= 2)
     runtime.stop()
     thread.join(30)
@@ -90,7 +74,7 @@ def test_a_registry_outage_is_not_shown_as_lag_0(
 
 def test_records_read_but_not_yet_written_are_lag(
         published: StreamConfig, duckdb_url: str,
-        started: Callable[[ConsumerRuntime], threading.Thread]) -> None:
+        runtime_thread: Callable[[ConsumerRuntime], threading.Thread]) -> None:
     """The sink is slow: every record is read, the checkpoint holding them is still being
     written."""
     sink = open_sink(duckdb_url)
@@ -107,7 +91,7 @@ def test_records_read_but_not_yet_written_are_lag(
                               RuntimeOptions(group_id=uuid.uuid4().hex, from_beginning=True,
                                              checkpoint_interval=0.1),
                               progress=Progress("consume sessions", stream=stream, interval=0))
-    started(runtime)
+    runtime_thread(runtime)
     try:
         _wait_for(lambda: sum(runtime.offsets.next.values()) == SESSIONS)  # all read
         time.sleep(0.5)  # a few more progress lines

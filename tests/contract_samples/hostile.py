@@ -60,16 +60,21 @@ def deep(depth: int) -> bytes:
     return _splice(_payload(), old, nested_lists(depth))
 
 
-def long_varint(value: int) -> bytes:
-    """The varint of the zigzag encoding of `value`, whatever its size (Avro's long is
-    64-bit; this writes what it forbids too)."""
-    n = (value << 1) if value >= 0 else ((-value) << 1) - 1
+def varint(n: int) -> bytes:
+    """The unsigned varint of `n` >= 0, whatever its size (protobuf's, and Avro's after the
+    zigzag step)."""
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+def long_varint(value: int) -> bytes:
+    """The varint of the zigzag encoding of `value`, whatever its size (Avro's long is
+    64-bit; this writes what it forbids too, where `zigzag.encode_long` refuses it)."""
+    return varint((value << 1) if value >= 0 else ((-value) << 1) - 1)
 
 
 def out_of_range(value: int) -> bytes:

@@ -27,32 +27,20 @@ from rlmesh_stream.consumers.datasets.episodes import Filters
 from rlmesh_stream.consumers.datasets.export import ExportOptions, make_export, run_export
 from rlmesh_stream.consumers.runtime import RuntimeOptions
 from rlmesh_stream.infra.topics import ensure_topics
-from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
-from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import EventType
-from tests.publishing import close_delivered
+from tests.datasets.fleet_export import DATASET, clean_export, publish_fleet
 from tests.record_copies import new_prefix
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
-DATASET = "rlmesh/x-v0"
 
 
 @pytest.fixture(scope="module")
 def fleet(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         tuple[StreamConfig, Path]]:
     """A fleet on 4 partitions and a clean single export of it (the reference)."""
-    config = new_prefix(stack)
-    ensure_topics(config, partitions=4)
-    hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False)
-    simulate_fleet(hooks, sessions=60, lanes=3, episodes=15, seed=11, failure_rate=0.1,
-                   next_step_fraction=0.5, window_every=50)
-    close_delivered(hooks)
-    clean = tmp_path_factory.mktemp("clean") / "ds"
-    run_export(config, ExportOptions(clean, "parquet", DATASET, Filters()),
-               RuntimeOptions(group_id=f"g-{uuid.uuid4().hex[:8]}", from_beginning=True,
-                              until_end=True))
-    yield config, clean
+    config = publish_fleet(stack, partitions=4, sessions=60, episodes=15, seed=11)
+    yield config, clean_export(config, tmp_path_factory.mktemp("clean") / "ds")
 
 
 def _cli(config: StreamConfig, out: Path, *extra: str) -> list[str]:

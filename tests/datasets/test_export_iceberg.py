@@ -7,7 +7,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -21,11 +20,8 @@ import pytest
 from rlmesh_stream.consumers.datasets.episodes import Filters
 from rlmesh_stream.consumers.datasets.export import ExportOptions, run_export
 from rlmesh_stream.consumers.runtime import RuntimeOptions
-from rlmesh_stream.infra.topics import ensure_topics
-from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
-from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
-from tests.publishing import close_delivered
+from tests.datasets.fleet_export import clean_export, iceberg_cli, publish_fleet
 
 pytest.importorskip("pyiceberg")
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
@@ -36,27 +32,12 @@ TABLE = "rl.fleet"
 def fleet(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         tuple[StreamConfig, Path]]:
     """A fleet on 4 partitions and its clean Parquet export (the reference rows)."""
-    config = StreamConfig.from_env(env={}, bootstrap=stack.bootstrap,
-                                   registry_url=stack.registry_url,
-                                   topic_prefix=f"t{uuid.uuid4().hex[:10]}.rlmesh.runtime")
-    ensure_topics(config, partitions=4)
-    hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False)
-    simulate_fleet(hooks, sessions=40, lanes=3, episodes=12, seed=12, failure_rate=0.1,
-                   next_step_fraction=0.5, window_every=50)
-    close_delivered(hooks)
-    clean = tmp_path_factory.mktemp("clean") / "ds"
-    run_export(config, ExportOptions(clean, "parquet", "rlmesh/x-v0", Filters()),
-               RuntimeOptions(group_id=f"g-{uuid.uuid4().hex[:8]}", from_beginning=True,
-                              until_end=True))
-    yield config, clean
+    config = publish_fleet(stack, partitions=4, sessions=40, episodes=12, seed=12)
+    yield config, clean_export(config, tmp_path_factory.mktemp("clean") / "ds")
 
 
 def _cli(config: StreamConfig, catalog: Path, group: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "rlmesh_stream.infra.cli", "export", "trajectories",
-            "--bootstrap", config.bootstrap, "--registry-url", config.registry_url,
-            "--topic-prefix", config.topic_prefix, "--format", "iceberg",
-            "--catalog", f"sqlite:///{catalog}", "--table", TABLE, "--group", group,
-            "--from-beginning", "--until-end", "--quiet", *extra]
+    return iceberg_cli(config, catalog, TABLE, group, *extra)
 
 
 def _scan(catalog: Path, kind: str) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,14 +18,9 @@ from typing import Any
 
 import pytest
 
-from rlmesh_stream.consumers.datasets.episodes import Filters
-from rlmesh_stream.consumers.datasets.export import ExportOptions, run_export
-from rlmesh_stream.consumers.runtime import RuntimeOptions
 from rlmesh_stream.infra.topics import ensure_topics
-from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
-from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
-from tests.publishing import close_delivered
+from tests.datasets.fleet_export import clean_export, iceberg_cli, publish_fleet
 from tests.record_copies import copy_records, new_prefix
 
 pytest.importorskip("pyiceberg")
@@ -41,16 +35,8 @@ def fleet(stack: Any, tmp_path_factory: pytest.TempPathFactory,
     transactional producer (commit markers and aborted transactions between: offsets no
     read-committed member is handed), and the original's clean Parquet export (the
     reference rows)."""
-    config = new_prefix(stack)
-    ensure_topics(config, partitions=6)
-    hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False)
-    simulate_fleet(hooks, sessions=150, lanes=3, episodes=15, seed=13, failure_rate=0.1,
-                   next_step_fraction=0.5, window_every=50)
-    close_delivered(hooks)
-    clean = tmp_path_factory.mktemp("clean") / "ds"
-    run_export(config, ExportOptions(clean, "parquet", "rlmesh/x-v0", Filters()),
-               RuntimeOptions(group_id=f"g-{uuid.uuid4().hex[:8]}", from_beginning=True,
-                              until_end=True))
+    config = publish_fleet(stack, partitions=6, sessions=150, episodes=15, seed=13)
+    clean = clean_export(config, tmp_path_factory.mktemp("clean") / "ds")
     if request.param == "copied in transactions":
         copy = new_prefix(stack)
         ensure_topics(copy, partitions=6)
@@ -60,11 +46,7 @@ def fleet(stack: Any, tmp_path_factory: pytest.TempPathFactory,
 
 
 def _cli(config: StreamConfig, catalog: Path, group: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "rlmesh_stream.infra.cli", "export", "trajectories",
-            "--bootstrap", config.bootstrap, "--registry-url", config.registry_url,
-            "--topic-prefix", config.topic_prefix, "--format", "iceberg",
-            "--catalog", f"sqlite:///{catalog}", "--table", TABLE, "--group", group,
-            "--from-beginning", "--until-end", "--quiet", *extra]
+    return iceberg_cli(config, catalog, TABLE, group, *extra)
 
 
 def test_members_killed_paused_and_joining_leave_a_clean_runs_rows(

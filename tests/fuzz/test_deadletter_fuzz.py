@@ -26,6 +26,7 @@ from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import headers as h
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.contract_samples.hostile import varint
 from tests.fuzz.fuzz_seeds import Seeds
 
 pytestmark = pytest.mark.timeout(300)
@@ -33,15 +34,6 @@ pytestmark = pytest.mark.timeout(300)
 CORPUS = 300  # malformed records; each costs microseconds, plus one registry 404 per unknown id
 VALID = 30
 TOPIC_TYPE = EventType.SESSION_STARTED
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def malformed_corpus(seeds: Seeds, rng: random.Random, count: int) -> list[bytes]:
@@ -63,7 +55,7 @@ def malformed_corpus(seeds: Seeds, rng: random.Random, count: int) -> list[bytes
             out.append(bytes(flipped))
         elif kind == 3:
             at = rng.randrange(6, len(seed))
-            out.append(seed[:at] + _varint(rng.randrange(2**20, 2**62)) + seed[at:])
+            out.append(seed[:at] + varint(rng.randrange(2**20, 2**62)) + seed[at:])
         elif kind == 4:
             out.append(struct.pack(">bI", 0, unknown + rng.randrange(20)) + seed[5:])
         else:  # a valid event of another type (or format) on this topic

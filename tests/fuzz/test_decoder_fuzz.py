@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from rlmesh_stream.schemas.codec.serde import EventDecoder
 from rlmesh_stream.schemas.contract.errors import DecodeError, UnknownSchemaIdError
 from rlmesh_stream.schemas.contract.topics import EVENT_TYPES
+from tests.contract_samples.hostile import long_varint, varint
 from tests.fuzz.fuzz_seeds import Seeds
 
 pytestmark = pytest.mark.timeout(300)
@@ -38,25 +39,6 @@ def decoded_or_rejected(decoder: EventDecoder, value: bytes) -> str:
         return "rejected"
     assert isinstance(event, EVENT_CLASSES), f"decode returned {type(event).__name__}"
     return "decoded"
-
-
-def zigzag_varint(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def plain_varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 @pytest.fixture(scope="module")
@@ -124,11 +106,11 @@ def test_wrong_and_huge_lengths_are_rejected_without_allocating_them(
     length = data.draw(st.one_of(st.integers(2**20, 2**62), st.integers(-(2**62), -1)))
     if fmt == "avro":
         at = data.draw(st.integers(5, len(value)))
-        bad = value[:at] + zigzag_varint(length) + value[at:]
+        bad = value[:at] + long_varint(length) + value[at:]
     else:
         at = data.draw(st.integers(6, len(value)))  # after the message-index byte
         field = data.draw(st.integers(1, 30))
-        bad = value[:at] + plain_varint(field << 3 | 2) + plain_varint(abs(length)) + value[at:]
+        bad = value[:at] + varint(field << 3 | 2) + varint(abs(length)) + value[at:]
     decoded_or_rejected(decoder, bad)
 
 

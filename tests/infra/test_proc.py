@@ -62,12 +62,19 @@ def test_owns_reads_again_a_command_line_still_empty_from_the_exec(
 
 def test_wait_ready_returns_once_ready_answers(tmp_path: Path) -> None:
     child = subprocess.Popen(["sleep", "60"])
-    answers = iter([False, False, True])
+    answers = [False, False, True]
+    asked: list[bool] = []
+
+    def ready() -> bool:
+        asked.append(answers[len(asked)])
+        return asked[-1]
+
     try:
-        proc.wait_ready("server", child.pid, tmp_path / "log", 10, lambda: next(answers))
+        proc.wait_ready("server", child.pid, tmp_path / "log", 10, ready)
     finally:
         child.kill()
         child.wait()
+    assert asked == [False, False, True], "asked until the first yes, and not after it"
 
 
 def test_wait_ready_names_the_log_when_the_process_exits(tmp_path: Path) -> None:
