@@ -1,7 +1,9 @@
 # rlmesh-stream developer entry points. Each target creates .venv and installs the
-# project into it (editable, with the test extras) when that has not been done yet.
+# project into it (editable, with the test extras) when that has not been done yet, and
+# again whenever pyproject.toml changed since (the stamp .venv/.installed is older).
 #
 #   make demo    the demo job (`rlmesh-stream demo`)
+#   make check   ruff + mypy + every test that needs no server (no Kafka, no PostgreSQL)
 #   make test    the whole test suite; it starts its own Kafka + registry (see README)
 #   make bench   every benchmarks/bench_*.py
 #   make lint    ruff + mypy
@@ -10,21 +12,29 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 CLI := $(VENV)/bin/rlmesh-stream
+STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
+# What `make check` leaves out: tests that start or need a server. `stack` is marked
+# automatically on every test using the `stack` fixture, `postgres` on every test using
+# a PostgreSQL one (tests/conftest.py).
+CHECK_MARKERS ?= not stack and not postgres
 
-.PHONY: demo test bench lint venv
+.PHONY: demo check test bench lint venv
 
-venv: $(CLI)
+venv: $(STAMP)
 
-# The console script only exists once the project is installed into the venv.
-$(CLI):
+$(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
 
 demo: venv
 	$(CLI) demo $(DEMO_ARGS)
+
+check: lint
+	$(VENV)/bin/pytest -m '$(CHECK_MARKERS)' $(PYTEST_ARGS)
 
 test: venv
 	$(VENV)/bin/pytest $(PYTEST_ARGS)

@@ -9,8 +9,10 @@ Which stack, in order:
    the whole run in a temporary directory on free loopback ports, and stopped at the end even when
    the run fails or is interrupted.
 
-Tests that use the `stack` fixture are marked `stack` automatically, so
-`pytest -m "not stack"` runs only the tests that need no servers.
+Tests that use the `stack` fixture (or another that starts Kafka: `KAFKA_FIXTURES`) are
+marked `stack` automatically, and those that use a
+PostgreSQL server (`postgres`, `postgres_dsn`) `postgres`, so `make check`
+(`pytest -m "not stack and not postgres"`) runs only the tests that need no servers.
 
 When a test fails and the stack is the local one, its report gets the tail of the
 registry's and Kafka's logs and a thread dump of the registry (sections at the end of
@@ -60,10 +62,17 @@ class StackEndpoints:
     registry_url: str
 
 
+# Fixtures that start Kafka (with or without a registry): a test using one is a `stack` test.
+KAFKA_FIXTURES = frozenset({"stack", "throwaway_kafka", "cluster", "cluster_up", "secure_stack"})
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "stack" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if KAFKA_FIXTURES.intersection(fixtures):
             item.add_marker(pytest.mark.stack)
+        if "postgres" in fixtures or "postgres_dsn" in fixtures:
+            item.add_marker(pytest.mark.postgres)
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ from rlmesh_stream.infra.proc import free_port, is_alive
 from rlmesh_stream.infra.stack import LocalStack
 from rlmesh_stream.schemas.contract.topics import confluent_serde_conf
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.stack]  # starts stacks of its own
 
 CLI = [sys.executable, "-m", "rlmesh_stream.infra.cli"]
 
