@@ -153,3 +153,25 @@ def test_a_session_with_no_episode_budget_connects_snapshots_and_ends():
     calls = [c for c, _ in log.events]
     assert calls[-2:] == ["on_telemetry", "session_ended"]
     assert manifest.episodes == [] and manifest.sessions[0].status == "ended"
+
+
+@pytest.mark.stack
+def test_the_simulate_command_waits_for_a_full_queue_instead_of_dropping(
+    stream_config, tmp_path, monkeypatch,
+):
+    # A queue of 200 records fills at once under a fleet of ~10 000 events: the load generator
+    # waits for room (Kafka delivering) and publishes every event.
+    monkeypatch.setenv("RLMESH_STREAM_QUEUE_MAX_MESSAGES", "200")
+    path = tmp_path / "manifest.json"
+    result = CliRunner().invoke(simulate, [
+        "--sessions", "24", "--lanes", "4", "--episodes", "20", "--seed", "5",
+        "--bootstrap", stream_config.bootstrap, "--registry-url", stream_config.registry_url,
+        "--topic-prefix", stream_config.topic_prefix, "--manifest", str(path)])
+
+    summary = json.loads(result.output.strip().splitlines()[0])
+    assert summary["dropped"] == 0, result.output
+    assert result.exit_code == 0, result.output
+    manifest = Manifest.load(path)
+    landed = read_back(stream_config.bootstrap, stream_config.registry_url,
+                       stream_config.topic_prefix, expected=manifest.total_events, decode=False)
+    assert len(landed) == manifest.total_events == summary["delivered"]
