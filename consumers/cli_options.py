@@ -20,7 +20,13 @@ from typing import Any, Protocol, TypeVar
 
 import click
 
-from rlmesh_stream.schemas.connection.cli_options import NON_NEGATIVE, POSITIVE, topic_name_callback
+from rlmesh_stream.schemas.connection.cli_options import (
+    NON_NEGATIVE,
+    POSITIVE,
+    SharedOption,
+    shared_options_last,
+    topic_name_callback,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,6 +56,10 @@ def _check_dlq_topic(topic: str | None, config: Any) -> None:
         raise click.BadParameter(str(exc), param_hint="'--dlq-topic'") from None
 
 
+# A reading option: listed after a command's own options, before the connection ones.
+shared_option = functools.partial(click.option, cls=SharedOption)
+
+
 def reading_options(*, default_group: str, store: str, until_end_help: str) -> Callable[[F], F]:
     """Add the reading options to a command; it receives them as one dict, `reading`.
 
@@ -60,26 +70,26 @@ def reading_options(*, default_group: str, store: str, until_end_help: str) -> C
     the records it dead-lettered, in one line.
     """
     options = [
-        click.option("--group", "group_id", default=None,
+        shared_option("--group", "group_id", default=None,
                      help=f"Consumer group id [default: {default_group}]"),
-        click.option("--from-beginning", is_flag=True,
+        shared_option("--from-beginning", is_flag=True,
                      help=f"Start partitions the {store} has no offset for at the earliest "
                           "record [default: where it ended when the process started; "
                           "a topic or partition created later, from its first record]."),
-        click.option("--until-end", is_flag=True, help=until_end_help),
-        click.option("--settle-time", default=None, type=NON_NEGATIVE,
+        shared_option("--until-end", is_flag=True, help=until_end_help),
+        shared_option("--settle-time", default=None, type=NON_NEGATIVE,
                      help="--until-end: a process holding no partitions this many seconds "
                           "after joining, while the group's other members own them all, "
                           "stops [default: three session timeouts, 30 s]."),
-        click.option("--checkpoint-interval", default=1.0, show_default=True,
+        shared_option("--checkpoint-interval", default=1.0, show_default=True,
                      type=POSITIVE,
                      help=f"Seconds between checkpoints (one {store} commit each)."),
-        click.option("--max-batch", default=20_000, show_default=True,
+        shared_option("--max-batch", default=20_000, show_default=True,
                      type=click.IntRange(1, MAX_BATCH_LIMIT),
                      help="Records per checkpoint at most (held in memory until it commits)."),
-        click.option("--dlq-topic", default=None, callback=topic_name_callback,
+        shared_option("--dlq-topic", default=None, callback=topic_name_callback,
                      help="Dead-letter topic [default: <prefix>.dlq]"),
-        click.option("--quiet", is_flag=True, help="No progress output."),
+        shared_option("--quiet", is_flag=True, help="No progress output."),
     ]
 
     def decorate(command: F) -> F:
@@ -100,6 +110,6 @@ def reading_options(*, default_group: str, store: str, until_end_help: str) -> C
         decorated: Any = with_reading
         for option in reversed(options):
             decorated = option(decorated)
-        return decorated  # type: ignore[no-any-return]
+        return shared_options_last(decorated)  # type: ignore[return-value]
 
     return decorate

@@ -79,6 +79,28 @@ POSITIVE = FiniteFloatRange(min=0, min_open=True)
 NON_NEGATIVE = FiniteFloatRange(min=0)
 
 
+class SharedOption(click.Option):
+    """An option of a group several commands share (how to read the stream, how to reach
+    the stack). `--help` lists a command's own options first, then these groups in
+    `group_rank` order: the connection options (15 of them) last, since they are set once
+    in the environment, never looked for in a command's help."""
+
+    group_rank = 1
+
+
+class ConnectionOption(SharedOption):
+    group_rank = 2
+
+
+def shared_options_last(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Order `func`'s click options so the shared groups list after its own, whatever the
+    order of its decorators (click lists them top decorator first: its pending list is in
+    the opposite order, so the groups go to its front, highest rank first)."""
+    pending: list[click.Parameter] = getattr(func, "__click_params__", [])
+    pending.sort(key=lambda param: -getattr(param, "group_rank", 0))  # stable: keeps each
+    return func                                                       # group's own order
+
+
 # One line per connection option: the `StreamConfig` field it sets, its help and its check
 # (a click type or callback). The flag (`--registry-url`), the environment variable
 # (`RLMESH_STREAM_REGISTRY_URL`) and the default all come from the field, so nothing about an
@@ -113,6 +135,7 @@ def _option(field: dataclasses.Field[Any]) -> Callable[[Any], Any]:
         default=default,
         show_default=default is not None,  # never a secret: passwords have no default
         show_envvar=True,
+        cls=ConnectionOption,
         **_OPTIONS[field.name],
     )
 
@@ -132,4 +155,4 @@ def stream_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
     for field in reversed(dataclasses.fields(StreamConfig)):
         wrapper = _option(field)(wrapper)
-    return wrapper
+    return shared_options_last(wrapper)
