@@ -94,9 +94,21 @@ def _builder_command(name: str) -> click.Command:
             store.close()
             if metrics is not None:
                 metrics.close()
+        if runtime is not None and runtime.events == 0 and runtime.offsets.stored_any():
+            click.echo(_nothing_new(name, sink), err=True)
         return runtime  # its dead letters are counted by `reading_options` (None: not made)
 
     return command
+
+
+def _nothing_new(name: str, sink: SinkURL) -> str:
+    """Why a run read nothing although the topics hold records: the sink's own offsets (per
+    builder, whatever the --group), where an earlier run into the same store stopped."""
+    rebuild = (f"delete {sink.path} or consume into another --sink" if sink.path is not None
+               else "consume into another database (--sink)")
+    return (f"consume {name}: nothing new to read: {sink.shown} already holds this builder's "
+            "offsets from an earlier run (offsets are the sink's, whatever --group or "
+            f"--from-beginning say); to rebuild its tables, {rebuild}")
 
 
 def _serve_metrics(group_id: str, port: int | None) -> ConsumerMetrics | None:

@@ -100,6 +100,10 @@ class Offsets:
         for name in self.builders:
             self.stored[name] = sink.load_offsets(name)
 
+    def stored_any(self) -> bool:
+        """Whether the sink held an offset for any builder when reading started."""
+        return any(self.stored.values())
+
     def start_offset(self, key: TP) -> int:
         """Where `key` is read from: the lowest of its builders' stored offsets when all
         of them have one; otherwise the mode's rule (the beginning offline, the end when

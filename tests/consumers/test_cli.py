@@ -29,11 +29,11 @@ def test_progress_is_plain_lines_with_events_rate_and_lag_off_a_terminal() -> No
     assert "events/s" in first and first.endswith("lag 5")
 
 
-def _consume(config: StreamConfig, sink: str) -> subprocess.CompletedProcess[str]:
+def _consume(config: StreamConfig, sink: str, *more: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*CLI, "consume", "sessions", "--sink", sink,
          "--bootstrap", config.bootstrap, "--registry-url", config.registry_url,
-         "--topic-prefix", config.topic_prefix, "--from-beginning", "--until-end"],
+         "--topic-prefix", config.topic_prefix, "--from-beginning", "--until-end", *more],
         capture_output=True, text=True, timeout=120)
 
 
@@ -55,7 +55,28 @@ def test_consume_until_end_builds_the_table_and_a_rerun_reads_nothing(
 
     again = _consume(stream_config, duckdb_url)
     assert again.returncode == 0, again.stderr
-    assert again.stderr.splitlines()[-1].startswith("consume sessions: 0 events")
+    assert again.stderr.splitlines()[-2].startswith("consume sessions: 0 events")
+
+
+@pytest.mark.stack
+def test_a_run_that_reads_nothing_since_the_sink_holds_offsets_says_how_to_rebuild(
+    stream_config: StreamConfig, duckdb_url: str,
+) -> None:
+    create_topics(stream_config, partitions=2)
+    hooks = PlainKafkaHooks(stream_config)
+    hooks.publish(EventType.SESSION_STARTED,
+                  ev.SessionStartedEvent(session_id="s", route=ROUTE, env_id="e"))
+    hooks.flush()
+    assert _consume(stream_config, duckdb_url).returncode == 0
+
+    # Another group, from the beginning: the file's offsets (per builder) still win.
+    again = _consume(stream_config, duckdb_url, "--group", "another-group")
+
+    assert again.returncode == 0, again.stderr
+    last = again.stderr.splitlines()[-1]
+    path = duckdb_url.removeprefix("duckdb://")
+    assert last.startswith("consume sessions: nothing new to read: ")
+    assert f"delete {path} or consume into another --sink" in last
 
 
 @pytest.mark.stack
