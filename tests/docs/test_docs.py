@@ -66,3 +66,12 @@ def test_the_blocks_of_a_doc_run_as_written(
             continue
         ran += 1
     assert ran >= sum(entry.runs for entry in inventory(doc))
+
+
+def test_the_stack_doc_gives_each_jvms_heap_as_started() -> None:
+    from rlmesh_stream.infra import kafka, registry
+
+    text = (ROOT / "docs" / "stack.md").read_text(encoding="utf-8")
+    assert f"Kafka runs with `{kafka.HEAP}`" in text
+    assert f"the registry with\n`{registry.HEAP}`" in text or (
+        f"the registry with `{registry.HEAP}`" in text)
