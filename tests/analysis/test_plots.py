@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlmesh_stream.consumers.analysis.plots import plot_checkpoints
+from rlmesh_stream.consumers.analysis.plots import plot_checkpoints, reward_band
 
 ROWS = [
     {"checkpoint": "c1", "step": 100, "metric": 0.9, "success_rate": 0.25,
@@ -26,7 +26,17 @@ def test_the_svg_labels_every_axis_and_names_each_checkpoint(tmp_path: Path) -> 
         assert f">{text}</text>" in svg, text
 
 
-def test_an_env_without_success_says_so_instead_of_plotting_zero(tmp_path: Path) -> None:
+def test_an_env_without_success_says_so_and_draws_no_success_panel(tmp_path: Path) -> None:
     rows = [dict(r, success_rate=None) for r in ROWS]
     svg = plot_checkpoints(rows, tmp_path / "plot", metric_name="loss")[1].read_text()
     assert ">the env reported no success</text>" in svg
+    assert ">success rate (%)</text>" not in svg
+    assert 'id="axis-success"' not in svg
+    assert 'id="axis-reward"' in svg
+
+
+def test_the_reward_band_stays_within_the_rewards_observed() -> None:
+    capped = {"mean_reward": 190.0, "std_reward": 20.0, "min_reward": 150.0,
+              "max_reward": 200.0}
+    lower, upper = reward_band([capped, ROWS[0]])
+    assert (lower, upper) == ([170.0, 8.0], [200.0, 12.0])

@@ -42,6 +42,8 @@ def aggregate(con: duckdb.DuckDBPyConnection, spec: JoinSpec,
                AVG(cumulative_reward) FILTER (WHERE status = 'completed') AS mean_reward,
                STDDEV_SAMP(cumulative_reward) FILTER (WHERE status = 'completed')
                    AS std_reward,
+               MIN(cumulative_reward) FILTER (WHERE status = 'completed') AS min_reward,
+               MAX(cumulative_reward) FILTER (WHERE status = 'completed') AS max_reward,
                AVG(step_ms) FILTER (WHERE status = 'completed') AS mean_step_ms
         FROM joined GROUP BY {groups} ORDER BY step NULLS LAST, checkpoint""")
     names = [d[0] for d in cur.description or []]
