@@ -66,6 +66,36 @@ def plot_prefix(tmp_path: Path) -> Path:
     return prefix
 
 
+@pytest.fixture
+def episodes_page(tmp_path: Path) -> Path:
+    path = tmp_path / "store.duckdb"
+    con = make_store(path)
+    insert(con, "episodes", [episode("s", i, started_at=at(10 * i), success=i % 2 == 0,
+                                     cumulative_reward=float(i)) for i in range(1, 7)])
+    con.close()
+    out = tmp_path / "episodes.html"
+    result = CliRunner().invoke(report, ["episodes", "--sink", f"duckdb://{path}",
+                                         "--format", "html", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.mark.parametrize("page_fixture", ["episodes_page", "advisory_page"])
+def test_a_report_shows_every_column_in_a_1300_px_window(
+    browser: Chromium, page_fixture: str, request: pytest.FixtureRequest,
+) -> None:
+    page_path: Path = request.getfixturevalue(page_fixture)
+    with browser.open(page_path.as_uri()) as page:
+        page.call("Emulation.setDeviceMetricsOverride",
+                  {"width": 1300, "height": 800, "deviceScaleFactor": 1, "mobile": False})
+        page.settle()
+        hidden = page.evaluate(
+            "(() => { const w = document.querySelector('.table-wrap');"
+            " return w.scrollWidth - w.clientWidth; })()")
+        assert page.errors == []
+    assert hidden <= 0
+
+
 def test_advisory_html_renders_without_console_errors(browser: Chromium,
                                                       advisory_page: Path) -> None:
     with browser.open(advisory_page.as_uri()) as page:

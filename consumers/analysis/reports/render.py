@@ -103,7 +103,7 @@ _CSS = """
 * { box-sizing: border-box; }
 body { margin:0; background:var(--bg); color:var(--fg);
   font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Liberation Sans",sans-serif; }
-main { max-width:1200px; margin:0 auto; padding:32px 24px 48px; }
+main { max-width:1440px; margin:0 auto; padding:32px 24px 48px; }
 h1 { font-size:22px; margin:0 0 4px; }
 .generated { color:var(--muted); margin:0 0 20px; font-size:13px; }
 .cards { display:flex; flex-wrap:wrap; gap:12px; margin-bottom:20px; }
@@ -120,7 +120,8 @@ th, td { padding:8px 12px; border-bottom:1px solid var(--line); text-align:left;
 th { background:#fafbfc; font-size:12px; color:var(--muted); text-transform:uppercase;
   letter-spacing:.04em; position:sticky; top:0; }
 td.time { white-space:nowrap; }
-td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap; }
+td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
+td.num { white-space:nowrap; }
 tr:last-child td { border-bottom:none; }
 tr.caution td { background:var(--caution-bg); }
 tr.caution td:first-child { box-shadow: inset 4px 0 0 var(--caution); }
