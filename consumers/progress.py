@@ -1,4 +1,6 @@
-"""Progress of a consumer: events, events/s and lag, as a bar on a terminal, lines otherwise.
+"""Progress of a consumer: events, events/s, lag and the time the lag will take at that rate
+(ETA), and what the checkpoints wrote (episodes completed, lane steps), as a bar on a
+terminal, lines otherwise.
 
 rich draws the bar; it is imported only when there is a terminal to draw on (a
 consumer run by a service manager or a script pays nothing for it: it was a tenth of
@@ -11,9 +13,19 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
+from rlmesh_stream.consumers.tables import EPISODES
+from rlmesh_stream.schemas.contract.events import EpisodeCompletedEvent
+from rlmesh_stream.schemas.contract.topics import EventType
+
 if TYPE_CHECKING:
     from rich.live import Live
     from rich.text import Text
+
+    from rlmesh_stream.consumers.runtime.options import CheckpointInfo
+
+
+_EPISODE_COLUMNS = EPISODES.column_names
+_STEP_COUNT = _EPISODE_COLUMNS.index("step_count")
 
 
 class Progress:
@@ -29,6 +41,8 @@ class Progress:
         self._last = 0.0
         self._events = 0
         self._lag: int | None = None
+        self._episodes = 0  # episode_completed records checkpointed
+        self._lane_steps = 0  # real lane steps (not autoreset rolls) checkpointed
         self._note = ""
         self._live: Live | None = None
         if self.terminal:
@@ -47,6 +61,24 @@ class Progress:
         else:
             print(f"{self.label}: {text}", file=self.stream, flush=True)
 
+    def checkpointed(self, info: CheckpointInfo) -> None:
+        """Count what one committed checkpoint wrote (its records, once each, whichever
+        builders read them): the episodes completed, and their lane steps (each
+        `episode_completed` carries its `step_count`; the episodes builder reads it packed,
+        in the episodes table's column order)."""
+        seen: set[tuple[str, int, int]] = set()
+        for records in info.records_by_builder.values():
+            for record in records:
+                where = (record.topic, record.partition, record.offset)
+                if record.event_type is not EventType.EPISODE_COMPLETED or where in seen:
+                    continue
+                seen.add(where)
+                self._episodes += 1
+                if isinstance(record.event, EpisodeCompletedEvent):
+                    self._lane_steps += record.event.step_count
+                elif record.values is not None and len(record.values) == len(_EPISODE_COLUMNS):
+                    self._lane_steps += int(record.values[_STEP_COUNT] or 0)
+
     def update(self, events: int, lag: int | None) -> None:
         if events != self._events:
             self._note = ""
@@ -62,9 +94,14 @@ class Progress:
 
     def line(self) -> str:
         elapsed = max(time.monotonic() - self._start, 1e-9)
+        rate = self._events / elapsed
         lag = "?" if self._lag is None else str(self._lag)
-        return (f"{self.label}: {self._events} events, {self._events / elapsed:,.0f} events/s, "
-                f"lag {lag}")
+        text = f"{self.label}: {self._events} events, {rate:,.0f} events/s, lag {lag}"
+        if self._lag:
+            text += f" (ETA {_duration(self._lag / rate)})" if rate > 0 else " (ETA ?)"
+        if self._episodes or self._lane_steps:
+            text += f"; written: {self._episodes} episodes, {self._lane_steps} lane steps"
+        return text
 
     def _render(self) -> Text:
         from rich.text import Text
@@ -85,6 +122,16 @@ class Progress:
             self._live.stop()
         else:
             print(self.line(), file=self.stream, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    """`42 s`, `3 min 05 s`, `2 h 10 min`: as long as an ETA needs to be read at a glance."""
+    whole = int(seconds + 0.5)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
 
 
 def _is_terminal(stream: TextIO) -> bool:

@@ -79,7 +79,9 @@ class ConsumerRuntime:
         self.dlq = DeadLetterQueue(config, dlq_topic)
         self.checkpoints = Checkpoints(sink, builders, options.group_id, prefix, self.offsets,
                                        self.policy, self.dlq, self._commit)
-        self.checkpoints.metrics, self.checkpoints.on_checkpoint = metrics, on_checkpoint
+        self.checkpoints.metrics = metrics
+        self.checkpoints.on_checkpoint = _both(
+            progress.checkpointed if progress is not None else None, on_checkpoint)
         self.decoders = Decoders(config, builders, self.topics, decoder)
         # a consumer made before the sink was opened (`kafka_io.Connection`), or made by run()
         self._connection = connection
@@ -476,3 +478,17 @@ class ConsumerRuntime:
     def lag_by_partition(self) -> dict[TP, int] | None:
         """Records behind the end offset, per assigned partition; None when unknown."""
         return self.offsets.lag_by_partition(self.consumer)
+
+
+def _both(first: Callable[[CheckpointInfo], None] | None,
+          second: Callable[[CheckpointInfo], None] | None
+          ) -> Callable[[CheckpointInfo], None] | None:
+    """One checkpoint callback calling both (the progress line's count, the caller's)."""
+    if first is None or second is None:
+        return first or second
+
+    def call(info: CheckpointInfo) -> None:
+        first(info)
+        second(info)
+
+    return call

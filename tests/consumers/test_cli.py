@@ -26,7 +26,38 @@ def test_progress_is_plain_lines_with_events_rate_and_lag_off_a_terminal() -> No
     progress.close()
     first = out.getvalue().splitlines()[0]
     assert first.startswith("consume sessions: 10 events, ")
-    assert "events/s" in first and first.endswith("lag 5")
+    assert "events/s" in first and "lag 5 (ETA " in first
+
+
+def test_progress_gives_the_time_the_lag_will_take_at_the_rate_so_far() -> None:
+    out = io.StringIO()
+    progress = Progress("consume all", stream=out, interval=0)
+    progress._start -= 10.0  # 100 events in 10 s: 10 events/s
+    progress.update(100, 50)
+    assert out.getvalue().splitlines()[0].endswith("lag 50 (ETA 5 s)")
+
+
+@pytest.mark.stack
+def test_progress_counts_the_episodes_and_lane_steps_written(
+    stream_config: StreamConfig, duckdb_url: str, tmp_path,
+) -> None:
+    connection = ["--bootstrap", stream_config.bootstrap, "--registry-url",
+                  stream_config.registry_url, "--topic-prefix", stream_config.topic_prefix]
+    published = subprocess.run([*CLI, "simulate", "--sessions", "6", "--lanes", "3",
+                                "--episodes", "6", *connection],
+                               capture_output=True, text=True, timeout=120)
+    assert published.returncode == 0, published.stderr
+
+    done = subprocess.run([*CLI, "consume", "episodes", "--sink", duckdb_url, *connection,
+                           "--from-beginning", "--until-end"],
+                          capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    [(episodes, steps)] = query(duckdb_url, "SELECT count(*), sum(step_count) FROM episodes "
+                                            "WHERE status = 'completed'")
+    assert episodes > 0
+    assert done.stderr.splitlines()[-1].endswith(
+        f"; written: {episodes} episodes, {steps} lane steps")
 
 
 def _consume(config: StreamConfig, sink: str, *more: str) -> subprocess.CompletedProcess[str]:
