@@ -90,7 +90,7 @@ class BlockParser:
 
 def evaluate_block(example: Example) -> None:
     block: Block = example.parsed
-    where = f"{Path(example.path).relative_to(ROOT)}:{example.line}"
+    where = f"{_name(Path(example.path))}:{example.line}"
     if block.language == "sh":
         _run_shell(example, block, where)
     elif block.language == "python":
@@ -153,7 +153,7 @@ def inventory(doc: Path) -> list[Entry]:
     entries: list[Entry] = []
     pending: str | None = None  # a `skip: next` waiting for its block
     open_range: str | None = None  # a `skip: start` not yet ended
-    name = str(doc.relative_to(ROOT))
+    name = _name(doc)
     for example in parse(doc):
         if isinstance(example.region.evaluator, Skipper):
             action, reason = example.parsed
@@ -172,6 +172,11 @@ def inventory(doc: Path) -> list[Entry]:
             reason = ""  # neither run nor given a reason: reported as such
         entries.append(Entry(name, example.line, block.language, block.invisible, reason))
     return entries
+
+
+def _name(doc: Path) -> str:
+    """A document as messages name it: relative to the repository when inside it."""
+    return str(doc.relative_to(ROOT)) if doc.is_relative_to(ROOT) else str(doc)
 
 
 def _reason(expression: str | None, doc: str, line: int) -> str:
