@@ -156,12 +156,14 @@ def test_a_session_with_no_episode_budget_connects_snapshots_and_ends():
 
 
 @pytest.mark.stack
-def test_the_simulate_command_waits_for_a_full_queue_instead_of_dropping(
+def test_the_simulate_command_waits_for_room_instead_of_dropping(
     stream_config, tmp_path, monkeypatch,
 ):
-    # A queue of 200 records fills at once under a fleet of ~10 000 events: the load generator
-    # waits for room (Kafka delivering) and publishes every event.
+    # A queue of 200 records fills at once under a fleet of ~10 000 events, and a backlog of
+    # 100 while the fresh prefix's topics are created: the load generator waits for room
+    # (Kafka delivering) and publishes every event.
     monkeypatch.setenv("RLMESH_STREAM_QUEUE_MAX_MESSAGES", "200")
+    monkeypatch.setenv("RLMESH_STREAM_HELD_MAX_EVENTS", "100")
     path = tmp_path / "manifest.json"
     result = CliRunner().invoke(simulate, [
         "--sessions", "24", "--lanes", "4", "--episodes", "20", "--seed", "5",
