@@ -31,6 +31,8 @@ __all__ = [
     "CONSUMER_OFFSETS",
     "DEAD_LETTERS",
     "DELIVERY_BATCH",
+    "DELIVERY_MARKS",
+    "DELIVERY_MARKS_FORGET_SQL",
     "DELIVERY_MERGE_SQL",
     "DELIVERY_PRODUCERS",
     "DELIVERY_SEQUENCES",
@@ -354,6 +356,33 @@ DELIVERY_PRODUCERS = View(
     "(records beyond one per distinct sequence).",
 )
 
+DELIVERY_MARKS = Table(
+    "delivery_marks",
+    (
+        Column("builder", "TEXT", nullable=False),
+        Column("topic", "TEXT", nullable=False),
+        Column("partition_id", "INTEGER", nullable=False),
+        Column("producer_id", "TEXT", nullable=False),
+        Column("high_seq", "BIGINT", Merge.LAST, doc="the highest sequence read"),
+        Column("last_offset", "BIGINT", Merge.LAST,
+               doc="the offset of the producer's last record read in the partition"),
+        Column("recent", "TEXT", Merge.LAST,
+               doc="the newest sequences read (at most 32), as distances below high_seq"),
+        Column("forgotten", "BOOLEAN", Merge.LAST,
+               doc="evicted (a partition keeps 4096 producers): deleted by the batch"),
+    ),
+    ("builder", "topic", "partition_id", "producer_id"),
+    "Per builder, partition and producer: what tells a re-delivered record (the same "
+    "producer id and sequence read again) from a new one, so that builders drop it "
+    "(`consumers/runtime/redelivery.py`). As of the builder's stored offset of the "
+    "partition: written in the checkpoint's transaction, loaded with the offsets.",
+)
+
+# The marks a batch forgot (a partition past its producer cap): deleted, not kept.
+DELIVERY_MARKS_FORGET_SQL = (
+    "DELETE FROM delivery_marks WHERE forgotten AND EXISTS (SELECT 1 FROM "
+    "{stage:delivery_marks} AS s WHERE s.forgotten)")
+
 DEAD_LETTERS = Table(
     "dead_letters",
     (
@@ -392,8 +421,8 @@ CONSUMER_OFFSETS = Table(
 
 TABLES: tuple[Table, ...] = (
     EPISODES, EPISODE_SESSION_ENDS, SESSIONS, ADVISORIES, TELEMETRY_ROLLUPS,
-    TELEMETRY_SESSIONS, STEPS, DELIVERY_SEQUENCES, INVALID_HEADERS, DEAD_LETTERS,
-    CONSUMER_OFFSETS,
+    TELEMETRY_SESSIONS, STEPS, DELIVERY_SEQUENCES, INVALID_HEADERS, DELIVERY_MARKS,
+    DEAD_LETTERS, CONSUMER_OFFSETS,
 )
 VIEWS: tuple[View, ...] = (DELIVERY_PRODUCERS,)
 TABLES_BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}

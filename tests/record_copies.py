@@ -1,6 +1,8 @@
 """A published fleet copied record for record into another topic prefix, as another
-producer would write it: some records re-keyed or moved, or every one written in
-transactions (a Kafka Streams or Flink job writing exactly once)."""
+producer would write it: some records re-keyed or moved, every one written in
+transactions (a Kafka Streams or Flink job writing exactly once), or some re-delivered
+(the hook's spool replayed, an acknowledgement lost: the same record again, headers and
+all). Copies keep their records' timestamps."""
 
 from __future__ import annotations
 
@@ -51,13 +53,22 @@ def read_records(config: StreamConfig, topics: list[str]) -> list[Any]:
 
 
 def copy_records(original: StreamConfig, copy: StreamConfig, *,
-                 change: Change | None = None, transactions: int = 0) -> list[Any]:
+                 change: Change | None = None, transactions: int = 0,
+                 repeat_every: int = 0, repeat_later: int = 0,
+                 part: slice | None = None) -> list[Any]:
     """Write every event record of `original` into `copy`'s topics, in order per partition:
     key and partition as `change` says (unchanged without it); with `transactions`, in
     that many committed transactions, each followed by an aborted one holding copies of
-    its first records (which no read-committed consumer sees). Returns the records read."""
+    its first records (which no read-committed consumer sees); with `repeat_every` n,
+    every n-th record read is written twice, the second time after the `repeat_later`
+    records read next (a replay: same key, value and `rlmesh.ps` header); `part`: only
+    that slice of what would be written (a copy written in several goes). Returns the
+    records read."""
     prefix = original.topic_prefix
     records = read_records(original, [et.topic(prefix) for et in EventType])
+    written = redelivered(records, repeat_every, repeat_later) if repeat_every else records
+    if part is not None:
+        written = written[part]
     conf: dict[str, Any] = {"bootstrap.servers": copy.bootstrap}
     if transactions:
         conf["transactional.id"] = f"tx-{uuid.uuid4().hex}"
@@ -69,16 +80,16 @@ def copy_records(original: StreamConfig, copy: StreamConfig, *,
             if change is not None:
                 key, partition = change(m.topic(), key, partition)
             producer.produce(copy.topic_prefix + m.topic().removeprefix(prefix), m.value(),
-                             key, partition, headers=m.headers())
+                             key, partition, headers=m.headers(), timestamp=m.timestamp()[1])
 
     if not transactions:
-        write(records)
+        write(written)
         assert producer.flush(60) == 0
         return records
     producer.init_transactions(30)
-    size = -(-len(records) // transactions)
-    for start in range(0, len(records), size):
-        chunk = records[start:start + size]
+    size = -(-len(written) // transactions)
+    for start in range(0, len(written), size):
+        chunk = written[start:start + size]
         producer.begin_transaction()
         write(chunk)
         producer.commit_transaction(30)
@@ -87,3 +98,18 @@ def copy_records(original: StreamConfig, copy: StreamConfig, *,
         assert producer.flush(60) == 0  # in the log, then aborted (an abort drops what is unsent)
         producer.abort_transaction(30)
     return records
+
+
+def redelivered(records: list[Any], every: int, later: int) -> list[Any]:
+    """`records` with every `every`-th one again, `later` records after it (the records it
+    returns are the ones to write; `copy_records` returns those read)."""
+    out: list[Any] = []
+    waiting: list[tuple[int, Any]] = []  # (the index after which it is written again, record)
+    for i, m in enumerate(records):
+        out.append(m)
+        if (i + 1) % every == 0:
+            waiting.append((i + later, m))
+        while waiting and waiting[0][0] <= i:
+            out.append(waiting.pop(0)[1])
+    out += [m for _, m in waiting]
+    return out

@@ -31,6 +31,10 @@ class Builder:
     event_types: ClassVar[frozenset[EventType]]
     tables: ClassVar[tuple[Table, ...]]
     needs_decode: ClassVar[bool] = True
+    # a re-delivered record (a producer id and sequence its partition held before) is
+    # dropped before `rows` sees it (`runtime/redelivery.py`); the delivery checks, which
+    # count duplicates, see every record
+    drops_duplicates: ClassVar[bool] = True
     # every record it reads must be keyed by its event's session id (`record_key`): a
     # builder that holds a session's state per partition. A record keyed otherwise is
     # dead-lettered (`runtime.decoding.check_key`); such a builder is never packed

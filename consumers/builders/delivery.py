@@ -30,6 +30,7 @@ class DeliveryBuilder(Builder):
     event_types: ClassVar[frozenset[EventType]] = frozenset(EventType)
     tables: ClassVar[tuple[Table, ...]] = (DELIVERY_BATCH, INVALID_HEADERS)
     needs_decode = False
+    drops_duplicates = False  # it counts them
     after_sql = DELIVERY_MERGE_SQL
 
     def lock_keys(self, reduced: Reduced) -> list[str]:

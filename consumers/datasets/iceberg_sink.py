@@ -24,8 +24,11 @@ from rlmesh_stream.consumers.datasets.sink import (
     CertificateBuilder,
     DatasetSink,
     TrajectoryBuilder,
+    seen_states,
+    updated_seen,
 )
 from rlmesh_stream.consumers.runtime.records import TP
+from rlmesh_stream.consumers.runtime.redelivery import Seen
 from rlmesh_stream.consumers.sinks import SinkBatch
 
 
@@ -51,6 +54,28 @@ class ShardedSink(DatasetSink):
         self.resumed: set[int] = set()
         self.joiner = Joiner(self.options.filters)  # the skip counts of writer refusals
         self.certificate = Certificate()
+        # the re-delivery states of the held shards' partitions ("topic|partition"), as
+        # committed or as the last batch left them; `_seen_of` reads a shard's in
+        self.seen: dict[str, Any] = {}
+        self._seen_read: set[int] = set()
+
+    def _seen_of(self, n: int) -> dict[str, Any]:
+        """Shard `n`'s re-delivery states (its partitions'), read from the table once."""
+        if n not in self._seen_read:
+            self._seen_read.add(n)
+            saved = self.table.shard_state(n)
+            if isinstance(saved, dict):
+                for key, value in dict(saved.get("seen", {})).items():
+                    self.seen.setdefault(key, value)
+        return {k: v for k, v in self.seen.items() if int(k.rsplit("|", 1)[1]) == n}
+
+    def load_seen(self, builder: str) -> dict[TP, Seen]:
+        if builder != TrajectoryBuilder.name:
+            return {}
+        values: dict[str, Any] = {}
+        for n in sorted(self.held):
+            values.update(self._seen_of(n))
+        return seen_states(values, self.table.source)
 
     def _shard(self, n: int) -> tuple[Joiner, Certificate]:
         shard = self.shards.get(n)
@@ -157,10 +182,11 @@ class ShardedSink(DatasetSink):
                 certificate.abandoned_exported += e.abandoned
         if keep:
             self.rows.write(keep, 0)
-        self._commit_shards(read)
+        self._commit_shards(read, batch)
         self.released.extend(keep)
 
-    def _commit_shards(self, read: dict[TP, int], claim: bool = False) -> None:
+    def _commit_shards(self, read: dict[TP, int], batch: SinkBatch | None = None,
+                       claim: bool = False) -> None:
         trajectory = {et.topic(self.prefix) for et in TRAJECTORY_EVENTS}
         stored = self.table.offsets(CertificateBuilder.name)
         read = {**{tp: o for tp, o in stored.items() if tp[1] in self.held}, **read}
@@ -171,6 +197,11 @@ class ShardedSink(DatasetSink):
             mine = {tp: o for tp, o in read.items() if tp[1] == n and tp[0] in trajectory}
             resume.update(joiner.resume_offsets(mine))
             states[n] = state.dump(joiner.state(), certificate)
+            self._seen_of(n)
+        self.seen = updated_seen(self.seen, batch or SinkBatch(), resume)
+        for n in states:
+            states[n]["seen"] = {k: v for k, v in self.seen.items()
+                                 if int(k.rsplit("|", 1)[1]) == n}
         offsets = {} if claim else {CertificateBuilder.name: read,
                                     TrajectoryBuilder.name: resume}
         self.table.commit(offsets=offsets, shards=states)

@@ -36,6 +36,7 @@ from rlmesh_stream.consumers.datasets.manifest import (
 )
 from rlmesh_stream.consumers.datasets.writers import MinariWriter, ParquetWriter
 from rlmesh_stream.consumers.runtime.records import TP, Record
+from rlmesh_stream.consumers.runtime.redelivery import Seen
 from rlmesh_stream.consumers.sinks import Sink, SinkBatch
 from rlmesh_stream.consumers.table_model import Table
 from rlmesh_stream.schemas.contract.topics import EventType
@@ -80,6 +81,7 @@ class CertificateBuilder(Builder):
     event_types: ClassVar[frozenset[EventType]] = frozenset(EventType)
     tables: ClassVar[tuple[Table, ...]] = ()
     needs_decode = False
+    drops_duplicates = False  # the certificate counts them
 
     def __init__(self, sink: DatasetSink) -> None:
         self.sink = sink
@@ -168,7 +170,11 @@ class DatasetSink(Sink):
         self.writer.recover(self.store.committed.writer, self.store.committed.generation)
         self.joiner = Joiner(options.filters)
         self.certificate = Certificate()
+        # per "topic|partition", what tells re-delivered records apart (redelivery.py):
+        # the trajectories' states as of the certificate's offsets, stored with them
+        self.seen: dict[str, Any] = {}
         if self.store.pending_state is not None:
+            self.seen = dict(self.store.pending_state.get("seen", {}))
             restored = state.load(self.store.pending_state, str(store.state_dir))
             self.certificate = restored.pop("certificate")
             self.joiner.restore(restored, self.store.offsets(CertificateBuilder.name))
@@ -191,6 +197,13 @@ class DatasetSink(Sink):
 
     def load_offsets(self, builder: str) -> dict[TP, int]:
         return self.store.offsets(builder)
+
+    def load_seen(self, builder: str) -> dict[tuple[str, int], Seen]:
+        """The committed re-delivery states of `builder`'s partitions (the trajectories':
+        the certificate counts duplicates, it drops none)."""
+        if builder != TrajectoryBuilder.name:
+            return {}
+        return seen_states(self.seen, str(self.store.state_dir))
 
     def apply(self, batch: SinkBatch) -> None:
         try:
@@ -227,6 +240,7 @@ class DatasetSink(Sink):
         trajectory_topics = {et.topic(self.prefix) for et in TRAJECTORY_EVENTS}
         resume = self.joiner.resume_offsets(
             {tp: o for tp, o in read.items() if tp[0] in trajectory_topics})
+        self.seen = updated_seen(self.seen, batch, resume)
         certificate = self.certificate.summary(self.joiner.skipped)
         if isinstance(self.writer, MinariWriter):
             # where the dataset's env spec came from: "producer" (the env as it ran),
@@ -234,7 +248,8 @@ class DatasetSink(Sink):
             certificate["env_spec"] = self.writer.env_spec_source or None
         self.store.commit(offsets={CertificateBuilder.name: read, TrajectoryBuilder.name: resume},
                           writer=writer_state,
-                          joiner_state=state.dump(self.joiner.state(), self.certificate),
+                          joiner_state={**state.dump(self.joiner.state(), self.certificate),
+                                        "seen": self.seen},
                           certificate=certificate)
         self.released.extend(keep)
 
@@ -249,6 +264,34 @@ class DatasetSink(Sink):
 
     def close(self) -> None:
         self.store.close()
+
+
+def seen_states(values: dict[str, Any], source: str) -> dict[tuple[str, int], Seen]:
+    """`Seen` states from their stored JSON values (keyed "topic|partition")."""
+    out = {}
+    try:
+        for key, value in values.items():
+            topic, partition = key.rsplit("|", 1)
+            out[(topic, int(partition))] = Seen.from_json(value)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise DatasetError(f"{source} holds no valid re-delivery state ({type(exc).__name__}: "
+                           f"{exc}); remove the dataset and export again") from None
+    return out
+
+
+def updated_seen(values: dict[str, Any], batch: SinkBatch,
+                 resume: dict[tuple[str, int], int]) -> dict[str, Any]:
+    """The stored re-delivery states with the batch's (the trajectories'), and without the
+    decisions below where a restart reads again (`resume`)."""
+    out = dict(values)
+    for (topic, partition), value in batch.seen.get(TrajectoryBuilder.name, {}).items():
+        out[f"{topic}|{partition}"] = value
+    for key, value in out.items():
+        name, number = key.rsplit("|", 1)
+        below = resume.get((name, int(number)))
+        if below is not None and value["dropped"] and value["dropped"][0] < below:
+            out[key] = {**value, "dropped": [o for o in value["dropped"] if o >= below]}
+    return out
 
 
 # Minari's NAMESPACE/NAME-vN (`minari.dataset.minari_dataset.DATASET_ID_RE`, the namespace

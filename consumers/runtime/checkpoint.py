@@ -31,7 +31,9 @@ from rlmesh_stream.consumers.runtime.offsets import Offsets
 from rlmesh_stream.consumers.runtime.options import CheckpointInfo
 from rlmesh_stream.consumers.runtime.policy import Buffered, CheckpointPolicy
 from rlmesh_stream.consumers.runtime.records import TP, Record
+from rlmesh_stream.consumers.runtime.redelivery import Redelivery
 from rlmesh_stream.consumers.sinks import Sink, SinkBatch
+from rlmesh_stream.consumers.tables import DELIVERY_MARKS, DELIVERY_MARKS_FORGET_SQL
 
 if TYPE_CHECKING:  # only passed in: its import (prometheus_client) is the caller's
     from rlmesh_stream.consumers.metrics import ConsumerMetrics
@@ -68,6 +70,17 @@ class Checkpoints:
         self.fenced = False
         self.events = 0  # records applied (committed) by this process
         self.dead_letters = 0
+        # re-delivered records, dropped for every builder but those that count them
+        self.redelivery = Redelivery(b.name for b in builders if b.drops_duplicates)
+        # the sink keeps the builders' `Seen` states whole, with its own state (an
+        # export), instead of as `delivery_marks` rows
+        self.stores_seen = hasattr(sink, "load_seen")
+
+    def load_stored(self) -> None:
+        """Every builder's stored offsets and what tells re-deliveries apart, as the sink
+        has them now (an assignment, a rewind): the two are stored together."""
+        self.offsets.load(self.sink)
+        self.redelivery.load(self.sink, self.offsets.stored)
 
     def flush(self, final: bool = False, wait: bool = False, align: bool = False) -> None:
         """Cut a checkpoint of the buffer (every builder's rows and every offset, one
@@ -226,6 +239,8 @@ class Checkpoints:
             else:
                 mine = [r for r in cut if type(r) is Record and r.topic in topics
                         and r.offset >= stored.get((r.topic, r.partition), -1)]
+            if b.drops_duplicates:
+                mine = self.redelivery.keep(b.name, mine, stored)
             by_builder[b.name] = mine
             reduced: Reduced = reduce(b, mine)
             for table in b.tables:
@@ -233,10 +248,28 @@ class Checkpoints:
             batch.after_sql.extend(b.after_sql)
             if shared:
                 batch.locks.extend(b.lock_keys(reduced))
+        self._add_seen(batch)
         for d in cut:
             if isinstance(d, DeadLetter):
                 self._add_dead_letter(batch, d, refused.get(d.id))
         return batch, by_builder, progress
+
+    def _add_seen(self, batch: SinkBatch) -> None:
+        """The re-delivery states as of the cut's end, into its batch: whole, for a sink
+        that keeps them (an export), or the changed producers' `delivery_marks` rows."""
+        redelivery = self.redelivery
+        if not redelivery.names:
+            return
+        if self.stores_seen:
+            batch.seen = {name: redelivery.snapshot(name, self.offsets.stored[name])
+                          for name in redelivery.names}
+            return
+        rows = [row for name in redelivery.names for row in redelivery.rows(name)]
+        rows.sort(key=lambda r: (r["builder"], r["topic"], r["partition_id"],
+                                 r["producer_id"]))
+        batch.rows[DELIVERY_MARKS] = rows
+        batch.after_sql.append(DELIVERY_MARKS_FORGET_SQL)
+        redelivery.stored()
 
     def _add_dead_letter(self, batch: SinkBatch, d: DeadLetter, refused: str | None) -> None:
         names = ",".join(self.offsets.builders_of[d.topic])

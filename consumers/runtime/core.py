@@ -341,7 +341,7 @@ class ConsumerRuntime:
         if first and self.options.single_member:
             self.offsets.check_single_member((tp.topic, tp.partition) for tp in partitions)
         self._rewound(sorted((tp.topic, tp.partition) for tp in partitions))
-        self.offsets.load(self.sink)
+        self.checkpoints.load_stored()
         assign = self.offsets.assign(consumer, partitions, self._beyond_end)
         if self.options.whole_sessions:
             consumer.assign(assign)  # eager: `partitions` is the whole new assignment
@@ -373,7 +373,7 @@ class ConsumerRuntime:
             return stored
         self.sink.apply(SinkBatch(group_id=self.options.group_id,
                                   offsets=self.offsets.reset(key, high, low)))
-        self.offsets.load(self.sink)
+        self.checkpoints.load_stored()
         log.warning("%s: stored offset %d beyond the partition's end %d (topic recreated): "
                     "read again from offset %d (--reset-recreated)", where, stored, high, low)
         return self.offsets.start_offset(key)
@@ -428,7 +428,7 @@ class ConsumerRuntime:
         self.checkpoints.finish()
         self.policy.drop()
         self._rewound(sorted(self.offsets.assigned))
-        self.offsets.load(self.sink)
+        self.checkpoints.load_stored()
         for key in sorted(self.offsets.assigned):
             start = self.offsets.start_offset(key)
             try:

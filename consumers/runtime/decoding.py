@@ -46,10 +46,12 @@ class Decoders:
         builders_of = {t: [b for b in builders if t in b.topics_of(prefix)] for t in topics}
         self.event_type: dict[str, EventType] = {
             t: event_type_of_topic(t, prefix) for t in topics}
-        # header-only builders (delivery checks) are the ones that read headers
+        # header-only builders (delivery checks) read headers, and every builder that
+        # drops re-delivered records (told by their `rlmesh.ps`)
         self.plans: dict[str, Plan] = {
             t: (self.event_type[t], any(b.needs_decode for b in bs),
-                any(not b.needs_decode for b in bs), self._packer(t, bs),
+                any(not b.needs_decode or b.drops_duplicates for b in bs),
+                self._packer(t, bs),
                 any(b.checks_keys for b in bs))
             for t, bs in builders_of.items()}
         # per topic, per 5-byte value header (magic byte, schema id): the generated reader

@@ -115,6 +115,10 @@ class SinkBatch:
     # of this batch reads (episodes of a session vs its end): locked for the
     # transaction, in sorted order, so such transactions run one after the other
     locks: list[str] = field(default_factory=list)
+    # per builder, per partition: what tells re-delivered records apart, as of the batch's
+    # offsets (`runtime/redelivery.py`), for a sink that keeps it with its own state (an
+    # export's); a table sink gets `delivery_marks` rows instead
+    seen: dict[str, dict[tuple[str, int], Any]] = field(default_factory=dict)
 
     def add_dead_letter(self, builder: str, topic: str, partition: int, offset: int,
                         error: str, dead_letter_topic: str | None) -> None:
