@@ -13,6 +13,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.contract.headers import delivery_stamp
 from rlmesh_stream.schemas.contract.topics import EventType
 
 # (topic, key, partition) of a record -> the key and partition its copy is written with
@@ -60,13 +61,16 @@ def copy_records(original: StreamConfig, copy: StreamConfig, *,
     key and partition as `change` says (unchanged without it); with `transactions`, in
     that many committed transactions, each followed by an aborted one holding copies of
     its first records (which no read-committed consumer sees); with `repeat_every` n,
-    every n-th record read is written twice, the second time after the `repeat_later`
-    records read next (a replay: same key, value and `rlmesh.ps` header); `part`: only
-    that slice of what would be written (a copy written in several goes). Returns the
-    records read."""
+    the records are written in the order their producer published them (by sequence
+    number; in order per partition still) and every n-th is written twice, the second time
+    after the `repeat_later` records next (a replay: same key, value and `rlmesh.ps`
+    header); `part`: only that slice of what would be written (a copy written in several
+    goes). Returns the records read."""
     prefix = original.topic_prefix
     records = read_records(original, [et.topic(prefix) for et in EventType])
-    written = redelivered(records, repeat_every, repeat_later) if repeat_every else records
+    written = records
+    if repeat_every:  # in the order the producer published them: by sequence number
+        written = redelivered(sorted(records, key=_sequence), repeat_every, repeat_later)
     if part is not None:
         written = written[part]
     conf: dict[str, Any] = {"bootstrap.servers": copy.bootstrap}
@@ -113,3 +117,9 @@ def redelivered(records: list[Any], every: int, later: int) -> list[Any]:
             out.append(waiting.pop(0)[1])
     out += [m for _, m in waiting]
     return out
+
+
+def _sequence(record: Any) -> int:
+    stamp = delivery_stamp(dict(record.headers() or []))
+    assert stamp is not None, "a record without delivery headers"
+    return int(stamp[2])

@@ -261,8 +261,7 @@ class Checkpoints:
         if not redelivery.names:
             return
         if self.stores_seen:
-            batch.seen = {name: redelivery.snapshot(name, self.offsets.stored[name])
-                          for name in redelivery.names}
+            batch.seen = {name: redelivery.snapshot(name) for name in redelivery.names}
             return
         rows = [row for name in redelivery.names for row in redelivery.rows(name)]
         rows.sort(key=lambda r: (r["builder"], r["topic"], r["partition_id"],

@@ -110,11 +110,6 @@ class Seen:
         self.touched.discard(oldest)
         self.forgotten.add(oldest)
 
-    def prune(self, below: int) -> None:
-        """Forget the decisions below `below`: nothing reads there again."""
-        if self.dropped:
-            self.dropped = {o for o in self.dropped if o >= below}
-
     # -- as stored -----------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
@@ -232,14 +227,11 @@ class Redelivery:
                 seen.forgotten.clear()
                 seen.dropped.clear()  # table builders never read below their stored offset
 
-    def snapshot(self, name: str, stored: dict[TP, int]) -> dict[TP, dict[str, Any]]:
-        """The builder's states as JSON values (a sink that stores them whole), without the
-        decisions below its stored offsets (`stored`), where it reads no more."""
-        states = self.states[name]
-        for key, seen in states.items():
-            if key in stored:
-                seen.prune(stored[key])
-        return {key: seen.to_json() for key, seen in states.items()}
+    def snapshot(self, name: str) -> dict[TP, dict[str, Any]]:
+        """The builder's states as JSON values, for a sink that stores them whole (an
+        export): it forgets the decisions below where it reads again, which only it knows
+        (the first offsets of its open episodes)."""
+        return {key: seen.to_json() for key, seen in self.states[name].items()}
 
 
 def _load_rows(sink: Any, name: str, stored: dict[TP, int]) -> dict[TP, Seen]:
