@@ -16,6 +16,17 @@ forward) after the commit, before any later commit and whenever the table is ope
 a crash between any two steps leaves either files no snapshot lists or a committed
 generation whose step rows are added once.
 
+Others may commit to the tables too (a compaction, a row delete, an empty append, a schema
+or partition change): the state is read from the newest snapshot of the table's history
+that carries it (`rlmesh.generation`), not from the head. What others committed on top is
+reconciled when it leaves the rows as that snapshot left them (the live rows: records
+less position deletes; no new equality delete): a compaction, an empty append, a schema
+or partition change. Anything else (rows of the export's deleted, or rows added by
+another writer) is refused in one line naming both snapshots and both counts: the
+export could no longer say which episodes the table holds, and writing on would either
+write episodes twice or certify rows that are not there. Expiring snapshots keeps the
+one that carries the state.
+
 Fencing: every commit is pyiceberg's optimistic commit (`AssertRefSnapshotId`, retries
 off). On a head that moved, the commit is made again on the new head unless one of the
 committing member's shards was committed by another process since it read them: then it
@@ -154,7 +165,11 @@ class IcebergStore:
         self._roll_forward()
 
     def _read_head(self) -> None:
-        props = self._head_props()
+        """The export's committed state, from the newest snapshot of the episodes table's
+        history that carries it; DatasetError if others changed its rows since."""
+        state = _state_snapshot(self.episodes)
+        _check_rows(self.episodes, state, self.names[1])
+        props = dict(state.summary.additional_properties) if state is not None else {}
         other = props.get("rlmesh.group")
         if other and other != self.group:
             raise DatasetError(f"{self.source} is exported by consumer group {other}: one "
@@ -172,9 +187,10 @@ class IcebergStore:
         except NoSuchTableError:
             return None
 
-    def _head_props(self) -> dict[str, str]:
-        head = self.episodes.current_snapshot()
-        return dict(head.summary.additional_properties) if head is not None else {}
+    def _state_props(self) -> dict[str, str]:
+        """The summary of the episodes snapshot that carries the committed state."""
+        state = _state_snapshot(self.episodes)
+        return dict(state.summary.additional_properties) if state is not None else {}
 
     def shard_state(self, shard: int) -> Any:
         """The committed JSON state of partition number `shard` (None: none yet)."""
@@ -243,8 +259,13 @@ class IcebergStore:
             except CommitFailedException:
                 self.episodes.refresh()
                 self._read_head()
-                if self._head_props().get("rlmesh.commit") != commit_id:
+                if self._state_props().get("rlmesh.commit") != commit_id:
                     continue  # the head moved: again on the new one, if still ours
+            except (ValueError, NotImplementedError, ImportError) as exc:
+                # the table's schema or partition spec changed in a way these rows
+                # cannot be written in (a dropped column, a bucket partition)
+                raise DatasetError(f"cannot append to {self.names[1]} as it is now "
+                                   f"({type(exc).__name__}: {_first_line(exc)})") from None
             break
         else:
             raise DatasetError(f"{self.names[1]}: no commit landed in 100 attempts")
@@ -266,7 +287,9 @@ class IcebergStore:
             try:
                 table = self.catalog.load_table(name)
                 snapshots = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number)
-                old = snapshots[:-KEEP_SNAPSHOTS]
+                state = _state_snapshot(table)  # kept: others may have committed on top
+                old = [s for s in snapshots[:-KEEP_SNAPSHOTS]
+                       if state is None or s.snapshot_id != state.snapshot_id]
                 if old:
                     table.maintenance.expire_snapshots().by_ids(
                         [s.snapshot_id for s in old]).commit()
@@ -322,8 +345,10 @@ class IcebergStore:
         them yet (a crash, or a fenced process, between the two commits)."""
         from pyiceberg.exceptions import CommitFailedException
 
-        props = self._head_props()
+        props = self._state_props()
         files = json.loads(props.get("rlmesh.steps-files", "[]"))
+        if self.steps is not None:
+            _check_rows(self.steps, _state_snapshot(self.steps), self.names[0])
         if not files:
             return
         gen = int(props["rlmesh.generation"])
@@ -331,9 +356,9 @@ class IcebergStore:
             with self.episodes.io.new_input(files[0]).open() as f:
                 self.steps = self._create(0, pq.read_schema(f))
         for _ in range(20):
-            head = self.steps.current_snapshot()
-            done = int(head.summary.additional_properties.get("rlmesh.generation", "-1")
-                       ) if head is not None else -1
+            state = _state_snapshot(self.steps)  # others may have committed on top
+            done = int(state.summary.additional_properties["rlmesh.generation"]
+                       ) if state is not None else -1
             if done >= gen:
                 return
             try:
@@ -342,6 +367,11 @@ class IcebergStore:
                 return
             except CommitFailedException:
                 self.steps.refresh()  # another process rolled it forward: look again
+                _check_rows(self.steps, _state_snapshot(self.steps), self.names[0])
+            except (ValueError, NotImplementedError, ImportError) as exc:
+                raise DatasetError(f"cannot add the step rows of generation {gen} to "
+                                   f"{self.names[0]} as it is now ({type(exc).__name__}: "
+                                   f"{_first_line(exc)})") from None
         raise DatasetError(f"cannot add the steps of generation {gen} to {self.names[0]}")
 
     def _create(self, which: int, schema: pa.Schema) -> Any:
@@ -362,6 +392,59 @@ class IcebergStore:
 
     def close(self) -> None:
         pass
+
+
+def _state_snapshot(table: Any) -> Any:
+    """The newest snapshot of `table`'s history (the head and its ancestors) whose summary
+    carries the export's state (`rlmesh.generation`); None when none does."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+        summary = snapshot.summary
+        if summary is not None and "rlmesh.generation" in summary.additional_properties:
+            return snapshot
+    return None
+
+
+def _live_rows(snapshot: Any) -> tuple[int, int]:
+    """(rows less position deletes, equality deletes) of a table as of `snapshot`."""
+    if snapshot is None:
+        return 0, 0
+    summary = snapshot.summary.additional_properties
+
+    def total(name: str) -> int:
+        return int(summary.get(name, "0") or 0)
+
+    return (total("total-records") - total("total-position-deletes"),
+            total("total-equality-deletes"))
+
+
+def _check_rows(table: Any, state: Any, name: str) -> None:
+    """DatasetError unless the commits others made on top of the snapshot carrying the
+    state (`state`) left the rows as it left them."""
+    head = table.current_snapshot()
+    if head is None or (state is not None and head.snapshot_id == state.snapshot_id):
+        return
+    held, left = _live_rows(head), _live_rows(state)
+    if held == left:
+        return  # a compaction, an empty append, a schema or partition change
+    if state is None:
+        raise DatasetError(f"{name} holds {held[0]} rows and no snapshot of its history "
+                           "carries the export's state (written by another writer, or "
+                           "its snapshots expired): export into another --table")
+    what = (f"{held[0]} rows where the export's last commit (snapshot {state.snapshot_id}) "
+            f"left {left[0]}" if held[0] != left[0] else
+            f"{held[1]} equality deletes where the export's last commit (snapshot "
+            f"{state.snapshot_id}) left {left[1]}")
+    raise DatasetError(f"{name} holds {what}: another writer changed its rows since "
+                       f"(snapshot {head.snapshot_id} now), and the export can no longer "
+                       "say which episodes it holds; roll the table back to that snapshot "
+                       "or export into another --table")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 class IcebergWriter:
