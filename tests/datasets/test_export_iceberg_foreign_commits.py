@@ -69,7 +69,10 @@ def _assert_clean(config: StreamConfig, catalog: Path, tmp_path: Path, sink: Any
                               until_end=True))
     cat = _catalog(catalog)
     for kind in ("episodes", "steps"):
-        want = pads.dataset(clean / kind, partitioning="hive").to_table().drop_columns(["env"])
+        # `caution` left out: an episode released before its session's caution advisory
+        # is read is written untagged (the certificate counts those), in either export
+        want = pads.dataset(clean / kind, partitioning="hive").to_table().drop_columns(
+            ["env", *(["caution"] if kind == "episodes" else [])])
         got = cat.load_table(f"{TABLE}_{kind}").scan().to_arrow()
         keys = [tuple(r.values()) for r in got.select(KEYS[kind]).to_pylist()]
         assert len(keys) == len(set(keys)), f"{kind} rows written twice"
