@@ -48,6 +48,11 @@ MAX_PRODUCERS = 4096  # per partition
 def stamp_of(headers: dict[str, bytes]) -> tuple[str, int] | None:
     """(producer id, sequence) of a record's delivery headers; None without valid ones (a
     record with none, or an invalid sequence, is never a duplicate: nothing identifies it)."""
+    packed = headers.get(h.PRODUCER_SEQUENCE)
+    if packed is not None:  # the hook's own header, read without the general parser
+        producer, sep, seq = packed.rpartition(h.SEPARATOR)
+        if sep and seq.isdigit() and len(seq) < 19:  # below 10**18: a valid sequence
+            return producer.decode("utf-8", "replace"), int(seq)
     stamp = h.delivery_stamp(headers)
     if stamp is None:
         return None
@@ -87,17 +92,21 @@ class Seen:
             self.touched.add(producer)
             return False
         high, _, recent = mark
-        if seq > high:
-            mark[0] = seq
-        else:
-            at = bisect_left(recent, seq)
-            if at < len(recent) and recent[at] == seq:
-                self.dropped.add(offset)
-                return True
-            if at == 0 and len(recent) >= WINDOW:  # older than the window
-                self.dropped.add(offset)
-                return True
-        mark[1] = offset
+        if seq > high:  # the usual case: in order, appended
+            mark[0], mark[1] = seq, offset
+            recent.append(seq)
+            if len(recent) > WINDOW:
+                del recent[0]
+            self.touched.add(producer)
+            return False
+        at = bisect_left(recent, seq)
+        if at < len(recent) and recent[at] == seq:
+            self.dropped.add(offset)
+            return True
+        if at == 0 and len(recent) >= WINDOW:  # older than the window
+            self.dropped.add(offset)
+            return True
+        mark[1] = offset  # a first delivery that came late
         insort(recent, seq)
         if len(recent) > WINDOW:
             del recent[0]
