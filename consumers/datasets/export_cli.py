@@ -43,6 +43,10 @@ def export() -> None:
 @click.option("--max-episode-steps", type=click.IntRange(min=1), default=None,
               help="The step limit of the dataset's env spec (else the producer's, else "
                    "Gymnasium's registration).")
+@click.option("--trust-env-spec", is_flag=True,
+              help="--format minari: take every producer's env spec as it is, even one the "
+                   "local Gymnasium registry would not make (its entry points run when the "
+                   "dataset's env is recovered): only if you own every producer.")
 @reading_options(default_group="rlmesh-stream.export.<dataset id>.<digest of --out>",
                  store="dataset",
                  until_end_help="Stop at the end seen at start, and decide on every episode "
@@ -56,7 +60,8 @@ def export() -> None:
               help="Leave out sessions with a caution relay advisory (else they are tagged).")
 def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str | None,
                  table: str | None, warehouse: str | None, dataset_id: str,
-                 minari_format: str, max_episode_steps: int | None, reading: dict[str, Any],
+                 minari_format: str, max_episode_steps: int | None, trust_env_spec: bool,
+                 reading: dict[str, Any],
                  env_ids: tuple[str, ...], models: tuple[str, ...],
                  include_abandoned: bool, exclude_caution: bool, quiet: bool
                  ) -> ConsumerRuntime | None:
@@ -86,7 +91,8 @@ def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str 
         options = ExportOptions(out=out, fmt=fmt, dataset_id=dataset_id, filters=Filters(
             env_ids=env_ids, models=models, include_abandoned=include_abandoned,
             exclude_caution=exclude_caution), minari_format=minari_format,
-            max_episode_steps=max_episode_steps, iceberg=target, group=reading["group_id"])
+            max_episode_steps=max_episode_steps, trust_env_spec=trust_env_spec,
+            iceberg=target, group=reading["group_id"])
         runtime_options = RuntimeOptions(**reading)
         progress = None if quiet else Progress("export trajectories")
         sink, runtime = run_export(config, options, runtime_options, progress=progress)
@@ -97,7 +103,15 @@ def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str 
     cert = sink.certificate_summary()
     click.echo(json.dumps({k: cert.get(k) for k in (
         "episodes_exported", "steps_exported", "episodes_skipped", "gaps", "duplicates",
-        "dead_letters", *(("env_spec",) if fmt == "minari" else ()))}, sort_keys=True))
+        "dead_letters", *(("env_spec", "env_specs_dropped") if fmt == "minari" else ()))},
+        sort_keys=True))
+    dropped = sum((cert.get("env_specs_dropped") or {}).values())
+    if dropped:
+        click.echo(f"warning: {dropped} episode(s) kept without their producer's env spec "
+                   f"(env_spec:untrusted), e.g. {cert.get('env_spec_dropped_example')}; the "
+                   "dataset's env spec is Gymnasium's registration of the env id. "
+                   "--trust-env-spec takes producers' specs as they are (only if you own "
+                   "every producer)", err=True)
     if target is not None:
         click.echo(f"read it: python -c \"from pyiceberg.catalog.sql import SqlCatalog; "
                    f"c = SqlCatalog('rlmesh', uri='{target.catalog}'); "

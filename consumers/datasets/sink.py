@@ -126,6 +126,7 @@ class ExportOptions:
     filters: Filters
     minari_format: str = "hdf5"  # hdf5 | arrow (Minari's storage layouts)
     max_episode_steps: int | None = None  # overrides the env spec's step limit
+    trust_env_spec: bool = False  # take producers' env specs unchecked (env_spec.py)
     iceberg: IcebergTarget | None = None
     group: str = ""  # the consumer group (iceberg: the one that writes the table)
 
@@ -164,7 +165,8 @@ class DatasetSink(Sink):
             self.writer = MinariWriter(store.root, options.dataset_id,
                                        data_format=options.minari_format,
                                        max_episode_steps=options.max_episode_steps,
-                                       state_dir=store.state_dir)
+                                       state_dir=store.state_dir,
+                                       trust_env_spec=options.trust_env_spec)
         else:
             self.writer = ParquetWriter(store.root)
         self.writer.recover(self.store.committed.writer, self.store.committed.generation)
@@ -246,6 +248,10 @@ class DatasetSink(Sink):
             # where the dataset's env spec came from: "producer" (the env as it ran),
             # "registry default" (Gymnasium's registration: nobody said), "none"
             certificate["env_spec"] = self.writer.env_spec_source or None
+            # producers' specs not taken (env_spec.py): their episodes kept, the spec not
+            certificate["env_specs_dropped"] = dict(self.writer.specs_dropped)
+            if self.writer.spec_dropped_example:
+                certificate["env_spec_dropped_example"] = self.writer.spec_dropped_example
         self.store.commit(offsets={CertificateBuilder.name: read, TrajectoryBuilder.name: resume},
                           writer=writer_state,
                           joiner_state={**state.dump(self.joiner.state(), self.certificate),

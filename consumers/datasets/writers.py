@@ -16,8 +16,9 @@ Minari's own storage (`MinariStorage.update_episodes`) in its default HDF5 layou
 (`data/main_data.hdf5`, what `DataCollector` writes and TorchRL reads) or its Arrow
 layout (one directory per episode). The HDF5 file is appended to as a copy renamed
 over the committed one, so a crash never leaves it half-written. Metadata as
-`DataCollector` writes it: the env spec (the producer's, `--max-episode-steps`
-applied, else Gymnasium's registration), `algorithm_name` naming every model,
+`DataCollector` writes it: the env spec (the producer's when `env_spec.py` finds it is
+one the local Gymnasium registry would make, `--max-episode-steps` applied, else
+Gymnasium's registration), `algorithm_name` naming every model,
 `requirements`, per episode `rewards_sum/mean/std/min/max` beside our ids and seed;
 infos when the producer sent them for the reset and every step.
 """
@@ -36,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from rlmesh_stream.consumers.datasets.env_spec import MALFORMED, UNTRUSTED, SpecVetter, registered
 from rlmesh_stream.consumers.datasets.manifest import DatasetError, write_atomically
 from rlmesh_stream.consumers.datasets.model import Episode
 from rlmesh_stream.consumers.runtime.records import meta_json
@@ -221,7 +223,8 @@ class MinariWriter:
     """Appends episodes to a Minari dataset through Minari's own storage API."""
 
     def __init__(self, root: Path, dataset_id: str, *, data_format: str = "hdf5",
-                 max_episode_steps: int | None = None, state_dir: Path | None = None) -> None:
+                 max_episode_steps: int | None = None, state_dir: Path | None = None,
+                 trust_env_spec: bool = False) -> None:
         self.root = root
         self.dataset_id = dataset_id
         self.data_format = data_format
@@ -231,6 +234,11 @@ class MinariWriter:
         self.storage: Any = None
         self.env_spec_source = ""  # the certificate's: where the dataset's env spec came from
         self._first_spec: str | None = None  # before the dataset exists: its first episode's
+        self.vetter = SpecVetter(trust=trust_env_spec)
+        # producers' env specs dropped (kept episodes, spec not taken), by reason, and the
+        # first one's episode and why: the certificate's `env_specs_dropped`
+        self.specs_dropped: dict[str, int] = {}
+        self.spec_dropped_example = ""
 
     def recover(self, state: dict[str, Any], generation: int) -> None:
         marker = self.state_dir / _CREATING
@@ -246,6 +254,8 @@ class MinariWriter:
             return
         total = int(state["total_episodes"])
         self.env_spec_source = str(state.get("env_spec_source", ""))
+        self.specs_dropped = dict(state.get("env_specs_dropped", {}))
+        self.spec_dropped_example = str(state.get("env_spec_dropped_example", ""))
         if (self.path / _HDF5_FILE).exists():
             self._truncate_hdf5(total)
         for child in self.path.iterdir():
@@ -286,7 +296,7 @@ class MinariWriter:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         write_atomically(self.state_dir / _CREATING, self.dataset_id)
         self.path.mkdir(parents=True, exist_ok=True)
-        env_spec, self.env_spec_source = _env_spec(first, self.max_episode_steps)
+        env_spec, self.env_spec_source = _env_spec(first, self.max_episode_steps, self.vetter)
         storage = MinariStorage.new(self.path, observation_space=gym_space(first.obs_spec),
                                     action_space=gym_space(first.act_spec),
                                     env_spec=env_spec, data_format=self.data_format,
@@ -338,7 +348,9 @@ class MinariWriter:
                               + ", ".join(models)})
         metadata = json.loads((self.path / "metadata.json").read_text())
         return {"total_episodes": self.storage.total_episodes, "metadata": metadata,
-                "env_spec_source": self.env_spec_source}
+                "env_spec_source": self.env_spec_source,
+                "env_specs_dropped": self.specs_dropped,
+                "env_spec_dropped_example": self.spec_dropped_example}
 
     def _append(self, buffers: list[Any], extra: list[dict[str, Any]], start: int) -> None:
         storage = self.storage
@@ -365,7 +377,16 @@ class MinariWriter:
                 or gym_space(e.act_spec) != self.storage.action_space):
             return "space_mismatch"
         if e.env_spec is not None:
-            spec = _spec_of(e, self.max_episode_steps)
+            verdict = self.vetter.vet(e.env_spec, e.route["env_id"])
+            if verdict.reason == MALFORMED:  # under which env it ran, nobody can tell
+                return MALFORMED
+            if verdict.reason == UNTRUSTED:  # the episode stays; its spec never runs
+                self.specs_dropped[UNTRUSTED] = self.specs_dropped.get(UNTRUSTED, 0) + 1
+                self.spec_dropped_example = self.spec_dropped_example or (
+                    f"{e.session_id}/{e.record_id}: {verdict.detail}")
+                e.env_spec = None
+                return None
+            spec = _spec_json(verdict.spec, self.max_episode_steps)
             if self.storage is None:
                 self._first_spec = self._first_spec or spec
                 expected = self._first_spec
@@ -392,33 +413,28 @@ def _replace(work: Path, path: Path) -> None:
     os.replace(work, path)
 
 
-def _spec_of(e: Episode, max_episode_steps: int | None) -> str | None:
-    from gymnasium.envs.registration import EnvSpec
-
-    assert e.env_spec is not None
-    spec = EnvSpec.from_json(e.env_spec)
+def _spec_json(spec: Any, max_episode_steps: int | None) -> str:
     if max_episode_steps is not None:
-        spec.max_episode_steps = max_episode_steps
+        spec = dataclasses.replace(spec, max_episode_steps=max_episode_steps)
     return str(spec.to_json())
 
 
-def _env_spec(first: Episode, max_episode_steps: int | None) -> tuple[Any, str]:
-    """The dataset's env spec and where it came from: the producer's (the env as it ran),
-    Gymnasium's registration of the env id ("registry default"), or none (an id Gymnasium
-    does not know); `--max-episode-steps` replaces the step limit of either."""
-    import gymnasium as gym
-    from gymnasium.envs.registration import EnvSpec
-
+def _env_spec(first: Episode, max_episode_steps: int | None,
+              vetter: SpecVetter) -> tuple[Any, str]:
+    """The dataset's env spec and where it came from: the producer's (the env as it ran,
+    when `vetter` takes it), Gymnasium's registration of the env id ("registry default"),
+    or none (an id the local registry does not hold); `--max-episode-steps` replaces the
+    step limit of either."""
     source = "producer"
-    try:
-        if first.env_spec is not None:
-            spec = EnvSpec.from_json(first.env_spec)
-        else:
-            source = "registry default"
-            spec = gym.spec(first.route["env_id"])
-    except Exception:  # gymnasium raises several error types for unknown or odd ids
+    spec = None
+    if first.env_spec is not None:
+        spec = vetter.vet(first.env_spec, first.route["env_id"]).spec
+    if spec is None:
+        source = "registry default"
+        spec = registered(first.route["env_id"])
+    if spec is None:
         return None, "none"
-    if max_episode_steps is not None:  # a copy: gym.spec returns the registry's own
+    if max_episode_steps is not None:  # a copy: the registry's spec is the registry's own
         spec = dataclasses.replace(spec, max_episode_steps=max_episode_steps)
         source += ", --max-episode-steps"
     return spec, source

@@ -36,10 +36,11 @@ def export(stream_config: StreamConfig) -> Callable[..., DatasetSink]:
 
     def run(out: Path, fmt: str, dataset_id: str = "rlmesh/test-v0", *,
             minari_format: str = "hdf5", max_episode_steps: int | None = None,
-            **filters: Any) -> DatasetSink:
+            trust_env_spec: bool = False, **filters: Any) -> DatasetSink:
         options = ExportOptions(out=out, fmt=fmt, dataset_id=dataset_id,
                                 filters=Filters(**filters), minari_format=minari_format,
-                                max_episode_steps=max_episode_steps)
+                                max_episode_steps=max_episode_steps,
+                                trust_env_spec=trust_env_spec)
         runtime = RuntimeOptions(group_id=f"export-{out.name}-{fmt}", from_beginning=True,
                                  until_end=True, settle_time=5.0)
         sink, _ = run_export(stream_config, options, runtime)
