@@ -194,7 +194,7 @@ _HELP_ERRORS: tuple[type[Exception], ...] = tuple(
 def _one_line_usage(exc: click.UsageError) -> click.UsageError:
     if isinstance(exc, (OneLineUsageError, *_HELP_ERRORS)):
         return exc
-    return OneLineUsageError(exc.format_message(), exc.ctx)
+    return OneLineUsageError(redact_url(exc.format_message()), exc.ctx)
 
 
 def _one_line(exc: Exception) -> Exception:

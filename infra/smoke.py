@@ -14,9 +14,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from rlmesh_stream.schemas.connection.access import redact_url
 from rlmesh_stream.schemas.connection.client_errors import ClientErrors
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.connection.redact import redact_secrets
 from rlmesh_stream.schemas.contract.errors import RegistryProtocolError, RegistryUnavailableError
 from rlmesh_stream.schemas.contract.topics import confluent_serde_conf
 from rlmesh_stream.schemas.errors import RlmeshStreamError
@@ -76,8 +76,8 @@ def run_smoke(config: StreamConfig, timeout: float = 30.0) -> SmokeResult:
         schema_id = registry_call(f"register {subject}", registry.register_schema, subject,
                                   Schema(SMOKE_SCHEMA, "AVRO"))
     except (RegistryUnavailableError, RegistryProtocolError, SchemaRegistryError) as exc:
-        raise SmokeError(f"schema registry at {redact_url(config.registry_url)}: {exc}"
-                         ) from exc
+        raise SmokeError(redact_secrets(f"schema registry at {config.registry_url}: {exc}",
+                                        config.registry_url)) from exc
     ctx = SerializationContext(topic, MessageField.VALUE)
     record_id = uuid.uuid4().hex
     record: dict[str, Any] = {"id": record_id, "sent_at_ms": int(time.time() * 1000),

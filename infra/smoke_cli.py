@@ -11,7 +11,7 @@ import click
 from rlmesh_stream.infra.smoke import SmokeError, run_smoke
 from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
-from rlmesh_stream.schemas.connection.redact import redact_url
+from rlmesh_stream.schemas.connection.redact import redact_secrets, redact_url
 
 
 def _port(address: str, default: int) -> int:
@@ -37,14 +37,15 @@ def smoke(config: StreamConfig, start: bool, home: Path | None) -> None:
         except StackError as exc:
             raise click.ClickException(str(exc)) from None
         config = replace(config, bootstrap=info.bootstrap, registry_url=info.registry_url)
+    urls = (config.bootstrap, config.registry_url)
     click.echo(redact_url(f"bootstrap {config.bootstrap}, registry {config.registry_url}"))
     try:
         result = run_smoke(config)
     except SmokeError as exc:
-        raise click.ClickException(redact_url(str(exc))) from None
+        raise click.ClickException(redact_secrets(str(exc), *urls)) from None
     except Exception as exc:  # any failure of the stack is the answer: one line, no password
         raise click.ClickException(
-            redact_url(f"smoke failed: {str(exc) or type(exc).__name__}")) from None
+            redact_secrets(f"smoke failed: {str(exc) or type(exc).__name__}", *urls)) from None
     click.echo(f"registered {result.subject} as schema id {result.schema_id}")
     click.echo(f"produced to {result.topic}: {result.sent}")
     click.echo(f"read back:  {result.received}")

@@ -85,7 +85,7 @@ class SchemaIdResolver:
                 "rlmesh-stream: schema registry at %s is unreachable (%s); events are "
                 "held (%s) and published when it answers",
                 access.redact_url(self.settings.stream.registry_url),
-                access.redact_url(str(exc)),
+                access.redact_secrets(str(exc), self.settings.stream.registry_url),
                 self._held_where(self.settings.held_max_events))
 
     def _refused_message(self, refused: Any, et: EventType | None) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 
 from rlmesh_stream.consumers.runtime.records import TimestampOutOfRangeError, timestamp_of
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.connection.redact import redact_secrets
 from rlmesh_stream.schemas.contract.topics import EventType
 from rlmesh_stream.schemas.errors import RlmeshStreamError
 
@@ -160,7 +161,6 @@ def run_tail(config: StreamConfig, event_type: EventType, emit: Callable[[str], 
     from confluent_kafka import KafkaException
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-    from rlmesh_stream.schemas.connection.access import redact_url
     from rlmesh_stream.schemas.connection.client_errors import ClientErrors
     from rlmesh_stream.schemas.contract.errors import (
         RegistryProtocolError,
@@ -176,9 +176,11 @@ def run_tail(config: StreamConfig, event_type: EventType, emit: Callable[[str], 
     except KafkaException as exc:
         err = exc.args[0] if exc.args else exc
         text = err.str() if hasattr(err, "str") else str(err)
-        raise TailError(redact_url(f"Kafka at {config.bootstrap}: {errors.explain(text)}")) from exc
+        raise TailError(redact_secrets(f"Kafka at {config.bootstrap}: {errors.explain(text)}",
+                                       config.bootstrap)) from exc
     except (RegistryUnavailableError, RegistryProtocolError, SchemaRegistryError) as exc:
-        raise TailError(redact_url(f"schema registry at {config.registry_url}: {exc}")) from exc
+        raise TailError(redact_secrets(f"schema registry at {config.registry_url}: {exc}",
+                                       config.registry_url)) from exc
 
 
 def _consume(config: StreamConfig, event_type: EventType, emit: Callable[[str], None], *,

@@ -12,6 +12,7 @@ from rlmesh_stream.consumers.cli_options import reading_options
 from rlmesh_stream.schemas.connection.access import AccessDeniedError
 from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from rlmesh_stream.schemas.connection.redact import redact_secrets, redact_url
 
 if TYPE_CHECKING:
     from rlmesh_stream.consumers.runtime import ConsumerRuntime
@@ -97,7 +98,8 @@ def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str 
         progress = None if quiet else Progress("export trajectories")
         sink, runtime = run_export(config, options, runtime_options, progress=progress)
     except (DatasetError, AccessDeniedError, ConsumerError) as exc:  # as `consume` does
-        raise click.ClickException(str(exc)) from None
+        # a client's words about a --catalog it could not parse quote pieces of it
+        raise click.ClickException(redact_secrets(str(exc), catalog or "")) from None
     except KeyboardInterrupt:
         return None
     cert = sink.certificate_summary()
@@ -114,7 +116,7 @@ def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str 
                    "every producer)", err=True)
     if target is not None:
         click.echo(f"read it: python -c \"from pyiceberg.catalog.sql import SqlCatalog; "
-                   f"c = SqlCatalog('rlmesh', uri='{target.catalog}'); "
+                   f"c = SqlCatalog('rlmesh', uri='{redact_url(target.catalog)}'); "
                    f"print(c.load_table('{target.table}_episodes').scan().to_arrow())\"")
     if fmt == "minari":
         click.echo(f"load it: MINARI_DATASETS_PATH={out} python -c \"import minari; "

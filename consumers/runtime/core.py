@@ -30,7 +30,7 @@ from rlmesh_stream.consumers.runtime.records import TP
 from rlmesh_stream.consumers.runtime.until_end import UntilEnd
 from rlmesh_stream.consumers.sinks import OffsetConflict, Sink, SinkBatch
 from rlmesh_stream.schemas.connection.config import StreamConfig
-from rlmesh_stream.schemas.connection.redact import redact_url
+from rlmesh_stream.schemas.connection.redact import redact_secrets
 
 if TYPE_CHECKING:  # only passed in: their imports (prometheus_client, rich) are the caller's
     from rlmesh_stream.consumers.metrics import ConsumerMetrics
@@ -274,11 +274,11 @@ class ConsumerRuntime:
         left = down_since + self.options.connect_timeout - time.monotonic()
         if left > 0:
             return min(backoff, left)
-        raise ConsumerError(redact_url(
+        raise ConsumerError(redact_secrets(
             f"schema registry at {self.config.registry_url} did not answer for "
             f"{self.options.connect_timeout:g} s ({exc}): check --registry-url and "
             "--registry-timeout; nothing skipped, run again to resume from the last "
-            "checkpoint")) from exc
+            "checkpoint", self.config.registry_url)) from exc
 
     def _consume(self) -> list[Message]:
         """The records already fetched, up to `poll_batch`, at once; when there are none,

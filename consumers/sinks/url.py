@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from rlmesh_stream.schemas.connection.access import redact_url
+from rlmesh_stream.schemas.connection.redact import redact_secrets, redact_url
 from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ def connect_postgres(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
         return psycopg.connect(url, **kwargs)
     except psycopg.Error as exc:
         reason = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
-        raise SinkError(f"cannot connect to {redact_url(url)}: {reason}") from exc
+        raise SinkError(redact_secrets(f"cannot connect to {url}: {reason}", url)) from exc
 
 
 def sink_option(help_text: str = f"Store URL: {FORMS}.") -> Callable[[Any], Any]:

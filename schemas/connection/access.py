@@ -18,7 +18,10 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from rlmesh_stream.schemas.connection.config import StreamConfig
-from rlmesh_stream.schemas.connection.redact import redact_url
+from rlmesh_stream.schemas.connection.redact import (  # redact_url: re-exported, the producer's
+    redact_secrets,
+    redact_url,  # noqa: F401
+)
 from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 AUTHENTICATION_CODES: frozenset[int] = frozenset({
@@ -146,5 +149,6 @@ def registry_access_message(config: StreamConfig, refused: Any,
     said = str(refused)
     if config.registry_password:
         said = said.replace(config.registry_password, "***")
-    return (f"schema registry at {redact_url(config.registry_url)} refused {request} "
-            f"(HTTP {refused.http_status_code}): {why} [{said}]")
+    return redact_secrets(f"schema registry at {config.registry_url} refused {request} "
+                          f"(HTTP {refused.http_status_code}): {why} [{said}]",
+                          config.registry_url)

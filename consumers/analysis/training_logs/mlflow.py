@@ -24,6 +24,7 @@ from rlmesh_stream.consumers.analysis.training_logs.table import (
     TrainingLogError,
     rows_to_table,
 )
+from rlmesh_stream.schemas.connection.redact import redact_secrets
 
 HTTP_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
 """A join is interactive: an unreachable tracking server fails in seconds, not after
@@ -41,8 +42,35 @@ def client(tracking_uri: str | None) -> Any:
     from mlflow.tracking import MlflowClient, get_tracking_uri
 
     check_sqlite_store(tracking_uri or get_tracking_uri())
+    check_database_store(tracking_uri or get_tracking_uri())
     with mlflow_errors(tracking_uri):
         return MlflowClient(tracking_uri=tracking_uri)
+
+
+def check_database_store(uri: str) -> None:
+    """Connect once to a database tracking store (PostgreSQL, MySQL, SQL Server) before
+    MLflow does: MLflow retries a store it cannot reach 10 times with doubling sleeps
+    (~100 s), logging each failure (the URL's password pieces included) on stderr."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        backend = make_url(uri).get_backend_name()
+    except ArgumentError:
+        return  # not a database URI (a directory, http://...): MLflow's to judge
+    if backend not in ("postgresql", "mysql", "mssql"):
+        return
+    try:
+        engine = create_engine(uri, connect_args=(
+            {"connect_timeout": 10} if backend == "postgresql" else {}))
+        with engine.connect():
+            pass
+        engine.dispose()
+    except Exception as exc:  # a driver's or SQLAlchemy's: any of them is the answer
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise TrainingLogError(redact_secrets(
+            f"MLflow tracking store {uri}: cannot connect ({first})", uri)) from None
 
 
 def check_sqlite_store(uri: str) -> None:
@@ -93,8 +121,9 @@ def mlflow_errors(tracking_uri: str | None, passing: tuple[str, ...] = ()) -> It
         if exc.error_code in passing:
             raise
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise TrainingLogError(f"MLflow tracking store {tracking_uri or '(default)'}: "
-                               f"{first}") from exc
+        raise TrainingLogError(redact_secrets(
+            f"MLflow tracking store {tracking_uri or '(default)'}: {first}",
+            tracking_uri or "")) from exc
 
 
 def get_run(mlflow: Any, run_id: str, tracking_uri: str | None) -> Any:
@@ -107,7 +136,8 @@ def get_run(mlflow: Any, run_id: str, tracking_uri: str | None) -> Any:
     except MlflowException as exc:
         where = tracking_uri or "MLflow's default tracking store"
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise TrainingLogError(f"no MLflow run {run_id!r} at {where}: {first}") from exc
+        raise TrainingLogError(redact_secrets(f"no MLflow run {run_id!r} at {where}: {first}",
+                                              tracking_uri or "")) from exc
 
 
 def read_mlflow(run_ids: Sequence[str], tracking_uri: str | None) -> pa.Table:
