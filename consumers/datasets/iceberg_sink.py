@@ -254,6 +254,8 @@ def merged_certificate(saved: list[Any]) -> dict[str, Any]:
             into["dead_letters"] += p["dead_letters"]
             into["ranges"].extend(p["ranges"])
         total.offsets.update(cert.offsets)
+        for k, v in cert.other.items():
+            total.other[k] += v
         for k in ("exported", "exported_steps", "tagged_caution",
                   "without_terminal_observation", "abandoned_exported"):
             setattr(total, k, getattr(total, k) + getattr(cert, k))

@@ -30,6 +30,23 @@ from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 STATE_DIR = ".rlmesh-export"
 VERSION = 1
+# The certificate's totals are read by JVM readers (Spark, Flink: a JSON number past a long
+# breaks them): a sum that would pass 2**63 - 1 is written as 2**63 - 1 (saturated). One
+# producer's own figures cannot pass it (sequences stop at headers.MAX_SEQUENCE); a sum
+# over producers can (two forged sequence headers near 2**63).
+INT64_MAX = 2**63 - 1
+# Producer ids whose sequences the certificate tracks one by one (their ranges, in the
+# state and the manifest, rewritten at each commit). A fleet has one id per producer
+# process; past this many, a producer id that changes per record would grow both without
+# bound (4.7 MB at 60 000 ids, rewritten at every checkpoint): the records of further ids
+# are counted in `other_producers`, their sequences unchecked. ~110 bytes per id in
+# manifest.json: 1 000 ids, ~110 kB.
+MAX_PRODUCERS = 1000
+
+
+def saturated(n: int) -> int:
+    """`n`, or INT64_MAX when it is larger."""
+    return min(n, INT64_MAX)
 
 
 class DatasetError(RlmeshStreamError):
@@ -47,13 +64,25 @@ class Certificate:
     tagged_caution: int = 0
     without_terminal_observation: int = 0
     abandoned_exported: int = 0
+    # the records of producer ids past MAX_PRODUCERS: counted, their sequences unchecked
+    other: dict[str, int] = field(default_factory=lambda: {"records": 0, "dead_letters": 0})
     _batch: dict[str, list[int]] = field(default_factory=dict, repr=False)
     _dead: dict[str, int] = field(default_factory=dict, repr=False)
+    _fresh: int = field(default=0, repr=False)  # producers of `_batch` not yet tracked
 
     def saw(self, producer: str, seq: int, dead_letter: bool) -> None:
         """One record's (producer, sequence); merged into the ranges by `merge` (per batch:
         records of different topics interleave, so sequences arrive out of order)."""
-        self._batch.setdefault(producer, []).append(seq)
+        seqs = self._batch.get(producer)
+        if seqs is None:
+            if producer not in self.producers:
+                if len(self.producers) + self._fresh >= MAX_PRODUCERS:
+                    self.other["records"] += 1
+                    self.other["dead_letters"] += dead_letter
+                    return
+                self._fresh += 1
+            seqs = self._batch[producer] = []
+        seqs.append(seq)
         if dead_letter:
             self._dead[producer] = self._dead.get(producer, 0) + 1
 
@@ -89,6 +118,7 @@ class Certificate:
             p["ranges"] = merged
         self._batch = {}
         self._dead = {}
+        self._fresh = 0
 
     def covered(self, topic: str, partition: int, offset: int) -> None:
         key = f"{topic}[{partition}]"
@@ -110,11 +140,22 @@ class Certificate:
             producers[pid] = {"sequences_seen": seen, "first_seq": ranges[0][0] if ranges else None,
                               "last_seq": top, "gaps": top + 1 - seen,
                               "duplicates": p["duplicates"], "dead_letters": p["dead_letters"]}
+        other = {**self.other, "gaps": 0, "duplicates": 0}
+        if len(producers) > MAX_PRODUCERS:  # several shards' (Iceberg): the rest folded
+            ranked = sorted(producers, key=lambda k: (
+                -(producers[k]["gaps"] + producers[k]["duplicates"]), k))
+            for pid in ranked[MAX_PRODUCERS:]:
+                p = producers.pop(pid)
+                other["records"] += p["sequences_seen"] + p["duplicates"]
+                for k in ("gaps", "duplicates", "dead_letters"):
+                    other[k] += p[k]
+        listed = [*producers.values(), other]
         return {
             "producers": producers,
-            "gaps": sum(p["gaps"] for p in producers.values()),
-            "duplicates": sum(p["duplicates"] for p in producers.values()),
-            "dead_letters": sum(p["dead_letters"] for p in producers.values()),
+            "other_producers": {k: saturated(v) for k, v in other.items()},
+            "gaps": saturated(sum(p["gaps"] for p in listed)),
+            "duplicates": saturated(sum(p["duplicates"] for p in listed)),
+            "dead_letters": saturated(sum(p["dead_letters"] for p in listed)),
             "kafka_offsets": dict(sorted(self.offsets.items())),
             "episodes_exported": self.exported, "steps_exported": self.exported_steps,
             "episodes_tagged_caution": self.tagged_caution,

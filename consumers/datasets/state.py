@@ -37,6 +37,7 @@ def dump(joiner_state: dict[str, Any], certificate: Certificate) -> dict[str, An
                                           "dead_letters": v["dead_letters"]}
                                       for k, v in certificate.producers.items()},
                         "offsets": {k: list(v) for k, v in certificate.offsets.items()},
+                        "other": dict(certificate.other),
                         **{k: getattr(certificate, k) for k in _COUNTS}},
     }
 
@@ -58,7 +59,9 @@ def load(data: Any, source: str) -> dict[str, Any]:
                                 "duplicates": int(v["duplicates"]),
                                 "dead_letters": int(v["dead_letters"])}
                        for k, v in cert["producers"].items()},
-            offsets={str(k): [int(a), int(b)] for k, (a, b) in cert["offsets"].items()})
+            offsets={str(k): [int(a), int(b)] for k, (a, b) in cert["offsets"].items()},
+            # absent from a state written before producers were capped
+            other={k: int(cert.get("other", {}).get(k, 0)) for k in ("records", "dead_letters")})
         for k in _COUNTS:
             setattr(certificate, k, int(cert[k]))
         return {"sessions": sessions, "first": first,
