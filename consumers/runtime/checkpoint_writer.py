@@ -128,6 +128,8 @@ def _apply(sink: Sink, batch: SinkBatch, reread: bool = True) -> None:
 
 def _transient(exc: Exception) -> bool:
     """A sink failure worth retrying: lost connection, deadlock, serialization failure."""
-    name = type(exc).__name__
-    return name in {"OperationalError", "DeadlockDetected", "SerializationFailure",
-                    "TransactionConflict"} or "Conflict" in name
+    # by class name (no driver imported here), the class's or a base's: psycopg's
+    # AdminShutdown (a terminated backend) is an OperationalError
+    names = {c.__name__ for c in type(exc).__mro__}
+    return bool(names & {"OperationalError", "DeadlockDetected", "SerializationFailure",
+                         "TransactionConflict"}) or "Conflict" in type(exc).__name__

@@ -41,6 +41,9 @@ class PostgresSink(TableSink):
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
+        if self.conn.closed:  # lost (backend terminated, server restarted): a new one
+            self.conn = connect_postgres(self.dsn, autocommit=True)
+            self._staged.clear()  # temporary staging tables die with their connection
         try:
             with self.conn.transaction():
                 yield
