@@ -92,6 +92,33 @@ def vet(text: str, env_id: str, *, trust: bool = False) -> Verdict:
     return Verdict(spec)
 
 
+def spec_json(spec: Any, max_episode_steps: int | None) -> str:
+    """`spec`'s JSON, its step limit replaced by `max_episode_steps` when given."""
+    if max_episode_steps is not None:
+        spec = dataclasses.replace(spec, max_episode_steps=max_episode_steps)
+    return str(spec.to_json())
+
+
+def dataset_spec(text: str | None, env_id: str, max_episode_steps: int | None,
+                 vetter: SpecVetter) -> tuple[Any, str]:
+    """A dataset's env spec and where it came from, given its first episode's producer
+    spec `text` (None: the producer sent none) and env id: the producer's (the env as it
+    ran, when `vetter` takes it), Gymnasium's registration of the env id ("registry
+    default"), or none (an id the local registry does not hold); `max_episode_steps`
+    replaces the step limit of either."""
+    source = "producer"
+    spec = vetter.vet(text, env_id).spec if text is not None else None
+    if spec is None:
+        source = "registry default"
+        spec = registered(env_id)
+    if spec is None:
+        return None, "none"
+    if max_episode_steps is not None:  # a copy: the registry's spec is the registry's own
+        spec = dataclasses.replace(spec, max_episode_steps=max_episode_steps)
+        source += ", --max-episode-steps"
+    return spec, source
+
+
 def registered(env_id: str) -> Any:
     """The local Gymnasium registry's spec of `env_id`, or None, importing nothing."""
     from gymnasium.envs.registration import registry

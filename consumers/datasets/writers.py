@@ -25,7 +25,6 @@ infos when the producer sent them for the reset and every step.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -37,7 +36,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from rlmesh_stream.consumers.datasets.env_spec import MALFORMED, UNTRUSTED, SpecVetter, registered
+from rlmesh_stream.consumers.datasets.env_spec import (
+    MALFORMED,
+    UNTRUSTED,
+    SpecVetter,
+    dataset_spec,
+    spec_json,
+)
 from rlmesh_stream.consumers.datasets.manifest import DatasetError, write_atomically
 from rlmesh_stream.consumers.datasets.model import Episode
 from rlmesh_stream.consumers.runtime.records import meta_json
@@ -296,7 +301,8 @@ class MinariWriter:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         write_atomically(self.state_dir / _CREATING, self.dataset_id)
         self.path.mkdir(parents=True, exist_ok=True)
-        env_spec, self.env_spec_source = _env_spec(first, self.max_episode_steps, self.vetter)
+        env_spec, self.env_spec_source = dataset_spec(
+            first.env_spec, first.route["env_id"], self.max_episode_steps, self.vetter)
         storage = MinariStorage.new(self.path, observation_space=gym_space(first.obs_spec),
                                     action_space=gym_space(first.act_spec),
                                     env_spec=env_spec, data_format=self.data_format,
@@ -386,7 +392,7 @@ class MinariWriter:
                     f"{e.session_id}/{e.record_id}: {verdict.detail}")
                 e.env_spec = None
                 return None
-            spec = _spec_json(verdict.spec, self.max_episode_steps)
+            spec = spec_json(verdict.spec, self.max_episode_steps)
             if self.storage is None:
                 self._first_spec = self._first_spec or spec
                 expected = self._first_spec
@@ -411,33 +417,6 @@ def _replace(work: Path, path: Path) -> None:
     finally:
         os.close(fd)
     os.replace(work, path)
-
-
-def _spec_json(spec: Any, max_episode_steps: int | None) -> str:
-    if max_episode_steps is not None:
-        spec = dataclasses.replace(spec, max_episode_steps=max_episode_steps)
-    return str(spec.to_json())
-
-
-def _env_spec(first: Episode, max_episode_steps: int | None,
-              vetter: SpecVetter) -> tuple[Any, str]:
-    """The dataset's env spec and where it came from: the producer's (the env as it ran,
-    when `vetter` takes it), Gymnasium's registration of the env id ("registry default"),
-    or none (an id the local registry does not hold); `--max-episode-steps` replaces the
-    step limit of either."""
-    source = "producer"
-    spec = None
-    if first.env_spec is not None:
-        spec = vetter.vet(first.env_spec, first.route["env_id"]).spec
-    if spec is None:
-        source = "registry default"
-        spec = registered(first.route["env_id"])
-    if spec is None:
-        return None, "none"
-    if max_episode_steps is not None:  # a copy: the registry's spec is the registry's own
-        spec = dataclasses.replace(spec, max_episode_steps=max_episode_steps)
-        source += ", --max-episode-steps"
-    return spec, source
 
 
 def _reward_stats(rewards: np.ndarray) -> dict[str, float]:
