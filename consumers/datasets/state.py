@@ -31,7 +31,7 @@ def dump(joiner_state: dict[str, Any], certificate: Certificate) -> dict[str, An
         "skip_examples": dict(joiner_state["skip_examples"]),
         # copies: the store keeps these values as the committed state, the certificate
         # goes on changing
-        "certificate": {"producers": {k: {"ranges": [[a, b] for a, b in v["ranges"]],
+        "certificate": {"producers": {k: {"ranges": list(map(list, v["ranges"])),
                                           "duplicates": v["duplicates"],
                                           "dead_letters": v["dead_letters"]}
                                       for k, v in certificate.producers.items()},
