@@ -51,7 +51,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from processes import timed
+from processes import timed, timed_together
 
 from rlmesh_stream.consumers.builders import EpisodesBuilder
 from rlmesh_stream.consumers.runtime import (
@@ -232,20 +232,33 @@ def bare_process(config: StreamConfig, topics: list[str], total: int) -> tuple[f
                            ",".join(topics), str(total)])
 
 
+def consume_argv(config: StreamConfig, builder: str, sink_url: str, group: str) -> list[str]:
+    return [sys.executable, "-m", "rlmesh_stream.infra.cli", "consume", builder,
+            "--bootstrap", config.bootstrap, "--registry-url", config.registry_url,
+            "--topic-prefix", config.topic_prefix, "--sink", sink_url, "--group", group,
+            "--from-beginning", "--until-end", "--quiet"]
+
+
 def consume_process(config: StreamConfig, builder: str, sink_url: str) -> tuple[float, float]:
-    return timed([sys.executable, "-m", "rlmesh_stream.infra.cli", "consume", builder,
-                           "--bootstrap", config.bootstrap, "--registry-url",
-                           config.registry_url, "--topic-prefix", config.topic_prefix,
-                           "--sink", sink_url, "--group", uuid.uuid4().hex,
-                           "--from-beginning", "--until-end", "--quiet"])
+    return timed(consume_argv(config, builder, sink_url, uuid.uuid4().hex))
+
+
+def group_processes(config: StreamConfig, builder: str, sink_url: str,
+                    members: int = 2) -> tuple[float, float]:
+    """`members` processes of one group started together: the last one's wall seconds
+    from spawn to exit, and their CPU seconds summed."""
+    walls, cpu = timed_together([consume_argv(config, builder, sink_url, uuid.uuid4().hex)]
+                                * members)
+    return max(walls), cpu
 
 
 def bench_processes(config: StreamConfig, topics: list[str], total: int, builder: str,
                     tmp: Path, repeats: int, pg: str | None = None
                     ) -> dict[str, list[tuple[float, float]]]:
     """Bare loop and `consume <builder>` processes (into DuckDB, and into a fresh PostgreSQL
-    database of the server `pg` names), interleaved `repeats` times."""
-    runs: dict[str, list[tuple[float, float]]] = {"bare": [], "ours": [], "pg": []}
+    database of the server `pg` names, by one process and by 2 of one group), interleaved
+    `repeats` times."""
+    runs: dict[str, list[tuple[float, float]]] = {"bare": [], "ours": [], "pg": [], "pg2": []}
     for i in range(repeats):
         runs["bare"].append(bare_process(config, topics, total))
         sink = f"duckdb://{tmp / f'{builder}-{config.topic_prefix}-{i}.duckdb'}"
@@ -256,6 +269,16 @@ def bench_processes(config: StreamConfig, topics: list[str], total: int, builder
                 runs["pg"].append(consume_process(config, builder, url))
             finally:
                 drop()
+            url, drop = _pg_database(pg)
+            try:
+                runs["pg2"].append(group_processes(config, builder, url))
+            finally:
+                drop()
+        load = os.getloadavg()
+        print(f"    repeat {i + 1}: " + ", ".join(f"{k} {v[-1][0]:.1f}s/{v[-1][1]:.1f}s"
+                                                for k, v in runs.items() if v)
+              + f" (wall/CPU); load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}",
+              flush=True)
     return runs
 
 
@@ -278,6 +301,16 @@ def _process_lines(label: str, runs: dict[str, list[tuple[float, float]]], total
               f"CPU   runs {_runs(runs[key])}\n"
               f"      ratio (ours / bare throughput): wall {bare_wall / wall:.2f}x, CPU "
               f"{bare_cpu / cpu:.2f}x (median of {len(runs[key])} interleaved runs)")
+    if runs.get("pg2"):
+        one = [w for w, _ in runs["pg"]]
+        two = [w for w, _ in runs["pg2"]]
+        speedup = [o / t for o, t in zip(one, two, strict=True)]
+        cpus = [c2 / c1 for (_, c1), (_, c2) in zip(runs["pg"], runs["pg2"], strict=True)]
+        ratios["pg2"] = statistics.median(speedup)
+        print(f"  {'2 members of one --group':<30}{statistics.median(two):6.2f} s wall, "
+              f"{statistics.median(speedup):.2f}x faster than 1 (target 1.5x; rounds "
+              f"{' '.join(f'{x:.2f}' for x in speedup)}); CPU {statistics.median(cpus):.2f}x "
+              f"one's (target <= 1.2x)")
     return ratios
 
 
@@ -467,6 +500,8 @@ def main() -> None:
     parser.add_argument("--live-seconds", type=float, default=5.0)
     parser.add_argument("--live-rounds", type=int, default=3)
     parser.add_argument("--checkpoint-interval", type=float, default=0.1)
+    parser.add_argument("--shapes-only", action="store_true",
+                        help="the dataset shapes only (no naive, fleet or live runs)")
     args = parser.parse_args()
 
     base = StreamConfig.from_env()
@@ -480,6 +515,10 @@ def main() -> None:
                for shape in parse_shapes(args.shapes)]
     if not pg:
         print("PostgreSQL: set RLMESH_STREAM_BENCH_POSTGRES_DSN (a throwaway server)")
+    if args.shapes_only:
+        for label, ratios in results:
+            print(f"{label}: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
+        os._exit(0)
 
     naive_config = base.with_prefix(f"bench{uuid.uuid4().hex[:8]}.rlmesh.runtime")
     ensure_topics(naive_config, partitions=4, replication_factor=1)
@@ -519,6 +558,9 @@ def main() -> None:
                 f">= {TARGET_PROCESS}x", ratios["ours"] >= TARGET_PROCESS)
         if "pg" in ratios:
             _target("  the same -> PostgreSQL", ratios["pg"], "reported", None)
+        if "pg2" in ratios:
+            _target("  2 members of one --group -> PostgreSQL, vs 1", ratios["pg2"], ">= 1.5x",
+                    ratios["pg2"] >= 1.5)
     _target("consume all -> DuckDB over the simulated fleet, whole process", fleet_ratio,
             "reported", None)
     p99 = statistics.median(p99s)

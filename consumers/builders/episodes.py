@@ -58,8 +58,9 @@ class EpisodesBuilder(Builder):
 
     def lock_keys(self, reduced: Reduced) -> list[str]:
         """The batch's sessions: the abandon rule reads a session's episodes and its end,
-        which two processes may write at once (cooperative-sticky assignment does not keep
-        a session's partitions of different topics in one process)."""
+        which two processes may write at once (the range assignment keeps a session's
+        partitions of all topics in one process, but a zombie's last checkpoint, a member
+        paused past its session timeout, may still commit beside the new owner's)."""
         sessions = {key[0] for table in (EPISODES, EPISODE_SESSION_ENDS)
                     for key in reduced.rows.get(table.name, {})}
         return [f"episodes:{sid}" for sid in sessions]

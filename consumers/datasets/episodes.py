@@ -60,15 +60,36 @@ class Joiner:
         # units still pending at that commit (`kept`) are read again
         self.frontier: dict[TP, int] = {}
         self.kept: set[Unit] = set()
+        # Per commit, the work is the commit's, not the history's: a commit looks only at
+        # the sessions read since the last one (`_touched`: no other verdict can have
+        # changed), finds their pending episodes by session (`_by_session`), and
+        # re-encodes only the state rows that changed (`_session_rows`, `_first_rows`,
+        # JSON-ready). Over a history whose sessions all run at once (every episode
+        # pending until its session ends) a commit looked at every session and encoded
+        # every pending unit: 0.26x the bare loop over 82 851 events, 0.063x over 552 921.
+        self._touched: set[str] = set()
+        self._by_session: dict[str, dict[Key, PendingEpisode]] = {}
+        self._dirty: set[str] = set()  # sessions whose state row is to be encoded again
+        self._session_rows: dict[str, list[Any]] = {}
+        self._first_rows: dict[Unit, list[Any]] = {}
 
     # -- state, for the manifest ---------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        """What a restart needs besides re-reading from `resume_offsets` (small: no payloads)."""
-        sessions = {sid: SessionState(s.ended, s.failed, s.caution, None, s.totals, s.exported)
-                    for sid, s in self.sessions.items()}
-        return {"sessions": sessions, "first": self._first, "skipped": self.skipped,
-                "skip_examples": self.skip_examples}
+        """What a restart needs besides re-reading from `resume_offsets` (small: no payloads),
+        JSON-ready (state.py's `dump` writes it): each session's row and each pending
+        unit's first offsets. Copies of the containers (the committed state is kept while
+        these go on changing); a row is replaced when it changes, never changed in place."""
+        for sid in self._dirty:
+            s = self.sessions.get(sid)
+            if s is None:
+                self._session_rows.pop(sid, None)
+            else:
+                self._session_rows[sid] = [s.ended, s.failed, s.caution,
+                                           list(s.totals) if s.totals else None, s.exported]
+        self._dirty.clear()
+        return {"sessions": dict(self._session_rows), "first": list(self._first_rows.values()),
+                "skipped": self.skipped, "skip_examples": self.skip_examples}
 
     def restore(self, state: dict[str, Any], frontier: dict[TP, int]) -> None:
         self.sessions = state["sessions"]
@@ -77,6 +98,8 @@ class Joiner:
         self.skipped = state["skipped"]
         self.skip_examples = state["skip_examples"]
         self.frontier = frontier
+        self._dirty = set(self.sessions)
+        self._first_rows = {unit: _first_row(unit, where) for unit, where in self._first.items()}
 
     def resume_offsets(self, read: dict[TP, int]) -> dict[TP, int]:
         """Per partition, where a restart must read again from: the first record of any unit
@@ -100,9 +123,19 @@ class Joiner:
             first = self._first.setdefault(unit, {})
             if tp not in first:
                 first[tp] = where[2]
+                self._first_rows[unit] = _first_row(unit, first)
         self._add(event)
 
+    def forget(self, unit: Unit) -> None:
+        """A unit released or decided: no longer a resume point."""
+        if self._first.pop(unit, None) is not None:
+            del self._first_rows[unit]
+
     def _add(self, event: Any) -> None:
+        session_id = getattr(event, "session_id", None)
+        if session_id is not None:
+            self._touched.add(session_id)
+            self._dirty.add(session_id)
         if isinstance(event, ev.ObservationEmittedEvent):
             self._observation(event)
         elif isinstance(event, ev.ActionReceivedEvent):
@@ -151,6 +184,7 @@ class Joiner:
         ep = self.pending.get(key)
         if ep is None:
             ep = self.pending[key] = PendingEpisode(session_id, record_id)
+            self._by_session.setdefault(session_id, {})[key] = ep
             self._session(session_id)
         if ep.route is None:
             ep.route = route_of(route)
@@ -217,27 +251,31 @@ class Joiner:
     # -- releasing -----------------------------------------------------------------------------
 
     def release(self, *, final: bool = False) -> list[Episode]:
-        """Episodes that are whole now; with `final`, also decide on everything else."""
+        """Episodes that are whole now; with `final`, also decide on everything else.
+        Only the sessions read since the last release are looked at (with `final`, all):
+        an episode's verdict changes only with its own session's events."""
         out: list[Episode] = []
-        # the pending episodes of each vector-env session, gathered once (not once per
-        # session: a commit looked at every pending episode for each session)
-        by_session: dict[str, dict[Key, PendingEpisode]] = {}
-        for key, ep in self.pending.items():
-            owner = self.sessions.get(key[0])
-            if owner is not None and owner.groups is not None:
-                by_session.setdefault(key[0], {})[key] = ep
-        for session_id, session in sorted(self.sessions.items()):
-            mine = by_session.get(session_id, {})
+        looked_at = sorted(self.sessions) if final else sorted(
+            sid for sid in self._touched if sid in self.sessions)
+        self._touched = set()
+        for session_id in looked_at:
+            session = self.sessions[session_id]
+            mine = self._by_session.get(session_id, {})
             if session.groups is not None and (final or all_read(session, mine, session_id)):
-                out.extend(release_session(self, session_id, session, mine))
-        out.extend(self._release_single(final))
+                out.extend(release_session(self, session_id, session, dict(mine)))
+                self._by_session[session_id] = {k: ep for k, ep in mine.items()
+                                                if k in self.pending}
+        out.extend(self._release_single(final, looked_at))
         for e in out:
             self.sessions[e.session_id].exported += 1
+            self._dirty.add(e.session_id)
         return out
 
-    def _release_single(self, final: bool) -> list[Episode]:
+    def _release_single(self, final: bool, sessions: list[str]) -> list[Episode]:
         out: list[Episode] = []
-        for key in sorted(self.pending):
+        keys = sorted(self.pending) if final else sorted(
+            key for sid in sessions for key in self._by_session.get(sid, {}))
+        for key in keys:
             ep = self.pending[key]
             session = self.sessions.get(ep.session_id) or SessionState()
             if session.groups is not None:
@@ -246,7 +284,8 @@ class Joiner:
             if verdict is None:
                 continue
             del self.pending[key]
-            self._first.pop(("e", *key), None)
+            del self._by_session[key[0]][key]
+            self.forget(("e", *key))
             if verdict.startswith("skip:"):
                 self._skip(verdict[5:], ep)
                 continue
@@ -335,6 +374,11 @@ def _unit_of(event: Any) -> Unit | None:
             return ("s", event.session_id)
         return ("e", event.session_id, event.episode_record_id)
     return None
+
+
+def _first_row(unit: Unit, where: dict[TP, int]) -> list[Any]:
+    """A pending unit and its first offsets, as the state's JSON holds them."""
+    return [list(unit), [[t, p, o] for (t, p), o in sorted(where.items())]]
 
 
 def _contiguous(*parts: dict[int, Any]) -> int:

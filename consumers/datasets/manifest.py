@@ -87,14 +87,20 @@ class Certificate:
             self._dead[producer] = self._dead.get(producer, 0) + 1
 
     def merge(self) -> None:
-        """Fold the batch's sequences into each producer's sorted, disjoint ranges."""
+        """Fold the batch's sequences into each producer's sorted, disjoint ranges.
+
+        The batch's runs are placed by bisection and the ranges between them copied whole
+        (`_with_runs`), so the Python work is the batch's: records of different topics are
+        read at different paces, so one producer's ranges are many while a backlog is
+        read, and a merge that sorted and walked all of them at each commit grew with the
+        history."""
         for producer, seqs in self._batch.items():
             p = self.producers.setdefault(producer, {"ranges": [], "duplicates": 0,
                                                      "dead_letters": 0})
             p["dead_letters"] += self._dead.get(producer, 0)
             ranges: list[list[int]] = p["ranges"]
             starts = [r[0] for r in ranges]
-            new: list[list[int]] = []
+            new: list[list[int]] = []  # the batch's runs, none inside a range seen before
             last = None
             for seq in sorted(seqs):
                 if seq == last:
@@ -109,13 +115,8 @@ class Certificate:
                     new[-1][1] = seq
                 else:
                     new.append([seq, seq])
-            merged: list[list[int]] = []
-            for r in sorted(ranges + new):
-                if merged and merged[-1][1] + 1 >= r[0]:
-                    merged[-1][1] = max(merged[-1][1], r[1])
-                else:
-                    merged.append(list(r))
-            p["ranges"] = merged
+            if new:
+                p["ranges"] = _with_runs(ranges, starts, new)
         self._batch = {}
         self._dead = {}
         self._fresh = 0
@@ -165,6 +166,28 @@ class Certificate:
             "episodes_exported_before_their_caution_advisory": late,
             "episodes_skipped": dict(sorted(skipped.items())),
         }
+
+
+def _with_runs(ranges: list[list[int]], starts: list[int],
+               runs: list[list[int]]) -> list[list[int]]:
+    """Sorted, disjoint `ranges` (`starts`: their first sequences) with sorted `runs` put
+    in, each run in a gap between two ranges: joined to a range it touches, else a range
+    of its own. The ranges between two runs are copied by slicing, not looked at."""
+    out: list[list[int]] = []
+    done = 0  # ranges[:done] are in `out`
+    for a, b in runs:
+        at = bisect.bisect_left(starts, a, done)
+        out.extend(ranges[done:at])
+        done = at
+        if out and out[-1][1] + 1 == a:
+            out[-1] = [out[-1][0], b]
+        else:
+            out.append([a, b])
+        if at < len(ranges) and b + 1 == ranges[at][0]:
+            out[-1] = [out[-1][0], ranges[at][1]]
+            done = at + 1
+    out.extend(ranges[done:])
+    return out
 
 
 def header_sequence(headers: dict[str, bytes]) -> tuple[str, int] | None:

@@ -21,18 +21,17 @@ _COUNTS = ("exported", "exported_steps", "tagged_caution", "without_terminal_obs
 
 
 def dump(joiner_state: dict[str, Any], certificate: Certificate) -> dict[str, Any]:
-    """JSON-ready values of a joiner's `state()` and the certificate."""
-    sessions = {sid: [s.ended, s.failed, s.caution, list(s.totals) if s.totals else None,
-                      s.exported] for sid, s in joiner_state["sessions"].items()}
-    first = [[list(unit), [[t, p, o] for (t, p), o in sorted(where.items())]]
-             for unit, where in joiner_state["first"].items()]
+    """JSON-ready values of a joiner's `state()` (its rows JSON-ready already: sessions
+    as [ended, failed, caution, totals, exported], pending units as [unit, [[topic,
+    partition, offset], ...]]) and the certificate."""
     return {
-        "version": VERSION, "sessions": sessions, "first": first,
+        "version": VERSION, "sessions": joiner_state["sessions"],
+        "first": joiner_state["first"],
         "skipped": dict(joiner_state["skipped"]),
         "skip_examples": dict(joiner_state["skip_examples"]),
         # copies: the store keeps these values as the committed state, the certificate
         # goes on changing
-        "certificate": {"producers": {k: {"ranges": [[a, b] for a, b in v["ranges"]],
+        "certificate": {"producers": {k: {"ranges": list(map(list, v["ranges"])),
                                           "duplicates": v["duplicates"],
                                           "dead_letters": v["dead_letters"]}
                                       for k, v in certificate.producers.items()},

@@ -14,7 +14,6 @@ import numpy as np
 
 from rlmesh_stream.consumers.datasets.groups import LaneValues, assemble
 from rlmesh_stream.consumers.datasets.model import (
-    TP,
     Episode,
     Filters,
     Key,
@@ -34,7 +33,7 @@ class JoinerView(Protocol):
     filters: Filters
     pending: dict[Key, PendingEpisode]
     skip_examples: dict[str, str]
-    _first: dict[Unit, dict[TP, int]]
+    def forget(self, unit: Unit) -> None: ...
 
     def _skip(self, reason: str, ep: PendingEpisode) -> None: ...
 
@@ -60,7 +59,7 @@ def release_session(joiner: JoinerView, session_id: str, session: SessionState,
     out = []
     for record, ep in sorted(mine.items()):
         del joiner.pending[(session_id, record)]
-        joiner._first.pop(("e", session_id, record), None)
+        joiner.forget(("e", session_id, record))
         verdict = _verdict(joiner, ep, session, found.problem)
         if verdict is not None:
             joiner._skip(verdict, ep)
@@ -70,7 +69,7 @@ def release_session(joiner: JoinerView, session_id: str, session: SessionState,
         if built is not None:
             out.append(built)
     session.groups = None
-    joiner._first.pop(("s", session_id), None)
+    joiner.forget(("s", session_id))
     return out
 
 def _verdict(joiner: JoinerView, ep: PendingEpisode, session: SessionState,

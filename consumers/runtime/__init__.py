@@ -22,8 +22,9 @@ The parts, one job each, composed by `core.ConsumerRuntime`:
   says);
 - `decoding.py`: the decoder cache (which reader per schema id) and its warm-up;
 - `reader.py`: the per-record hot path, messages into Records and dead letters;
-- `kafka_io.py`: the consumer's settings (a range assignment for whole sessions), its
-  connection made before the sink opens, client errors, metadata and watermarks;
+- `kafka_io.py`: the consumer's settings (a range assignment: partition i of every topic
+  to one member), its connection made before the sink opens, client errors, metadata
+  and watermarks;
 - `options.py`: the options and the account of a checkpoint; `errors.py`: the errors.
 
 What the runtime calls on a sink is declared by `consumers.sinks.Sink`: its required

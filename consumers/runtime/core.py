@@ -153,6 +153,7 @@ class ConsumerRuntime:
             self.offsets.group_ends = ends or {}
         self.consumer.subscribe(self.topics, on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self.until_end.joined_at = time.monotonic()
         # the group join is a wait: import and compile what the first batch needs meanwhile
         self.decoders.warming = True
         threading.Thread(target=self._warm_up, name="rlmesh-warm-up", daemon=True).start()
@@ -343,10 +344,7 @@ class ConsumerRuntime:
         self._rewound(sorted((tp.topic, tp.partition) for tp in partitions))
         self.checkpoints.load_stored()
         assign = self.offsets.assign(consumer, partitions, self._beyond_end)
-        if self.options.whole_sessions:
-            consumer.assign(assign)  # eager: `partitions` is the whole new assignment
-        else:
-            consumer.incremental_assign(assign)
+        consumer.assign(assign)  # eager (range): `partitions` is the whole new assignment
         # the sink's offsets, mirrored into the group for lag tools
         kafka_io.commit(consumer, [tp for tp in assign if tp.offset >= 0])
         log.info("assigned %s", sorted(self.offsets.assigned))
@@ -415,10 +413,7 @@ class ConsumerRuntime:
             self.sink.revoked(read)
 
     def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if self.options.whole_sessions:
-            consumer.unassign()  # eager: every partition is revoked at once
-        else:
-            consumer.incremental_unassign(partitions)
+        consumer.unassign()  # eager (range): every partition is revoked at once
 
     def _do_rewind(self) -> None:
         """Drop the buffer and go back to the sink's offsets for every assigned partition."""
@@ -429,15 +424,18 @@ class ConsumerRuntime:
         self.policy.drop()
         self._rewound(sorted(self.offsets.assigned))
         self.checkpoints.load_stored()
-        for key in sorted(self.offsets.assigned):
-            start = self.offsets.start_offset(key)
+        starts = [TopicPartition(k[0], k[1], self.offsets.start_offset(k))
+                  for k in sorted(self.offsets.assigned)]
+        unsought = False
+        for tp in starts:
             try:
-                self.consumer.seek(TopicPartition(key[0], key[1], start))
-            except KafkaException as exc:  # not fetching yet: assign again at the offset
-                log.debug("seek %s failed (%s); reassigning", key, exc)
-                self.consumer.incremental_unassign([TopicPartition(*key)])
-                self.consumer.incremental_assign([TopicPartition(key[0], key[1], start)])
-            self.offsets.set_next(key, start, self.consumer)
+                self.consumer.seek(tp)
+            except KafkaException as exc:  # not fetching yet: assigned again at the offset
+                log.debug("seek %s[%d] failed (%s); reassigning", tp.topic, tp.partition, exc)
+                unsought = True
+            self.offsets.set_next((tp.topic, tp.partition), tp.offset, self.consumer)
+        if unsought:  # eager (range): the whole assignment, each partition at its start
+            self.consumer.assign(starts)
         self.checkpoints.rewind = False
 
     def _moved_away(self) -> bool:

@@ -33,11 +33,11 @@ class RuntimeOptions:
     # a partition whose stored offset is beyond its end (its topic was deleted and
     # recreated): read it again from its first record (False: stop with an error)
     reset_recreated: bool = False
-    # Sessions owned whole (the dataset export, docs/datasets.md "Consumer groups"): a
-    # range assignment (partition i of every topic to one member), the sink reset to its
-    # committed state whenever reading goes back to its offsets (`rewound`), and
-    # --until-end ending when every partition of the topics is read to the end offsets
-    # seen at start.
+    # Sessions owned whole (the dataset export, docs/datasets.md "Consumer groups"): the
+    # sink reset to its committed state whenever reading goes back to its offsets
+    # (`rewound`), and --until-end ending when every partition of the topics is read to
+    # the end offsets seen at start. (Every group's assignment is range: partition i of
+    # every topic to one member, `kafka_io.kafka_config`.)
     whole_sessions: bool = False
     # with `whole_sessions`: one member only (a single-writer format); a process whose
     # first assignment is not every partition stops with a ConsumerError

@@ -39,6 +39,7 @@ class UntilEnd:
         self.config, self.options, self.topics = config, options, topics
         self.policy, self.sink = policy, sink
         self.first_assigned_at: float | None = None  # monotonic time of the first assignment
+        self.joined_at: float | None = None  # monotonic time the group was joined (subscribed)
         # holding no partitions: the last look at the group (whole_sessions: at the sink)
         self._idle_checked_at = 0.0
         self._admin: Any = None  # AdminClient describing the group, made when first needed
@@ -116,13 +117,18 @@ class UntilEnd:
     def _idle_and_settled(self, consumer: Consumer) -> bool:
         """In a process that holds no partitions: stop once the group has settled
         (`settle_time` after the first assignment) with every partition of the topics
-        owned by another member. There is nothing left for this process to read."""
-        if (self.policy.offsets.assigned or self.policy.buffer
-                or self.first_assigned_at is None
+        owned by another member. There is nothing left for this process to read.
+
+        The assignment is eager (range): a newcomer is assigned only once every member
+        has given its partitions back, so a member that does not (its loop held up past
+        `settle_time`) holds the newcomer too; then `settle_time` counts from the join,
+        and the newcomer, given nothing yet, stops the same way."""
+        since = self.first_assigned_at or self.joined_at
+        if (self.policy.offsets.assigned or self.policy.buffer or since is None
                 or self.options.whole_sessions):  # there, `Offsets.read_to_end` says it
             return False
         now = time.monotonic()
-        if now - self.first_assigned_at < self._settle_time():
+        if now - since < self._settle_time():
             return False
         if now - self._idle_checked_at < 1.0:  # look at the group once a second at most
             return False
@@ -132,7 +138,7 @@ class UntilEnd:
             return False
         log.warning("holding no partitions %.0fs after joining group %s: all %d partitions "
                     "of its topics are owned by %d other member(s); nothing to read, stopping",
-                    now - self.first_assigned_at, self.options.group_id, len(owners),
+                    now - since, self.options.group_id, len(owners),
                     len(set(owners.values())))
         return True
 

@@ -230,6 +230,9 @@ class _StopAfterACheckpoint:
     def note(self, text: str) -> None:
         pass
 
+    def checkpointed(self, info: object) -> None:
+        pass
+
     def close(self) -> None:
         pass
 

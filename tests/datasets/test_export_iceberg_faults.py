@@ -51,7 +51,7 @@ def _cli(config: StreamConfig, catalog: Path, group: str, *extra: str) -> list[s
 
 def test_members_killed_paused_and_joining_leave_a_clean_runs_rows(
         fleet: tuple[StreamConfig, Path], tmp_path: Path) -> None:
-    from test_export_iceberg import _parquet, _same_rows, _summary
+    from tests.datasets.test_export_iceberg import _parquet, _same_rows, _summary
 
     config, clean = fleet
     catalog = tmp_path / "catalog.db"
@@ -102,7 +102,7 @@ def test_members_killed_paused_and_joining_leave_a_clean_runs_rows(
 
 
 def _checkpoints(catalog: Path) -> int:
-    from test_export_iceberg import _generation
+    from tests.datasets.test_export_iceberg import _generation
 
     try:
         return int(_generation(catalog))
