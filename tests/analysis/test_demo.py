@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import duckdb
@@ -12,6 +13,7 @@ from rlmesh_stream.infra.demo import CHECKPOINTS, CONCURRENT_SESSIONS, ENV_ID, S
 from rlmesh_stream.infra.demo_cli import demo
 from rlmesh_stream.producer.manifest import Manifest
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from tests.analysis.tool_servers import Server, tensorboard_scalars, tensorboard_tags, wait_for
 
 pytestmark = pytest.mark.stack
 
@@ -19,8 +21,9 @@ EPISODES = 2
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory, stack: object) -> tuple[Path, str]:
-    out = tmp_path_factory.mktemp("demo")
+def demo_run(tensorboard_logdir: Path, stack: object) -> tuple[Path, str]:
+    # under the TensorBoard server's log directory: its runs are `<out>/tensorboard/...`
+    out = tensorboard_logdir / f"demo-{uuid.uuid4().hex[:8]}"
     config = StreamConfig.from_env(env={}, bootstrap=stack.bootstrap,  # type: ignore[attr-defined]
                                    registry_url=stack.registry_url)  # type: ignore[attr-defined]
     result = CliRunner().invoke(demo, [
@@ -126,6 +129,26 @@ def test_the_training_log_is_a_tensorboard_run_and_the_eval_curve_is_written_nex
     eval_steps = [t.step for t in mux.Tensors("ppo_demo_eval", "eval/success_rate")]
     assert eval_steps == [ck.step for ck in CHECKPOINTS]
     assert "eval curve written back" in stdout
+
+
+def test_tensorboards_server_shows_the_demos_eval_curve_next_to_the_training_loss(
+        demo_run: tuple[Path, str], tensorboard: Server) -> None:
+    # what `tensorboard --logdir rlmesh-demo/tensorboard` shows, in its default loader
+    from rlmesh_stream.consumers.analysis.training_logs.writeback import (
+        EVAL_METRICS,
+        read_tensorboard_eval,
+    )
+
+    out, _ = demo_run
+    runs = f"{out.name}/tensorboard"
+    tags = wait_for(lambda: tensorboard_tags(tensorboard).get(f"{runs}/ppo_demo_eval"),
+                    timeout=60, what="TensorBoard to list the demo's eval scalars")
+    assert tags == sorted(EVAL_METRICS)
+    assert tensorboard_tags(tensorboard)[f"{runs}/ppo_demo"] == ["train/loss"]
+    written = read_tensorboard_eval(out / "tensorboard" / "ppo_demo_eval")
+    for tag in tags:
+        assert tensorboard_scalars(tensorboard, f"{runs}/ppo_demo_eval", tag) == written[tag]
+    assert [s for s, _ in written["eval/success_rate"]] == [ck.step for ck in CHECKPOINTS]
 
 
 def test_the_demo_exports_its_cartpole_rollouts_as_a_loadable_minari_dataset(

@@ -166,9 +166,9 @@ def test_scalar_plugin_tensors_read_like_simple_values(tmp_path: Path) -> None:
         write_tensorboard as write_eval,
     )
 
-    write_eval(EvalPoints({100: {"eval/mean_reward": 0.1}, 700: {"eval/mean_reward": 2.5}},
+    write_eval(EvalPoints({100: {"eval/mean_reward": 0.125}, 700: {"eval/mean_reward": 2.5}},
                           []), tmp_path / "eval")
     (path,) = (tmp_path / "eval").glob("events.out.tfevents.*")
     table = read_tensorboard(path)
     assert table.select(["step", "eval/mean_reward"]).to_pylist() == [
-        {"step": 100, "eval/mean_reward": 0.1}, {"step": 700, "eval/mean_reward": 2.5}]
+        {"step": 100, "eval/mean_reward": 0.125}, {"step": 700, "eval/mean_reward": 2.5}]

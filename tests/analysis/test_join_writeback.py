@@ -1,8 +1,11 @@
 """`join --to-tensorboard DIR` and `--to-mlflow-run RUN_ID`: the eval curve back in the tools.
 
-What was written is read back with the tools' own readers (TensorBoard's
-EventAccumulator, MlflowClient.get_metric_history) and compared with the
-per-checkpoint summary the same command printed (--format json).
+What was written is read back as users see it: through TensorBoard's HTTP API in
+its default loader (the `tensorboard` fixture) and `mlflow server`'s REST API (the
+`mlflow` fixture), and with the tools' own readers (TensorBoard's
+EventAccumulator, MlflowClient.get_metric_history); it is compared with the
+per-checkpoint summary the same command printed (--format json). TensorBoard holds
+scalars as float32, as TensorBoard's own writers write them.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -19,6 +23,14 @@ from rlmesh_stream.consumers.analysis.join_cli import join
 from rlmesh_stream.consumers.analysis.training_logs.writeback import EVAL_METRICS
 from tests.analysis.analysis_stores import episode, episodes_store
 from tests.analysis.analysis_training_logs import LOSS, write_mlflow, write_tensorboard
+from tests.analysis.tool_servers import (
+    Server,
+    mlflow_create_run,
+    mlflow_history,
+    tensorboard_scalars,
+    tensorboard_tags,
+    wait_for,
+)
 
 # three checkpoints of ppo_1, two sessions each; rewards and successes of known mean
 EPISODES = [
@@ -47,9 +59,14 @@ def join_cli(sink: str, logdir: Path, *extra: str, env: dict[str, str] | None = 
     return rows
 
 
-def summary_points(rows: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
-    """The printed summary as (step, value) per eval metric."""
-    return {metric: [(r["step"], float(r[col])) for r in rows if r[col] is not None]
+def summary_points(rows: list[dict[str, Any]], *, float32: bool = False
+                   ) -> dict[str, list[tuple[int, float]]]:
+    """The printed summary as (step, value) per eval metric (rounded as TensorBoard keeps
+    scalars, with `float32`)."""
+    def value(v: Any) -> float:
+        return float(np.float32(v)) if float32 else float(v)
+
+    return {metric: [(r["step"], value(r[col])) for r in rows if r[col] is not None]
             for metric, col in EVAL_METRICS.items()}
 
 
@@ -72,7 +89,7 @@ def test_to_tensorboard_writes_the_printed_summary_at_each_checkpoints_step(
     sink = episodes_store(tmp_path, EPISODES)
     rows = join_cli(sink, logdir, "--to-tensorboard", str(logdir / "eval"))
     written = tensorboard_points(logdir / "eval")
-    assert written == summary_points(rows)
+    assert written == summary_points(rows, float32=True)
     for step, metrics in EXPECTED.items():
         for metric, value in metrics.items():
             assert (step, value) in written[metric]
@@ -85,7 +102,7 @@ def test_to_tensorboard_twice_leaves_one_point_per_checkpoint_and_metric(tmp_pat
     join_cli(sink, logdir, "--to-tensorboard", str(logdir / "eval"))
     rows = join_cli(sink, logdir, "--to-tensorboard", str(logdir / "eval"))
     assert len(list((logdir / "eval").glob("events.out.tfevents.*"))) == 1
-    assert tensorboard_points(logdir / "eval") == summary_points(rows)
+    assert tensorboard_points(logdir / "eval") == summary_points(rows, float32=True)
 
 
 def test_the_eval_run_sits_next_to_the_training_run_in_the_log_directory(
@@ -98,6 +115,30 @@ def test_the_eval_run_sits_next_to_the_training_run_in_the_log_directory(
     mux = EventMultiplexer().AddRunsFromDirectory(str(logdir))
     mux.Reload()
     assert sorted(mux.Runs()) == ["ppo_1", "ppo_1_eval"]
+
+
+def test_tensorboards_server_in_its_default_loader_shows_every_eval_tag_and_value(
+        tensorboard: Server, tensorboard_logdir: Path, tmp_path: Path) -> None:
+    logdir = write_tensorboard(tensorboard_logdir / f"join-{uuid.uuid4().hex[:8]}", ["ppo_1"])
+    sink = episodes_store(tmp_path, EPISODES)
+    rows = join_cli(sink, logdir / "ppo_1", "--to-tensorboard", str(logdir / "ppo_1_eval"))
+    run = f"{logdir.name}/ppo_1_eval"
+    expected = summary_points(rows, float32=True)
+    tags = wait_for(lambda: tensorboard_tags(tensorboard).get(run), timeout=60,
+                    what=f"TensorBoard to list the scalars of run {run}")
+    assert tags == sorted(EVAL_METRICS)
+    assert {tag: tensorboard_scalars(tensorboard, run, tag) for tag in tags} == expected
+    assert LOSS in tensorboard_tags(tensorboard)[f"{logdir.name}/ppo_1"]  # beside it
+
+
+def test_mlflow_servers_rest_api_holds_the_printed_summary_as_metric_history(
+        mlflow: Server, tmp_path: Path) -> None:
+    run_id = mlflow_create_run(mlflow, "ppo_1")
+    logdir = write_tensorboard(tmp_path / "runs", ["ppo_1"])
+    sink = episodes_store(tmp_path, EPISODES)
+    rows = join_cli(sink, logdir, "--to-mlflow-run", run_id,
+                    "--mlflow-tracking-uri", mlflow.url)
+    assert {m: mlflow_history(mlflow, run_id, m) for m in EVAL_METRICS} == summary_points(rows)
 
 
 @pytest.fixture(scope="module")

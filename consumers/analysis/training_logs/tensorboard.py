@@ -108,21 +108,27 @@ def _check_framing(path: Path, size: int) -> None:
     before it reads them: a corrupt length of 2^40 is a MemoryError, 2^64-1 an
     OverflowError. Each length is checked against the bytes left in the file first.
     """
+    offset, claimed = records_end(path, size)
+    if offset != size:
+        claim = f"; the record there claims {claimed} bytes" if claimed is not None else ""
+        raise TrainingLogError(
+            f"TensorBoard event file {path} is truncated or corrupt: its records end at "
+            f"byte {offset} of {size} (a file still being written ends mid-record; "
+            f"wait for the trainer to flush or close it){claim}")
+
+
+def records_end(path: Path, size: int) -> tuple[int, int | None]:
+    """The byte offset where the file's whole records end (by their length fields), and
+    the length claimed by a record that runs past the file's end (None if none does)."""
     offset = 0
-    claim = ""
     with open(path, "rb") as file:
         while size - offset >= _LENGTH_SIZE:
             file.seek(offset)
             (length,) = struct.unpack("<Q", file.read(_LENGTH_SIZE))
             if length > size - offset - _RECORD_OVERHEAD:
-                claim = f"; the record there claims {length} bytes"
-                break
+                return offset, length
             offset += length + _RECORD_OVERHEAD
-    if offset != size:
-        raise TrainingLogError(
-            f"TensorBoard event file {path} is truncated or corrupt: its records end at "
-            f"byte {offset} of {size} (a file still being written ends mid-record; "
-            f"wait for the trainer to flush or close it){claim}")
+    return offset, None
 
 
 def read_tensorboard(path: Path) -> pa.Table:

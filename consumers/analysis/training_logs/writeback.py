@@ -74,35 +74,68 @@ def eval_points(rows: Sequence[Mapping[str, Any]]) -> EvalPoints:
 
 
 def write_tensorboard(points: EvalPoints, directory: Path) -> Written:
-    """Replace our eval event file in `directory` with these points (tensorboardX writer).
+    """Replace our eval event file in `directory` with these points.
 
-    Each point is a scalar summary of the scalars plugin holding a double, as
-    `tf.summary.scalar` writes one: TensorBoard draws it like any scalar and reads
-    back exactly the value the join printed (old-style `simple_value` is float32).
+    Written as TensorBoard's own writers write scalars (`scalar_event`); one event per
+    checkpoint, holding its metrics.
     """
-    from tensorboardX import FileWriter
-    from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
-    from tensorboardX.proto.tensor_pb2 import TensorProto
-    from tensorboardX.proto.types_pb2 import DT_DOUBLE
-
     if directory.exists() and not directory.is_dir():
         raise TrainingLogError(f"--to-tensorboard {directory} is a file, not a directory")
     directory.mkdir(parents=True, exist_ok=True)
     for old in directory.glob(f"events.out.tfevents.*{TB_SUFFIX}"):
         old.unlink()
-    scalars = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="scalars"))
-    writer = FileWriter(str(directory), filename_suffix=TB_SUFFIX)
+    writer = EvalFileWriter(directory)
     count = 0
     try:
         for step, metrics in sorted(points.by_step.items()):
-            values = [Summary.Value(tag=tag, metadata=scalars,
-                                    tensor=TensorProto(dtype=DT_DOUBLE, double_val=[value]))
-                      for tag, value in metrics.items()]
-            writer.add_summary(Summary(value=values), step)
-            count += len(values)
+            count += writer.write(step, metrics)
     finally:
         writer.close()
     return Written(count, where=str(directory))
+
+
+def scalar_event(step: int, metrics: Mapping[str, float], wall: float | None = None) -> Any:
+    """One TensorBoard `Event` holding a scalar summary per metric at `step`.
+
+    Each value is what `tf.summary.scalar` writes (TensorBoard's `scalar_pb`): a
+    float32 tensor of the scalars plugin. TensorBoard's default loader (its Rust data
+    server) shows float32 scalars, old-style or tensor, and drops double-precision
+    ones, so a DT_DOUBLE scalar is visible only with `--load_fast=false`. A value
+    reads back rounded to float32 (7 significant digits); MLflow keeps the double.
+    """
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.plugins.scalar.summary_v2 import scalar_pb
+
+    summary = summary_pb2.Summary()
+    for tag, value in metrics.items():
+        summary.value.extend(scalar_pb(tag, value).value)
+    return event_pb2.Event(wall_time=time.time() if wall is None else wall, step=step,
+                           summary=summary)
+
+
+class EvalFileWriter:
+    """Appends eval points to one new event file of ours in a directory.
+
+    TensorBoard's own event file writer (the one `torch.utils.tensorboard` uses): a
+    TFRecord file named `events.out.tfevents.<time>.<host>.<pid>.<n>.rlmesh-eval`,
+    flushed after each point so a reader (TensorBoard, a restarted follower) sees it.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        directory.mkdir(parents=True, exist_ok=True)
+        self._writer = EventFileWriter(str(directory), filename_suffix=TB_SUFFIX)
+
+    def write(self, step: int, metrics: Mapping[str, float]) -> int:
+        """One checkpoint's metrics as one event, flushed; the number of scalars written."""
+        if metrics:
+            self._writer.add_event(scalar_event(step, metrics))
+            self._writer.flush()
+        return len(metrics)
+
+    def close(self) -> None:
+        self._writer.close()
 
 
 def read_tensorboard_eval(directory: Path) -> dict[str, list[tuple[int, float]]]:
