@@ -334,6 +334,8 @@ def _join(sink_url: str, log_path: Path, out: Path, say: Callable[[str], None]) 
     say(f"  eval curve written back ({written.points} points) to {eval_dir}: success rate "
         + ", ".join(f"{v:.0%} at step {step}" for step, v in curve))
     say(f"  see it next to the training loss: tensorboard --logdir {log_path.parent}")
+    say("  while a run trains, `rlmesh-stream join --follow` writes each checkpoint's point as "
+        "its evaluation completes (docs/training-logs.md)")
 
 
 # --------------------------------------------------------------------------- the run

@@ -22,6 +22,14 @@ from rlmesh_stream.consumers.analysis.join import (
 )
 from rlmesh_stream.consumers.analysis.reports import FORMATS, Column, Report, render
 from rlmesh_stream.consumers.sinks import SinkError, SinkURL, sink_option
+from rlmesh_stream.schemas.connection.cli_options import stream_options
+from rlmesh_stream.schemas.connection.config import StreamConfig
+
+FOLLOW_GROUP = "rlmesh-stream.follow"
+FOLLOW_POLL_S = 0.5
+"""`--follow` joins its store's episodes with the log every half second: a pass over a few
+thousand episodes and a small log takes tens of ms, and TensorBoard's own rescan (1-5 s)
+dominates what a user waits for."""
 
 
 @click.command()
@@ -88,17 +96,48 @@ from rlmesh_stream.consumers.sinks import SinkError, SinkURL, sink_option
                    "run (points it already has are skipped).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
               show_default=True, help="Format of the per-checkpoint summary.")
-def join(sink: SinkURL, log_path: Path | None, mlflow_runs: tuple[str, ...],
+@click.option("--follow", is_flag=True,
+              help="Keep running: read the episode topics (its own consumer group, into "
+                   "--sink, a DuckDB file only it writes) and the growing log, and write "
+                   "each checkpoint's eval point once its evaluation is complete "
+                   "(docs/training-logs.md). Stops on SIGTERM or Ctrl-C.")
+@click.option("--eval-episodes", type=click.IntRange(min=1), default=None, metavar="N",
+              help="--follow: a checkpoint is complete once N of its episodes are final "
+                   "[default: once every session that ran it has ended].")
+@click.option("--quiet-seconds", type=click.FloatRange(min=0), default=None, metavar="S",
+              help="--follow: a checkpoint is also complete once none of its episodes "
+                   "changed for S seconds.")
+@click.option("--group", "group_id", default=FOLLOW_GROUP, show_default=True,
+              help="--follow: its consumer group (offsets stored in --sink).")
+@stream_options
+def join(config: StreamConfig, sink: SinkURL, log_path: Path | None, mlflow_runs: tuple[str, ...],
          mlflow_tracking_uri: str | None, checkpoint_step: str | None, log_format: str | None,
          mode: str, episode_key: str, episode_time: str, step_column: str, time_column: str,
          checkpoint_column: str, asof_match: str | None, metric: str, log_timezone: str | None,
          epoch_unit: str, table: str | None, export_path: Path | None,
          plot_prefix: Path | None, to_tensorboard: Path | None, to_mlflow_run: str | None,
-         fmt: str) -> None:
-    """Join the episode table with a training log and summarise per checkpoint."""
+         fmt: str, follow: bool, eval_episodes: int | None, quiet_seconds: float | None,
+         group_id: str) -> None:
+    """Join the episode table with a training log and summarise per checkpoint.
+
+    With --follow, keep running and write each checkpoint's eval point as soon as its
+    evaluation is complete.
+    """
     if (log_path is None) == (not mlflow_runs):
         raise click.UsageError("give the training log as --log PATH or --mlflow-run RUN_ID "
                                "(one of the two)")
+    if not follow and (eval_episodes is not None or quiet_seconds is not None):
+        raise click.UsageError("--eval-episodes and --quiet-seconds apply to --follow")
+    if follow:
+        if table or export_path or plot_prefix:
+            raise click.UsageError("--follow writes eval points only: drop --table, "
+                                   "--export and --plot (run `join` without --follow)")
+        if to_tensorboard is None and to_mlflow_run is None:
+            raise click.UsageError("--follow needs --to-tensorboard DIR and/or "
+                                   "--to-mlflow-run RUN_ID")
+        if sink.path is None:
+            raise click.UsageError("--follow reads the topics into a DuckDB file of its own: "
+                                   "--sink duckdb:///path/follow.duckdb")
     if checkpoint_step is not None and mode != "key":
         raise click.UsageError("--checkpoint-step applies to --by key")
     if plot_prefix:  # before any work: without matplotlib, say so now (infra/cli.py)
@@ -123,6 +162,11 @@ def join(sink: SinkURL, log_path: Path | None, mlflow_runs: tuple[str, ...],
         mlflow_runs=mlflow_runs,
         mlflow_tracking_uri=mlflow_tracking_uri,
     )
+    if follow:
+        assert sink.path is not None
+        _follow(config, sink.path, spec, to_tensorboard, to_mlflow_run, mlflow_tracking_uri,
+                eval_episodes, quiet_seconds, group_id)
+        return
     try:
         con = connect(sink, writable=table is not None)
     except SinkError as exc:
@@ -154,6 +198,38 @@ def join(sink: SinkURL, log_path: Path | None, mlflow_runs: tuple[str, ...],
     for line in written:
         click.echo(line, err=True)
     click.echo(render(checkpoint_report(rows, spec, result), fmt), nl=False)
+
+
+def _follow(config: StreamConfig, store: Path, spec: JoinSpec, to_tensorboard: Path | None,
+            to_mlflow_run: str | None, tracking_uri: str | None, eval_episodes: int | None,
+            quiet_seconds: float | None, group_id: str) -> None:
+    """`join --follow`: until SIGTERM; its status lines on stderr."""
+    from rlmesh_stream.consumers.analysis import follow as fl
+    from rlmesh_stream.consumers.analysis.training_logs import TrainingLogError
+    from rlmesh_stream.consumers.runtime import ConsumerError
+
+    def say(text: str) -> None:
+        click.echo(f"follow: {text}", err=True)
+
+    try:
+        outputs: list[fl.Output] = []
+        if to_tensorboard is not None:
+            outputs.append(fl.TensorBoardOutput(to_tensorboard))
+        if to_mlflow_run is not None:
+            outputs.append(fl.MlflowOutput(to_mlflow_run, tracking_uri))
+        follower = fl.Follower(spec, outputs, fl.Rule(eval_episodes, quiet_seconds), say)
+        fl.follow(config, store, follower, group_id=group_id, poll_s=FOLLOW_POLL_S)
+    except ImportError as exc:
+        raise click.ClickException(f"--follow needs {exc.name}: pip install "
+                                   "'rlmesh-stream[training-logs]'") from exc
+    except (TrainingLogError, JoinError, SinkError, ConsumerError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    except KeyboardInterrupt:
+        pass
+    say(f"stopped: {follower.points} checkpoint(s) written by this run")
+    for name, count in sorted(follower.late().items()):
+        say(f"late: {count} episode(s) of {name} arrived after its point was written and "
+            "are not in it (a batch `join` counts them)")
 
 
 def write_back(rows: list[dict[str, Any]], to_tensorboard: Path | None,

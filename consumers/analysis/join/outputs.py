@@ -21,14 +21,7 @@ def aggregate(con: duckdb.DuckDBPyConnection, spec: JoinSpec,
     """Per checkpoint (or per training step, for a log without checkpoints):
     episodes, success rate, reward mean and spread, mean step time, and the
     training step and metric of the checkpoint's first log row."""
-    g = q(result.group_column)
-    label = f"CAST({g} AS VARCHAR)"
-    groups = g
-    if result.group_run:
-        run = q(result.group_run)
-        label = f"CAST({run} AS VARCHAR) || '/' || {label}"
-        groups = f"{run}, {g}"
-    step = q(result.step_column or TRAIN_PREFIX + spec.columns.step)
+    label, groups, step = group_sql(spec, result)
     metric = (f"arg_min({q(TRAIN_PREFIX + spec.columns.metric)}, {step})"
               if spec.columns.metric else "NULL")
     cur = con.execute(f"""
@@ -39,15 +32,35 @@ def aggregate(con: duckdb.DuckDBPyConnection, spec: JoinSpec,
                COUNT(*) FILTER (WHERE status = 'completed') AS completed,
                AVG(CASE WHEN success THEN 1.0 ELSE 0.0 END)
                    FILTER (WHERE status = 'completed' AND success IS NOT NULL) AS success_rate,
-               AVG(cumulative_reward) FILTER (WHERE status = 'completed') AS mean_reward,
-               STDDEV_SAMP(cumulative_reward) FILTER (WHERE status = 'completed')
-                   AS std_reward,
+               {_sorted("avg", "cumulative_reward")} AS mean_reward,
+               {_sorted("stddev_samp", "cumulative_reward")} AS std_reward,
                MIN(cumulative_reward) FILTER (WHERE status = 'completed') AS min_reward,
                MAX(cumulative_reward) FILTER (WHERE status = 'completed') AS max_reward,
-               AVG(step_ms) FILTER (WHERE status = 'completed') AS mean_step_ms
+               {_sorted("avg", "step_ms")} AS mean_step_ms
         FROM joined GROUP BY {groups} ORDER BY step NULLS LAST, checkpoint""")
     names = [d[0] for d in cur.description or []]
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def _sorted(function: str, column: str) -> str:
+    """`function` over the completed episodes' `column`, taken in sorted order: a float sum
+    depends on the order of its terms, and the same episodes held in another order (a
+    `join --follow` store and a batch store) gave means differing in the last bit."""
+    return (f"list_aggregate(list_sort(list({column}) FILTER (WHERE status = 'completed')), "
+            f"'{function}')")
+
+
+def group_sql(spec: JoinSpec, result: JoinResult) -> tuple[str, str, str]:
+    """SQL over `joined` of one checkpoint: its label, its GROUP BY columns, and the column
+    of its training step (the aggregate's, and `join --follow`'s completion counts)."""
+    g = q(result.group_column)
+    label = f"CAST({g} AS VARCHAR)"
+    groups = g
+    if result.group_run:
+        run = q(result.group_run)
+        label = f"CAST({run} AS VARCHAR) || '/' || {label}"
+        groups = f"{run}, {g}"
+    return label, groups, q(result.step_column or TRAIN_PREFIX + spec.columns.step)
 
 
 def write_table(con: duckdb.DuckDBPyConnection, name: str,

@@ -1,0 +1,377 @@
+"""`join --follow`: each checkpoint's fleet evaluation written into TensorBoard and MLflow
+while training runs.
+
+Where the episodes come from: the follower reads the episode topics itself, as a
+consumer group of its own, through the consumers' runtime and episodes builder
+into a DuckDB file that only it writes (`--sink`): episodes and the group's offsets
+are committed in one transaction, so a restart (a SIGKILL included) reads on from
+exactly what its store holds. Not from a table a live `consume` keeps: a DuckDB
+store is locked by its one writing process (no other process can open it, even to
+read), so that would work with PostgreSQL only, and would couple the follower's
+latency to another process's checkpoints.
+
+What is written is the batch `join`'s own summary: each pass copies the store's
+episodes into an in-memory DuckDB, runs the same `run_join` and `aggregate` over it
+and the training log as read now, and writes the rows of the checkpoints that are
+complete and not yet written. A checkpoint is complete when none of its episodes
+is still running and one of:
+- every session that published an episode of it has ended (its session_ended or
+  session_failed read): the eval sessions of that checkpoint are over;
+- `--eval-episodes N`: N of its episodes are final;
+- `--quiet-seconds S`: no episode of it was added or changed for S seconds.
+
+Each checkpoint is written once, appended: one event of our own eval file in the
+`--to-tensorboard` directory (a new file per follower process, flushed per point),
+one `log_batch` into the `--to-mlflow-run` run. What is already written is read back
+from the outputs themselves at start (the `eval/episodes` steps of our eval files,
+the run's `eval/episodes` history), so a restart writes what is missing and nothing
+twice; a record torn by a SIGKILL mid-write is cut off first (it was never a point).
+Episodes of a checkpoint that arrive after its point was written are not in it:
+they are counted (the checkpoint's episodes now, minus the `eval/episodes` written)
+and shown in the status lines and at the end; a batch `join` counts them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from rlmesh_stream.consumers.analysis.join import (
+    JoinError,
+    JoinSpec,
+    aggregate,
+    run_join,
+)
+from rlmesh_stream.consumers.analysis.join.outputs import group_sql
+from rlmesh_stream.consumers.analysis.training_logs.table import TrainingLogError
+from rlmesh_stream.consumers.analysis.training_logs.writeback import (
+    TB_SUFFIX,
+    EvalFileWriter,
+    eval_points,
+)
+from rlmesh_stream.consumers.tables import EPISODE_SESSION_ENDS, EPISODES
+
+log = logging.getLogger(__name__)
+
+EPISODES_METRIC = "eval/episodes"
+"""Every point has it: its steps in an output are the checkpoints written there."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """When a checkpoint's evaluation is complete (besides all its sessions ended)."""
+
+    eval_episodes: int | None = None
+    quiet_s: float | None = None
+
+
+@dataclass
+class Checkpoint:
+    """What the follower knows of one checkpoint in this pass."""
+
+    name: str
+    step: int | None
+    episodes: int
+    running: int
+    open_sessions: int
+    changed_at: float  # monotonic time its counts last changed
+
+    def complete(self, rule: Rule, now: float) -> bool:
+        if self.running or not self.episodes:
+            return False
+        if self.open_sessions == 0:
+            return True
+        if rule.eval_episodes is not None and self.episodes >= rule.eval_episodes:
+            return True
+        return rule.quiet_s is not None and now - self.changed_at >= rule.quiet_s
+
+
+# -- outputs ---------------------------------------------------------------------------------
+
+
+class TensorBoardOutput:
+    """Eval points appended to our event files in a directory; what is there, read back."""
+
+    def __init__(self, directory: Path) -> None:
+        if directory.exists() and not directory.is_dir():
+            raise TrainingLogError(f"--to-tensorboard {directory} is a file, not a directory")
+        self.directory = directory
+        self.where = str(directory)
+        self._writer: EvalFileWriter | None = None
+
+    def written(self) -> dict[int, float]:
+        """Step -> eval/episodes of every point in our eval files (torn tails cut first)."""
+        from rlmesh_stream.consumers.analysis.training_logs.tensorboard import (
+            file_points,
+            records_end,
+        )
+
+        found: dict[int, float] = {}
+        if not self.directory.is_dir():
+            return found
+        for path in sorted(self.directory.glob(f"events.out.tfevents.*{TB_SUFFIX}")):
+            size = path.stat().st_size
+            end, _ = records_end(path, size)
+            if end != size:  # a write cut short by a kill: never a whole point
+                log.warning("cutting a torn record off %s (bytes %d to %d)", path, end, size)
+                with open(path, "r+b") as file:
+                    file.truncate(end)
+            for _run, tag, step, _wall, value in file_points(path, ".", {}):
+                if tag == EPISODES_METRIC:
+                    found[step] = value
+        return found
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        if self._writer is None:
+            self._writer = EvalFileWriter(self.directory)
+        self._writer.write(step, metrics)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+class MlflowOutput:
+    """Eval points logged into an existing MLflow run; its eval/episodes history read back."""
+
+    def __init__(self, run_id: str, tracking_uri: str | None) -> None:
+        from rlmesh_stream.consumers.analysis.training_logs.mlflow import client, get_run
+
+        self.run_id, self.tracking_uri = run_id, tracking_uri
+        self.where = f"MLflow run {run_id}"
+        self._client = client(tracking_uri)
+        get_run(self._client, run_id, tracking_uri)
+
+    def written(self) -> dict[int, float]:
+        from rlmesh_stream.consumers.analysis.training_logs.mlflow import mlflow_errors
+
+        with mlflow_errors(self.tracking_uri):
+            return {int(m.step): float(m.value)
+                    for m in self._client.get_metric_history(self.run_id, EPISODES_METRIC)}
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        from rlmesh_stream.consumers.analysis.training_logs.mlflow import mlflow_errors
+
+        now = int(time.time() * 1000)
+        with mlflow_errors(self.tracking_uri):  # one batch: the checkpoint's metrics at once
+            self._client.log_batch(self.run_id, metrics=[
+                Metric(key, value, now, step) for key, value in metrics.items()])
+
+    def close(self) -> None:
+        """Nothing held open."""
+
+
+Output = TensorBoardOutput | MlflowOutput
+
+
+# -- the follower ----------------------------------------------------------------------------
+
+
+@dataclass
+class Follower:
+    """One pass at a time: the store's episodes and the log joined, complete checkpoints
+    written to every output that lacks them."""
+
+    spec: JoinSpec
+    outputs: list[Output]
+    rule: Rule = Rule()
+    say: Callable[[str], None] = print
+    written: dict[str, dict[int, float]] = field(default_factory=dict)  # where -> step -> n
+    checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
+    points: int = 0  # checkpoints written by this process
+    _status: str = ""
+
+    def start(self) -> None:
+        """Read back what every output already holds."""
+        for out in self.outputs:
+            self.written[out.where] = out.written()
+            if self.written[out.where]:
+                self.say(f"{out.where} already holds {len(self.written[out.where])} "
+                         "checkpoint(s); writing only the others")
+
+    def step(self, store: duckdb.DuckDBPyConnection, now: float | None = None) -> int:
+        """One pass over a snapshot of the store (`store` attached as `store`); the number
+        of checkpoints written. A join that cannot be made yet is shown as what it waits
+        for."""
+        now = time.monotonic() if now is None else now
+        try:
+            result = run_join(store, self.spec)
+        except JoinError as exc:
+            self._show(f"waiting: {exc}")
+            return 0
+        rows = aggregate(store, self.spec, result)
+        self._update_counts(store, result, now)
+        by_name = {str(r["checkpoint"]): r for r in rows}
+        done = 0
+        for name, ck in sorted(self.checkpoints.items(),
+                               key=lambda kv: (kv[1].step is None, kv[1].step or 0, kv[0])):
+            if ck.step is None or not ck.complete(self.rule, now):
+                continue
+            missing = [o for o in self.outputs if ck.step not in self.written[o.where]]
+            if not missing or name not in by_name:
+                continue
+            metrics = eval_points([by_name[name]]).by_step[ck.step]
+            try:
+                for out in missing:
+                    out.write(ck.step, metrics)
+                    self.written[out.where][ck.step] = metrics[EPISODES_METRIC]
+            except (TrainingLogError, OSError) as exc:  # a server away: the next pass retries
+                self._show(f"waiting: cannot write {name} to {out.where} ({exc}); retrying")
+                return done
+            done += 1
+            self.points += 1
+            self.say(f"wrote {name} (step {ck.step}): {ck.episodes} episodes, "
+                     f"mean reward {_fmt(by_name[name].get('mean_reward'))}, success "
+                     f"{_fmt(by_name[name].get('success_rate'))} to "
+                     + ", ".join(o.where for o in missing))
+        self._show(self.status())
+        return done
+
+    def _update_counts(self, store: duckdb.DuckDBPyConnection, result: Any, now: float) -> None:
+        label, groups, step = group_sql(self.spec, result)
+        rows = store.execute(f"""
+            SELECT {label}, MIN({step}), COUNT(*), COUNT(*) FILTER (WHERE status = 'running'),
+                   COUNT(DISTINCT session_id) FILTER (WHERE session_id NOT IN
+                       (SELECT session_id FROM store.{EPISODE_SESSION_ENDS.name}))
+            FROM joined GROUP BY {groups}""").fetchall()
+        seen: dict[str, Checkpoint] = {}
+        for name, ck_step, episodes, running, open_sessions in rows:
+            old = self.checkpoints.get(name)
+            changed = old is None or (old.episodes, old.running) != (episodes, running)
+            seen[name] = Checkpoint(name, None if ck_step is None else int(ck_step),
+                                    int(episodes), int(running), int(open_sessions),
+                                    now if changed or old is None else old.changed_at)
+        self.checkpoints = seen
+
+    def late(self) -> dict[str, int]:
+        """Checkpoint -> episodes that arrived after its point was written (not in it)."""
+        late: dict[str, int] = {}
+        for name, ck in self.checkpoints.items():
+            for written in self.written.values():
+                if ck.step is not None and ck.step in written:
+                    extra = ck.episodes - int(written[ck.step])
+                    if extra > 0:
+                        late[name] = max(late.get(name, 0), extra)
+        return late
+
+    def status(self) -> str:
+        """What is written, what is waited for and why, what came late."""
+        written = sum(1 for ck in self.checkpoints.values()
+                      if ck.step is not None
+                      and all(ck.step in w for w in self.written.values()))
+        waiting = []
+        for ck in sorted(self.checkpoints.values(), key=lambda c: (c.step is None, c.step or 0)):
+            if ck.step is not None and all(ck.step in w for w in self.written.values()):
+                continue
+            why = []
+            if ck.running:
+                why.append(f"{ck.running} running")
+            if ck.open_sessions:
+                why.append(f"{ck.open_sessions} session(s) open")
+            if ck.step is None:
+                why.append("no training step")
+            waiting.append(f"{ck.name}: {ck.episodes} episodes"
+                           + (f" ({', '.join(why)})" if why else ""))
+        text = f"{len(self.checkpoints)} checkpoints seen, {written} written"
+        text += "; waiting for " + "; ".join(waiting) if waiting else "; waiting for episodes"
+        late = self.late()
+        if late:
+            text += "; late (not in the written point): " + ", ".join(
+                f"{n} +{k}" for n, k in sorted(late.items()))
+        return text
+
+    def _show(self, text: str) -> None:
+        if text != self._status:
+            self._status = text
+            self.say(text)
+
+    def close(self) -> None:
+        for out in self.outputs:
+            out.close()
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else f"{float(value):.3g}"
+
+
+# -- a snapshot of the follower's store --------------------------------------------------------
+
+
+def snapshot(cursor: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the store's episodes and session ends as `store.*`, copied
+    through Arrow from a cursor on the follower's own store (the file is open in this
+    process; attaching it again is refused)."""
+    con = duckdb.connect()
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("ATTACH ':memory:' AS store")
+        for table in (EPISODES.name, EPISODE_SESSION_ENDS.name):
+            con.register("copied", cursor.sql(f"SELECT * FROM {table}").to_arrow_table())
+            con.execute(f"CREATE TABLE store.{table} AS SELECT * FROM copied")
+            con.unregister("copied")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def follow(config: Any, sink_path: Path, follower: Follower, *, group_id: str,
+           poll_s: float = 0.5) -> None:
+    """Read the episode topics into `sink_path` (this group's own store) and pass the
+    follower over it every `poll_s` seconds until SIGTERM or Ctrl-C; then a last pass."""
+    from rlmesh_stream.consumers.builders import make_builders
+    from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
+    from rlmesh_stream.consumers.sinks import open_sink
+    from rlmesh_stream.consumers.sinks.duckdb_sink import DuckDBSink
+
+    sink = open_sink(f"duckdb://{sink_path}")  # SinkError: one line, nothing read
+    assert isinstance(sink, DuckDBSink)
+    try:
+        runtime = ConsumerRuntime(
+            config, make_builders(["episodes"]), sink,
+            RuntimeOptions(group_id=group_id, from_beginning=True))
+        cursor = sink.con.cursor()  # the evaluating thread's own connection to the store
+        stop = threading.Event()
+        failure: list[BaseException] = []
+
+        def passes() -> None:
+            try:
+                while True:
+                    last = stop.is_set()  # the runtime stopped: one more pass, the last
+                    con = snapshot(cursor)
+                    try:
+                        follower.step(con)
+                    finally:
+                        con.close()
+                    if last:
+                        return
+                    stop.wait(poll_s)
+            except BaseException as exc:  # raised again by the main thread
+                failure.append(exc)
+                runtime.stop()
+
+        follower.start()
+        worker = threading.Thread(target=passes, name="rlmesh-follow", daemon=True)
+        worker.start()
+        try:
+            runtime.run()
+        finally:
+            stop.set()
+            worker.join()
+            cursor.close()
+        if failure:
+            raise failure[0]
+    finally:
+        follower.close()
+        sink.close()

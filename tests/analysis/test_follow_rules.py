@@ -1,0 +1,163 @@
+"""`join --follow`'s passes over a hand-built store: when a checkpoint is complete, what is
+written once, what a restart reads back from the outputs, late episodes, torn records.
+
+The stack-level behaviour (topics, SIGKILL, the servers) is in test_join_follow.py; here
+each pass runs over a DuckDB store whose rows the test wrote, so every count is known.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlmesh_stream.consumers.analysis.follow import (
+    Follower,
+    Rule,
+    TensorBoardOutput,
+    snapshot,
+)
+from rlmesh_stream.consumers.analysis.join import JoinSpec, LogColumns
+from tests.analysis.analysis_stores import episode, insert, make_store
+from tests.analysis.analysis_training_logs import LOSS, write_tensorboard
+
+
+def spec(logdir: Path) -> JoinSpec:
+    return JoinSpec("key", logdir / "ppo_1", LogColumns(metric=LOSS),
+                    checkpoint_step=r"ckpt-(\d+)")
+
+
+class Store:
+    """The follower's store, written by the test; `passes` snapshots it as `follow` does."""
+
+    def __init__(self, path: Path) -> None:
+        self.con = make_store(path)
+
+    def add(self, *rows: dict[str, object]) -> None:
+        insert(self.con, "episodes", rows)
+
+    def end_session(self, session: str) -> None:
+        self.con.execute("INSERT INTO episode_session_ends VALUES (?, now(), 'ended')",
+                         [session])
+
+    def step(self, follower: Follower, now: float = 0.0) -> int:
+        con = snapshot(self.con.cursor())
+        try:
+            return follower.step(con, now)
+        finally:
+            con.close()
+
+
+def written_steps(directory: Path) -> dict[int, float]:
+    return TensorBoardOutput(directory).written()
+
+
+def setup(tmp_path: Path, rule: Rule | None = None
+          ) -> tuple[Store, Follower, Path, list[str]]:
+    logdir = write_tensorboard(tmp_path / "runs", ["ppo_1"])
+    lines: list[str] = []
+    follower = Follower(spec(logdir), [TensorBoardOutput(tmp_path / "eval")], rule or Rule(),
+                        lines.append)
+    follower.start()
+    return Store(tmp_path / "follow.duckdb"), follower, tmp_path / "eval", lines
+
+
+def test_a_checkpoint_is_written_once_every_session_that_ran_it_has_ended(
+        tmp_path: Path) -> None:
+    store, follower, out, lines = setup(tmp_path)
+    store.add(episode("s", 1, model_component_id="ckpt-1000"),
+              episode("t", 1, model_component_id="ckpt-1000"))
+    store.end_session("s")
+    assert store.step(follower) == 0
+    assert "ckpt-1000: 2 episodes (1 session(s) open)" in lines[-1]
+    store.end_session("t")
+    assert store.step(follower) == 1
+    assert store.step(follower) == 0  # once
+    follower.close()
+    assert written_steps(out) == {1000: 2.0}
+
+
+def test_a_checkpoint_with_a_running_episode_waits_whatever_the_rule(tmp_path: Path) -> None:
+    store, follower, out, _ = setup(tmp_path, Rule(eval_episodes=1, quiet_s=0.0))
+    store.add(episode("s", 1, model_component_id="ckpt-1000"),
+              episode("s", 2, model_component_id="ckpt-1000", status="running"))
+    assert store.step(follower, now=100.0) == 0
+    follower.close()
+    assert written_steps(out) == {}
+
+
+def test_eval_episodes_completes_a_checkpoint_whose_session_goes_on(tmp_path: Path) -> None:
+    store, follower, out, _ = setup(tmp_path, Rule(eval_episodes=2))
+    store.add(episode("s", 1, model_component_id="ckpt-1000"))
+    assert store.step(follower) == 0
+    store.add(episode("s", 2, model_component_id="ckpt-1000"))
+    assert store.step(follower) == 1
+    follower.close()
+    assert written_steps(out) == {1000: 2.0}
+
+
+def test_quiet_seconds_completes_a_checkpoint_unchanged_that_long(tmp_path: Path) -> None:
+    store, follower, _, _ = setup(tmp_path, Rule(quiet_s=5.0))
+    store.add(episode("s", 1, model_component_id="ckpt-1000"))
+    assert store.step(follower, now=10.0) == 0
+    store.add(episode("s", 2, model_component_id="ckpt-1000"))
+    assert store.step(follower, now=14.0) == 0  # changed at 14
+    assert store.step(follower, now=18.9) == 0
+    assert store.step(follower, now=19.0) == 1
+    follower.close()
+
+
+def test_a_restarted_follower_writes_only_what_the_output_lacks(tmp_path: Path) -> None:
+    store, first, out, _ = setup(tmp_path)
+    store.add(episode("s", 1, model_component_id="ckpt-1000"))
+    store.end_session("s")
+    assert store.step(first) == 1
+    first.close()  # (a SIGKILL leaves the same: each point is flushed when written)
+    store.add(episode("t", 1, model_component_id="ckpt-2000"))
+    store.end_session("t")
+    _, second, _, lines = setup(tmp_path)
+    assert "already holds 1 checkpoint(s)" in lines[0]
+    assert store.step(second) == 1
+    second.close()
+    assert written_steps(out) == {1000: 1.0, 2000: 1.0}
+    assert len(list(out.glob("events.out.tfevents.*"))) == 2  # appended: a file per process
+
+
+def test_episodes_after_a_written_point_are_counted_late_not_written(tmp_path: Path) -> None:
+    store, follower, out, lines = setup(tmp_path)
+    store.add(episode("s", 1, model_component_id="ckpt-1000"))
+    store.end_session("s")
+    assert store.step(follower) == 1
+    store.add(episode("u", 1, model_component_id="ckpt-1000"),
+              episode("u", 2, model_component_id="ckpt-1000"))
+    store.end_session("u")
+    assert store.step(follower) == 0
+    assert follower.late() == {"ckpt-1000": 2}
+    assert "late (not in the written point): ckpt-1000 +2" in lines[-1]
+    follower.close()
+    assert written_steps(out) == {1000: 1.0}
+
+
+def test_a_record_torn_by_a_kill_is_cut_off_and_its_point_written_again(
+        tmp_path: Path) -> None:
+    store, first, out, _ = setup(tmp_path)
+    store.add(episode("s", 1, model_component_id="ckpt-1000"),
+              episode("t", 1, model_component_id="ckpt-2000"))
+    store.end_session("s")
+    assert store.step(first) == 1
+    first.close()
+    (path,) = out.glob("events.out.tfevents.*")
+    whole = path.stat().st_size
+    with open(path, "ab") as f:  # a kill in mid-write: a length, and half of its record
+        f.write((200).to_bytes(8, "little") + b"\0" * 30)
+    store.end_session("t")
+    _, second, _, _ = setup(tmp_path)
+    assert path.stat().st_size == whole
+    assert store.step(second) == 1
+    second.close()
+    assert written_steps(out) == {1000: 1.0, 2000: 1.0}
+
+
+def test_a_join_that_cannot_be_made_yet_is_shown_as_waited_for(tmp_path: Path) -> None:
+    store, follower, _, lines = setup(tmp_path)
+    assert store.step(follower) == 0
+    assert lines[-1].startswith("waiting: the store has no episodes")
+    follower.close()
