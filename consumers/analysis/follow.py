@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from rlmesh_stream.consumers.analysis.join import (
     JoinError,
@@ -177,6 +178,35 @@ Output = TensorBoardOutput | MlflowOutput
 # -- the follower ----------------------------------------------------------------------------
 
 
+class LogCache:
+    """A TensorBoard log read again only when its event files changed (names, sizes, times):
+    without TensorFlow, reading checks every record's CRC in Python (~10 000 scalars a
+    second here), too slow to repeat every half second over a long run's log. MLflow
+    runs (and file logs) are read by the join itself on each pass."""
+
+    def __init__(self, spec: JoinSpec) -> None:
+        self.spec = spec
+        self._signature: tuple[tuple[str, int, int], ...] | None = None
+        self._table: pa.Table | None = None
+
+    def table(self) -> pa.Table | None:
+        from rlmesh_stream.consumers.analysis.training_logs.tensorboard import (
+            event_files,
+            is_tensorboard_log,
+            read_tensorboard,
+        )
+
+        log = self.spec.log
+        if log is None or self.spec.log_format is not None or not is_tensorboard_log(log):
+            return None
+        stats = [(f, f.stat()) for f in event_files(log)]
+        signature = tuple((str(f), st.st_size, st.st_mtime_ns) for f, st in stats)
+        if signature != self._signature or self._table is None:
+            self._table = read_tensorboard(log)  # TrainingLogError: the pass waits
+            self._signature = signature
+        return self._table
+
+
 @dataclass
 class Follower:
     """One pass at a time: the store's episodes and the log joined, complete checkpoints
@@ -190,6 +220,7 @@ class Follower:
     checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
     points: int = 0  # checkpoints written by this process
     _status: str = ""
+    _log: LogCache | None = None
 
     def start(self) -> None:
         """Read back what every output already holds."""
@@ -204,9 +235,11 @@ class Follower:
         of checkpoints written. A join that cannot be made yet is shown as what it waits
         for."""
         now = time.monotonic() if now is None else now
+        if self._log is None:
+            self._log = LogCache(self.spec)
         try:
-            result = run_join(store, self.spec)
-        except JoinError as exc:
+            result = run_join(store, self.spec, self._log.table())
+        except (JoinError, TrainingLogError, OSError) as exc:  # e.g. a log file mid-write
             self._show(f"waiting: {exc}")
             return 0
         rows = aggregate(store, self.spec, result)

@@ -161,3 +161,20 @@ def test_a_join_that_cannot_be_made_yet_is_shown_as_waited_for(tmp_path: Path) -
     assert store.step(follower) == 0
     assert lines[-1].startswith("waiting: the store has no episodes")
     follower.close()
+
+
+def test_a_training_log_not_written_yet_is_waited_for_then_read(tmp_path: Path) -> None:
+    logdir = tmp_path / "runs"
+    (logdir / "ppo_1").mkdir(parents=True)
+    lines: list[str] = []
+    follower = Follower(spec(logdir), [TensorBoardOutput(tmp_path / "eval")], Rule(),
+                        lines.append)
+    follower.start()
+    store = Store(tmp_path / "follow.duckdb")
+    store.add(episode("s", 1, model_component_id="ckpt-1000"))
+    store.end_session("s")
+    assert store.step(follower) == 0
+    assert lines[-1].startswith("waiting: no TensorBoard event files")
+    write_tensorboard(logdir, ["ppo_1"])  # the trainer's first flush
+    assert store.step(follower) == 1
+    follower.close()

@@ -5,6 +5,7 @@ one step axis), and the temp table `joined` it leaves."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import duckdb
 
@@ -16,9 +17,16 @@ from rlmesh_stream.consumers.analysis.join.training_log import load_training_log
 from rlmesh_stream.consumers.analysis.sql import q
 from rlmesh_stream.consumers.tables import EPISODES
 
+if TYPE_CHECKING:  # pyarrow loads with the log readers, when one is read
+    import pyarrow as pa
 
-def run_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> JoinResult:
-    """Build temp table `joined` (matched episodes + `train_*` columns) and explain the rest."""
+
+def run_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec,
+             tool_log: pa.Table | None = None) -> JoinResult:
+    """Build temp table `joined` (matched episodes + `train_*` columns) and explain the rest.
+
+    `tool_log`: the TensorBoard or MLflow log already read into rows (`join --follow`
+    reads it again only when its files changed)."""
     episode_cols = describe(con, f"store.{EPISODES.name}") if _has_episodes(con) else {}
     if not episode_cols:
         raise JoinError("the store has no `episodes` table yet (has `rlmesh-stream consume` "
@@ -33,7 +41,7 @@ def run_join(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> JoinResult:
         if name not in episode_cols:
             raise JoinError(f"episodes have no column {name!r}; "
                             f"they have: {', '.join(episode_cols)}")
-    log_cols = load_training_log(con, spec)
+    log_cols = load_training_log(con, spec, tool_log)
     total = scalar(con, f"SELECT COUNT(*) FROM store.{EPISODES.name}")
     if total == 0:
         raise JoinError("the store has no episodes to join")

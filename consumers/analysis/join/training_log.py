@@ -5,6 +5,7 @@ instant added for an as-of join."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import duckdb
 
@@ -13,8 +14,12 @@ from rlmesh_stream.consumers.analysis.join.log_times import time_sql
 from rlmesh_stream.consumers.analysis.join.spec import JoinError, JoinSpec
 from rlmesh_stream.consumers.analysis.join.store import describe
 
+if TYPE_CHECKING:  # pyarrow loads with the log readers, when one is read
+    import pyarrow as pa
 
-def load_training_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> list[str]:
+
+def load_training_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec,
+                      tool_log: pa.Table | None = None) -> list[str]:
     """Read the log (JSON lines or array, CSV, Parquet) into temp table `training_log`.
 
     Adds `_row` (1-based position, for error messages) and `_train_at` (the row's
@@ -24,7 +29,7 @@ def load_training_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> list[st
     left to the reader's detection) so that every row is checked the same way.
     """
     path = spec.log
-    relation = _tool_log(con, spec)
+    relation = _tool_log(con, spec, tool_log)
     if relation is not None:
         fmt = "arrow"
         detected = describe(con, relation)
@@ -82,8 +87,10 @@ def load_training_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> list[st
     return list(detected)
 
 
-def _tool_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> str | None:
-    """Register a TensorBoard log or MLflow run(s) as a relation; None for a file log."""
+def _tool_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec,
+              table: pa.Table | None = None) -> str | None:
+    """Register a TensorBoard log or MLflow run(s) (read here unless `table` holds its rows)
+    as a relation; None for a file log."""
     from rlmesh_stream.consumers.analysis.training_logs import TrainingLogError
     from rlmesh_stream.consumers.analysis.training_logs.tensorboard import is_tensorboard_log
 
@@ -91,6 +98,9 @@ def _tool_log(con: duckdb.DuckDBPyConnection, spec: JoinSpec) -> str | None:
     is_tb = log is not None and spec.log_format is None and is_tensorboard_log(log)
     if not spec.mlflow_runs and not is_tb:
         return None
+    if table is not None:
+        con.register("training_log_source", table)
+        return "training_log_source"
     try:
         if spec.mlflow_runs:
             from rlmesh_stream.consumers.analysis.training_logs.mlflow import read_mlflow
