@@ -17,8 +17,9 @@ PYTEST_ARGS ?=
 DEMO_ARGS ?=
 # What `make check` leaves out: tests that start or need a server. `stack` is marked
 # automatically on every test using the `stack` fixture, `postgres` on every test using
-# a PostgreSQL one (tests/conftest.py).
-CHECK_MARKERS ?= not stack and not postgres
+# a PostgreSQL one, `tools` on every test using TensorBoard's server or `mlflow server`
+# (tests/conftest.py).
+CHECK_MARKERS ?= not stack and not postgres and not tools
 
 .PHONY: demo check test bench lint venv
 

@@ -66,11 +66,17 @@ class StackEndpoints:
 KAFKA_FIXTURES = frozenset({"stack", "throwaway_kafka", "cluster", "cluster_up", "secure_stack"})
 
 
+# Fixtures that start TensorBoard's server or `mlflow server` (tests/analysis/conftest.py).
+TOOL_FIXTURES = frozenset({"tensorboard", "mlflow"})
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if KAFKA_FIXTURES.intersection(fixtures):
             item.add_marker(pytest.mark.stack)
+        if TOOL_FIXTURES.intersection(fixtures):
+            item.add_marker(pytest.mark.tools)
         if "postgres" in fixtures or "postgres_dsn" in fixtures:
             item.add_marker(pytest.mark.postgres)
 
