@@ -43,6 +43,8 @@ from rlmesh_stream.infra.topics import ensure_topics  # noqa: E402
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks  # noqa: E402
 from rlmesh_stream.schemas.connection.config import StreamConfig  # noqa: E402
 from tests.analysis.tool_servers import (  # noqa: E402
+    MLFLOW_SERVER_ENV,
+    mlflow_command,
     mlflow_create_run,
     mlflow_history,
     mlflow_server,
@@ -73,13 +75,17 @@ def main() -> None:
 
     from rlmesh_stream.producer.bridge import rlmesh_bridge
 
+    mlflow = mlflow_command()
+    if mlflow is None:
+        raise SystemExit(f"no mlflow server: set {MLFLOW_SERVER_ENV} to the `mlflow` of a "
+                         "venv with the full mlflow (.ci/run makes one)")
     config = StreamConfig.from_env().with_prefix(f"bench-follow-{uuid.uuid4().hex[:8]}")
     ensure_topics(config, partitions=2, replication_factor=1)
     with tempfile.TemporaryDirectory(prefix="bench-follow-") as tmp_name:
         tmp = Path(tmp_name)
         logdir = tmp / "tensorboard"
         logdir.mkdir()
-        with tensorboard_server(logdir) as tb, mlflow_server(tmp / "mlflow") as ml:
+        with tensorboard_server(logdir) as tb, mlflow_server(tmp / "mlflow", mlflow) as ml:
             run_id = mlflow_create_run(ml, "ppo")
             writer = SummaryWriter(logdir=str(logdir / "ppo"))
             writer.add_scalar("train/loss", 1.0, 0)

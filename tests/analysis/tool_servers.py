@@ -98,12 +98,32 @@ def tensorboard_server(logdir: Path, reload_s: float = 1.0) -> Iterator[Server]:
         yield server
 
 
+MLFLOW_SERVER_ENV = "RLMESH_STREAM_MLFLOW_SERVER"
+
+
+def mlflow_command() -> str | None:
+    """The `mlflow` that serves: $RLMESH_STREAM_MLFLOW_SERVER (.ci/run makes a venv with the
+    full `mlflow`), else this environment's when it can serve; None when neither is there.
+
+    Not the project's venv by default: mlflow-skinny has no server, and the server's imports
+    (Flask, pandas, ...) installed beside it make every `import mlflow` import pandas too
+    (1.9 s of its 13.6 s at load 23, `python -X importtime`), and the test venv would no
+    longer be what `[training-logs]` installs."""
+    given = os.environ.get(MLFLOW_SERVER_ENV)
+    if given:
+        return given
+    probe = subprocess.run([sys.executable, "-c", "import flask, flask_cors, mlflow.server"],
+                           capture_output=True, check=False)
+    return _bin("mlflow") if probe.returncode == 0 else None
+
+
 @contextmanager
-def mlflow_server(root: Path) -> Iterator[Server]:
-    """`mlflow server` over a SQLite store in ROOT, on 127.0.0.1 (one worker)."""
+def mlflow_server(root: Path, command: str) -> Iterator[Server]:
+    """`mlflow server` (the `command` executable) over a SQLite store in ROOT, on 127.0.0.1
+    (one worker)."""
     port = free_port()
     root.mkdir(parents=True, exist_ok=True)
-    cmd = [_bin("mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
+    cmd = [command, "server", "--host", "127.0.0.1", "--port", str(port),
            "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
            "--default-artifact-root", str(root / "artifacts"), "--workers", "1"]
     env = {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2"}
