@@ -3,7 +3,7 @@
 # again whenever pyproject.toml changed since (the stamp .venv/.installed is older).
 #
 #   make demo    the demo job (`rlmesh-stream demo`)
-#   make check   ruff + mypy + every test that needs no server (no Kafka, no PostgreSQL)
+#   make check   ruff + mypy + every quick test that needs no server (no Kafka, no PostgreSQL)
 #   make test    the whole test suite; it starts its own Kafka + registry (see README)
 #   make bench   every benchmarks/bench_*.py
 #   make lint    ruff + mypy
@@ -15,11 +15,14 @@ CLI := $(VENV)/bin/rlmesh-stream
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
-# What `make check` leaves out: tests that start or need a server. `stack` is marked
-# automatically on every test using the `stack` fixture, `postgres` on every test using
-# a PostgreSQL one, `tools` on every test using TensorBoard's server or `mlflow server`
-# (tests/conftest.py).
-CHECK_MARKERS ?= not stack and not postgres and not tools
+# What `make check` leaves out: tests that start or need a server (`stack` is marked on every
+# test using a fixture that starts Kafka, `postgres` on every test using a PostgreSQL
+# server, `tools` on every test using TensorBoard's server or `mlflow server`:
+# tests/conftest.py) and the `slow` ones that need none (tests/packaging builds venvs).
+# The rest runs on 2 workers (pytest-xdist): many tests wait on a timeout or a child
+# process, and a worker waiting costs no CPU.
+CHECK_MARKERS ?= not stack and not postgres and not tools and not slow
+CHECK_WORKERS ?= 2
 
 .PHONY: demo check test bench lint venv
 
@@ -35,7 +38,7 @@ demo: venv
 	$(CLI) demo $(DEMO_ARGS)
 
 check: lint
-	$(VENV)/bin/pytest -m '$(CHECK_MARKERS)' $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m '$(CHECK_MARKERS)' -n $(CHECK_WORKERS) $(PYTEST_ARGS)
 
 test: venv
 	$(VENV)/bin/pytest $(PYTEST_ARGS)

@@ -23,6 +23,9 @@ from rlmesh_stream.consumers.datasets.writers import MinariWriter
 from rlmesh_stream.producer.leaves import LeafCodec
 from tests.packaging.test_wheel import _copy_sources
 
+# builds the wheel and installs it into fresh venvs: minutes, so not in `make check`
+pytestmark = pytest.mark.slow
+
 OBS = LeafCodec(gym.spaces.Box(-1.0, 1.0, (3,), np.float32))
 ACT = LeafCodec(gym.spaces.Discrete(2))
 

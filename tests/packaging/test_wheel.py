@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+# builds the wheel and installs it into fresh venvs: minutes, so not in `make check`
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("schemas", "producer", "consumers", "infra")
 EXTRA_ONLY = ("duckdb", "pyarrow", "psycopg", "matplotlib", "rlmesh", "testcontainers")
