@@ -73,6 +73,9 @@ OTHER: dict[str, tuple[str, str]] = {
                                     "(default 400)."),
     "RLMESH_STREAM_KAFKA_LIBS": ("tests (`tests/producer`)", "Kafka's `libs/` directory for "
                                  "the producer tests' Java tools (default: the cached one)."),
+    "RLMESH_STREAM_MLFLOW_SERVER": ("tests (`tests/analysis/tool_servers.py`), `.ci/run`",
+                                    "The `mlflow` executable (a venv with the full mlflow) "
+                                    "that serves the MLflow tests; without it they skip."),
     "RLMESH_STREAM_BENCH_POSTGRES_DSN": ("`benchmarks/bench_consumers.py`", "A PostgreSQL "
                                          "server the benchmark also writes to."),
 }
