@@ -295,9 +295,16 @@ class Joiner:
         return out
 
     def _verdict(self, ep: PendingEpisode, session: SessionState, final: bool) -> str | None:
-        """None: keep waiting; 'release'/'abandoned'; or 'skip:<reason>'."""
-        if ep.route is not None and not self.filters.wants(ep.route):
+        """None: keep waiting; 'release'/'abandoned'; or 'skip:<reason>'. An episode the
+        filters leave out is decided when it would be released or skipped, so counted once:
+        dropped at its first batch, its later events made it pending again (counted once
+        per batch: 37 filtered of 30 episodes)."""
+        verdict = self._decide(ep, session, final)
+        if verdict is not None and ep.route is not None and not self.filters.wants(ep.route):
             return "skip:filtered"
+        return verdict
+
+    def _decide(self, ep: PendingEpisode, session: SessionState, final: bool) -> str | None:
         if ep.problem is not None:
             return f"skip:{ep.problem}" if (session.ended or final) else None
         if not session.ended and not final:

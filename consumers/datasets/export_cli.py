@@ -37,10 +37,25 @@ def export() -> None:
               help="--format iceberg: where the tables' files go (a directory or s3://...) "
                    "[default, sqlite: DIR/warehouse beside the catalog file].")
 @click.option("--dataset-id", default="rlmesh/trajectories-v0", show_default=True,
-              help="Minari dataset id NAMESPACE/NAME-vN.")
+              help="Minari dataset id [NAMESPACE/]NAME-vN; with {env} in it (rlmesh/{env}-v0) "
+                   "one dataset per env.")
 @click.option("--minari-format", type=click.Choice(["hdf5", "arrow"]), default="hdf5",
               show_default=True,
-              help="Minari's storage layout (hdf5: Minari's default, what TorchRL reads).")
+              help="Minari's storage layout (hdf5: Minari's default, as DataCollector writes; "
+                   "arrow: a directory per episode).")
+@click.option("--author", "authors", multiple=True,
+              help="Minari metadata: the dataset's author (repeatable).")
+@click.option("--author-email", "author_emails", multiple=True,
+              help="Minari metadata: an author's email (repeatable).")
+@click.option("--code-permalink", default=None,
+              help="Minari metadata: a link to the code that produced the episodes.")
+@click.option("--algorithm-name", default=None,
+              help="Minari metadata: the policy's algorithm [default: the model ids].")
+@click.option("--description", default=None, help="Minari metadata: the dataset's description.")
+@click.option("--ref-min-score", type=float, default=None,
+              help="Minari metadata: a random policy's return (minari.get_normalized_score).")
+@click.option("--ref-max-score", type=float, default=None,
+              help="Minari metadata: an expert policy's return (minari.get_normalized_score).")
 @click.option("--max-episode-steps", type=click.IntRange(min=1), default=None,
               help="The step limit of the dataset's env spec (else the producer's, else "
                    "Gymnasium's registration).")
@@ -61,7 +76,11 @@ def export() -> None:
               help="Leave out sessions with a caution relay advisory (else they are tagged).")
 def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str | None,
                  table: str | None, warehouse: str | None, dataset_id: str,
-                 minari_format: str, max_episode_steps: int | None, trust_env_spec: bool,
+                 minari_format: str, authors: tuple[str, ...], author_emails: tuple[str, ...],
+                 code_permalink: str | None, algorithm_name: str | None,
+                 description: str | None, ref_min_score: float | None,
+                 ref_max_score: float | None, max_episode_steps: int | None,
+                 trust_env_spec: bool,
                  reading: dict[str, Any],
                  env_ids: tuple[str, ...], models: tuple[str, ...],
                  include_abandoned: bool, exclude_caution: bool, quiet: bool
@@ -89,11 +108,19 @@ def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str 
         else:
             reading["group_id"] = reading["group_id"] or default_group(
                 target.table, target.catalog)
+        if (ref_min_score is None) != (ref_max_score is None):
+            raise click.UsageError("--ref-min-score and --ref-max-score go together "
+                                   "(minari.get_normalized_score needs both)")
         options = ExportOptions(out=out, fmt=fmt, dataset_id=dataset_id, filters=Filters(
             env_ids=env_ids, models=models, include_abandoned=include_abandoned,
             exclude_caution=exclude_caution), minari_format=minari_format,
             max_episode_steps=max_episode_steps, trust_env_spec=trust_env_spec,
-            iceberg=target, group=reading["group_id"])
+            iceberg=target, group=reading["group_id"],
+            minari_metadata={
+                "author": authors, "author_email": author_emails,
+                "code_permalink": code_permalink, "algorithm_name": algorithm_name,
+                "description": description, "ref_min_score": ref_min_score,
+                "ref_max_score": ref_max_score})
         runtime_options = RuntimeOptions(**reading)
         progress = None if quiet else Progress("export trajectories")
         sink, runtime = run_export(config, options, runtime_options, progress=progress)
@@ -118,10 +145,59 @@ def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str 
         click.echo(f"read it: python -c \"from pyiceberg.catalog.sql import SqlCatalog; "
                    f"c = SqlCatalog('rlmesh', uri='{redact_url(target.catalog)}'); "
                    f"print(c.load_table('{target.table}_episodes').scan().to_arrow())\"")
+    for line in skipped_lines(cert.get("episodes_skipped") or {}, fmt):
+        click.echo(line)
     if fmt == "minari":
-        click.echo(f"load it: MINARI_DATASETS_PATH={out} python -c \"import minari; "
-                   f"print(minari.load_dataset('{dataset_id}'))\"")
+        for loaded in sink.dataset_ids():
+            click.echo(f"load it: MINARI_DATASETS_PATH={out} python -c \"import minari; "
+                       f"print(minari.load_dataset('{loaded}'))\"")
     return runtime  # its dead letters are counted by `reading_options`
+
+
+# Per skip reason: why, and what keeps such episodes (the flag, or the producer's fix).
+SKIP_HINTS = {
+    "no_terminal_observation": "published without their terminal observation (Minari needs "
+                               "T+1): wrap the env with bridge.wrap(env) in the producer; "
+                               "--format parquet keeps them as they are",
+    "filtered": "left out by --env-id / --model",
+    "abandoned": "their session failed before they completed: --include-abandoned keeps "
+                 "them, flagged",
+    "caution": "their session had a caution advisory: without --exclude-caution they are "
+               "kept, tagged",
+    "incomplete": "an event of theirs is missing, or they were still open at the end: a "
+                  "later run finishes those still open",
+    "space_mismatch": "other spaces than the dataset's: a --dataset-id with {env} "
+                      "(rlmesh/{env}-v0) writes one dataset per env",
+    "env_spec_mismatch": "run under another env spec than the dataset's: export them under "
+                         "another --dataset-id (--env-id, --model or --max-episode-steps "
+                         "to pick them)",
+    "space_changed": "a space changed in the middle of the episode: no flag keeps them",
+    "bad_leaves": "bytes that do not fit their SpaceSpec (skip_examples in the manifest): "
+                  "a producer's fault, no flag keeps them",
+    "misaligned": "an event of their vector-env session is missing or dead-lettered: no "
+                  "flag keeps them",
+    "no_reset_observation": "no reset observation was published: no flag keeps them",
+    "empty": "no steps",
+    "observation_leaves_omitted": "the producer's size cap dropped their leaves: raise its "
+                                  "leaves_max_bytes",
+    "action_leaves_omitted": "the producer's size cap dropped their leaves: raise its "
+                             "leaves_max_bytes",
+}
+
+
+def skipped_lines(skipped: dict[str, int], fmt: str) -> list[str]:
+    """One line per skip reason with episodes: the count, why, and what would keep them."""
+    out = []
+    for reason, count in sorted(skipped.items()):
+        if not count:
+            continue
+        hint = SKIP_HINTS.get(reason, "see docs/datasets.md")
+        if reason == "space_mismatch" and fmt == "iceberg":
+            hint = ("observation or action columns of other types than the table's: export "
+                    "them into another --table (--env-id to pick them)")
+        out.append(f"skipped {count} episode{'s' if count != 1 else ''} "
+                   f"({reason}): {hint}")
+    return out
 
 
 def _target(fmt: str, out: Path | None, catalog: str | None, table: str | None,

@@ -44,24 +44,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlmesh_stream.consumers.datasets.manifest import DatasetError
 from rlmesh_stream.consumers.datasets.model import Episode
-from rlmesh_stream.consumers.datasets.writers import _episode_row, _safe, _steps_table
+from rlmesh_stream.consumers.datasets.writers import (
+    EPISODE_SCHEMA,
+    _episode_row,
+    _safe,
+    _steps_table,
+)
 from rlmesh_stream.consumers.sinks.base import OffsetConflict
+from rlmesh_stream.schemas.codec.leaves import leaves_of
+from rlmesh_stream.schemas.contract import events as ev
 
-EPISODE_SCHEMA = pa.schema([
-    ("session_id", pa.string()), ("episode_record_id", pa.string()),
-    ("episode_id", pa.string()), ("env_id", pa.string()), ("env_component_id", pa.string()),
-    ("model_component_id", pa.string()), ("lane", pa.int64()), ("env_index", pa.int64()),
-    ("seed", pa.int64()), ("trial_index", pa.int64()), ("steps", pa.int64()),
-    ("total_reward", pa.float64()), ("terminated", pa.bool_()), ("truncated", pa.bool_()),
-    ("success", pa.bool_()), ("terminal_observation", pa.bool_()), ("abandoned", pa.bool_()),
-    ("caution", pa.bool_()), ("observation_space", pa.binary()),
-    ("action_space", pa.binary()),
-])
 _NO_RETRIES = {"commit.retry.num-retries": "0"}  # a conflict is ours to decide: fenced
 # Each checkpoint is a snapshot, and every snapshot is listed in each new metadata file:
 # every KEEP_SNAPSHOTS generations the committing member expires the snapshots of both
@@ -453,17 +451,25 @@ class IcebergWriter:
     def __init__(self, store: IcebergStore) -> None:
         self.store = store
         self.spaces: tuple[bytes, bytes] | None = None
+        self._column_types: dict[tuple[bytes, bytes], Any] = {}
 
     def recover(self, state: dict[str, Any], generation: int) -> None:
         """Nothing to clean: files no snapshot lists are not part of the table."""
 
     def accepts(self, e: Episode) -> str | None:
-        """One pair of spaces per steps table (its columns' types)."""
+        """One type per observation and action column of the steps table: episodes of
+        spaces whose columns have the same types (the simulator's CartPole and Gymnasium's,
+        whose Box bounds differ) share the table, each row's spaces in its episode row;
+        other column types are skipped (`space_mismatch`)."""
         spaces = (e.obs_spec.SerializeToString(deterministic=True),
                   e.act_spec.SerializeToString(deterministic=True))
         if self.spaces is None:
             self.spaces = self._table_spaces() or spaces
-        return None if spaces == self.spaces else "space_mismatch"
+        if spaces == self.spaces:
+            return None
+        held = self._column_types.get(self.spaces) or _column_types(*self.spaces)
+        self._column_types[self.spaces] = held
+        return None if _column_types(*spaces) == held else "space_mismatch"
 
     def _table_spaces(self) -> tuple[bytes, bytes] | None:
         episodes = self.store.episodes
@@ -483,3 +489,17 @@ class IcebergWriter:
         rows = pa.Table.from_pylist([_episode_row(e) for e in episodes], schema=EPISODE_SCHEMA)
         self.store.stage(steps, rows)
         return {}
+
+
+def _column_types(obs_spec: bytes, act_spec: bytes) -> tuple[Any, ...]:
+    """What fixes the types of the steps table's observation and action columns (as
+    `writers._steps_table` builds them): per leaf its place, its dtype (text a string), and
+    a scalar or a fixed-size list of its element count. Bounds and `n` do not."""
+    key: list[Any] = []
+    for raw in (obs_spec, act_spec):
+        spec = ev.SpaceSpec()
+        spec.ParseFromString(raw)
+        key.append(tuple((leaf.path, "text" if leaf.kind == "text" else leaf.dtype.str,
+                          None if leaf.shape == () else int(np.prod(leaf.shape)))
+                         for leaf in leaves_of(spec)))
+    return tuple(key)

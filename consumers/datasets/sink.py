@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -33,6 +33,12 @@ from rlmesh_stream.consumers.datasets.manifest import (
     DatasetError,
     ManifestStore,
     header_sequence,
+)
+from rlmesh_stream.consumers.datasets.per_env import (
+    ENV_FIELD,
+    MinariDatasets,
+    dataset_id_for,
+    one_env,
 )
 from rlmesh_stream.consumers.datasets.writers import MinariWriter, ParquetWriter
 from rlmesh_stream.consumers.runtime.records import TP, Record
@@ -129,6 +135,9 @@ class ExportOptions:
     trust_env_spec: bool = False  # take producers' env specs unchecked (env_spec.py)
     iceberg: IcebergTarget | None = None
     group: str = ""  # the consumer group (iceberg: the one that writes the table)
+    # Minari's dataset metadata the user set: author, author_email, code_permalink,
+    # algorithm_name, description, ref_min_score, ref_max_score
+    minari_metadata: dict[str, Any] = field(default_factory=dict)
 
 
 class DatasetSink(Sink):
@@ -160,13 +169,17 @@ class DatasetSink(Sink):
         """Writer, joiner and certificate as the store's committed generation left them."""
         options = self.options
         store = self.store
-        self.writer: MinariWriter | ParquetWriter | IcebergWriter
+        self.writer: MinariWriter | MinariDatasets | ParquetWriter | IcebergWriter
         if options.fmt == "minari":
-            self.writer = MinariWriter(store.root, options.dataset_id,
-                                       data_format=options.minari_format,
-                                       max_episode_steps=options.max_episode_steps,
-                                       state_dir=store.state_dir,
-                                       trust_env_spec=options.trust_env_spec)
+            minari_options: dict[str, Any] = {
+                "data_format": options.minari_format, "state_dir": store.state_dir,
+                "max_episode_steps": options.max_episode_steps,
+                "trust_env_spec": options.trust_env_spec,
+                "metadata": options.minari_metadata}
+            if ENV_FIELD in options.dataset_id:  # one dataset per env
+                self.writer = MinariDatasets(store.root, options.dataset_id, **minari_options)
+            else:
+                self.writer = MinariWriter(store.root, options.dataset_id, **minari_options)
         else:
             self.writer = ParquetWriter(store.root)
         self.writer.recover(self.store.committed.writer, self.store.committed.generation)
@@ -194,6 +207,12 @@ class DatasetSink(Sink):
     def certificate_for(self, partition: int) -> Certificate:
         return self.certificate
 
+    def dataset_ids(self) -> list[str]:
+        """The Minari datasets this export wrote (one per env for a `{env}` id)."""
+        if isinstance(self.writer, MinariDatasets):
+            return self.writer.dataset_ids()
+        return [self.options.dataset_id] if self.options.fmt == "minari" else []
+
     def certificate_summary(self) -> dict[str, Any]:
         return dict(self.store.committed.certificate)
 
@@ -218,6 +237,8 @@ class DatasetSink(Sink):
         # One exporter per directory (the manifest's lock): no fencing between writers.
         self.certificate.merge()
         episodes = self.joiner.release(final=self.final)
+        if isinstance(self.writer, MinariWriter):  # a dataset id without {env}: one env
+            one_env(self.options.dataset_id, self.writer.env_episodes, episodes)
         keep = []
         for e in episodes:
             why = (None if isinstance(self.writer, ParquetWriter)
@@ -244,7 +265,7 @@ class DatasetSink(Sink):
             {tp: o for tp, o in read.items() if tp[0] in trajectory_topics})
         self.seen = updated_seen(self.seen, batch, resume)
         certificate = self.certificate.summary(self.joiner.skipped)
-        if isinstance(self.writer, MinariWriter):
+        if isinstance(self.writer, (MinariWriter, MinariDatasets)):
             # where the dataset's env spec came from: "producer" (the env as it ran),
             # "registry default" (Gymnasium's registration: nobody said), "none"
             certificate["env_spec"] = self.writer.env_spec_source or None
@@ -300,16 +321,21 @@ def updated_seen(values: dict[str, Any], batch: SinkBatch,
     return out
 
 
-# Minari's NAMESPACE/NAME-vN (`minari.dataset.minari_dataset.DATASET_ID_RE`, the namespace
-# required, ASCII): letters, digits, `-` and `_` in each `/`-separated part, no `.` at all.
-_DATASET_ID = re.compile(r"^[-_A-Za-z0-9]+(?:/[-_A-Za-z0-9]+)*/[-_A-Za-z0-9]+?-v\d+$")
+# Minari's [NAMESPACE/]NAME-vN (`minari.dataset.minari_dataset.DATASET_ID_RE`, in ASCII;
+# the namespace optional, as Minari takes it, the version required: the exporter appends to
+# one version): letters, digits, `-` and `_`, `/` inside the namespace, no `.` at all.
+_DATASET_ID = re.compile(
+    r"^(?:[-_A-Za-z0-9][-_A-Za-z0-9/]*[-_A-Za-z0-9]/)?[-_A-Za-z0-9]+?-v\d+$")
 
 
 def check_dataset_id(dataset_id: str, out: Path | None = None) -> str:
-    """NAMESPACE/NAME-vN (Minari's syntax), inside `out`, or a clear DatasetError."""
-    if not _DATASET_ID.match(dataset_id):
-        raise DatasetError(f"dataset id {dataset_id!r} is not NAMESPACE/NAME-vN "
-                           "(for example rlmesh/cartpole-v0)")
-    if out is not None and not (out / dataset_id).resolve().is_relative_to(out.resolve()):
+    """[NAMESPACE/]NAME-vN (Minari's syntax; `{env}` stands for each env's id), inside
+    `out`, or a clear DatasetError."""
+    example = dataset_id_for(dataset_id, "env")
+    if not _DATASET_ID.match(example) or "//" in example:
+        raise DatasetError(f"dataset id {dataset_id!r} is not [NAMESPACE/]NAME-vN "
+                           "(for example rlmesh/cartpole-v0, or rlmesh/{env}-v0 for one "
+                           "dataset per env)")
+    if out is not None and not (out / example).resolve().is_relative_to(out.resolve()):
         raise DatasetError(f"dataset id {dataset_id!r} leads outside {out}")
     return dataset_id

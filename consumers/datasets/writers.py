@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,21 @@ def _arrow(values: list[Any]) -> pa.Array:
     return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
 
 
+# The episode rows' types, fixed: inferred per file, a column every row of which is null
+# (`success` of an env that never says) was typed null, and a reader of the whole layout
+# (`pyarrow.dataset`, DuckDB) could not unify it with another env's bool.
+EPISODE_SCHEMA = pa.schema([
+    ("session_id", pa.string()), ("episode_record_id", pa.string()),
+    ("episode_id", pa.string()), ("env_id", pa.string()), ("env_component_id", pa.string()),
+    ("model_component_id", pa.string()), ("lane", pa.int64()), ("env_index", pa.int64()),
+    ("seed", pa.int64()), ("trial_index", pa.int64()), ("steps", pa.int64()),
+    ("total_reward", pa.float64()), ("terminated", pa.bool_()), ("truncated", pa.bool_()),
+    ("success", pa.bool_()), ("terminal_observation", pa.bool_()), ("abandoned", pa.bool_()),
+    ("caution", pa.bool_()), ("observation_space", pa.binary()),
+    ("action_space", pa.binary()),
+])
+
+
 def _episode_row(e: Episode) -> dict[str, Any]:
     done = e.completed or {}
     return {
@@ -104,9 +120,15 @@ class ParquetWriter:
         for env_id, group in sorted(by_env.items()):
             folder = f"env={_safe(env_id)}"
             self._write("episodes", folder, generation,
-                        pa.Table.from_pylist([_episode_row(e) for e in group]))
+                        pa.Table.from_pylist([_episode_row(e) for e in group],
+                                             schema=EPISODE_SCHEMA))
             for i, spec_group in enumerate(_by_spaces(group)):
-                self._write("steps", folder, generation, _steps_table(spec_group), suffix=i)
+                steps = _steps_table(spec_group)
+                # the exact env id on every step row too: a reader of the files alone
+                # (Hugging Face `datasets`, a glob without hive partitioning) keeps the env
+                steps = steps.append_column("env_id", pa.array([env_id] * steps.num_rows,
+                                                                 pa.string()))
+                self._write("steps", folder, generation, steps, suffix=i)
         return {}
 
     def _write(self, kind: str, folder: str, generation: int, table: pa.Table,
@@ -142,7 +164,8 @@ def _steps_table(episodes: list[Episode]) -> pa.Table:
         cols["terminated"] += [s.terminated for s in e.steps]
         cols["truncated"] += [s.truncated for s in e.steps]
         cols["infos"] += [meta_json(s.infos) for s in e.steps]
-    data = {k: pa.array(v) for k, v in cols.items()}
+    # infos typed string even when every row is null (vector-env group steps have none)
+    data = {k: pa.array(v, pa.string() if k == "infos" else None) for k, v in cols.items()}
     steps = (np.concatenate([np.arange(n, dtype=np.int64) for n in lengths]) if lengths
              else np.zeros(0, np.int64))
     data = {"session_id": data["session_id"], "episode_record_id": data["episode_record_id"],
@@ -229,14 +252,21 @@ class MinariWriter:
 
     def __init__(self, root: Path, dataset_id: str, *, data_format: str = "hdf5",
                  max_episode_steps: int | None = None, state_dir: Path | None = None,
-                 trust_env_spec: bool = False) -> None:
-        self.root = root
+                 trust_env_spec: bool = False, metadata: dict[str, Any] | None = None,
+                 per_env: bool = False) -> None:
+        # Absolute: Minari's `get_size` joins each globbed file onto the data path again,
+        # which doubles a relative path ('datasets/x/data/datasets/x/data/main_data.hdf5')
+        self.root = root.resolve()
         self.dataset_id = dataset_id
         self.data_format = data_format
         self.max_episode_steps = max_episode_steps
-        self.path = root / dataset_id / "data"
+        self.path = self.root / dataset_id / "data"
         self.state_dir = state_dir or root / ".rlmesh-export"
+        # what the user set (--author, --ref-min-score, ...): over the defaults, every commit
+        self.per_env = per_env  # one of the datasets of a `{env}` dataset id
+        self.metadata = {k: v for k, v in (metadata or {}).items() if v not in (None, (), "")}
         self.storage: Any = None
+        self.env_episodes: Counter[str] = Counter()  # episodes written per env id
         self.env_spec_source = ""  # the certificate's: where the dataset's env spec came from
         self._first_spec: str | None = None  # before the dataset exists: its first episode's
         self.vetter = SpecVetter(trust=trust_env_spec)
@@ -246,7 +276,7 @@ class MinariWriter:
         self.spec_dropped_example = ""
 
     def recover(self, state: dict[str, Any], generation: int) -> None:
-        marker = self.state_dir / _CREATING
+        marker = self._marker()
         if not state:  # nothing committed
             if marker.exists() and marker.read_text() == self.dataset_id:
                 if self.path.parent.exists():  # a half-made dataset of our crashed first commit
@@ -261,6 +291,7 @@ class MinariWriter:
         self.env_spec_source = str(state.get("env_spec_source", ""))
         self.specs_dropped = dict(state.get("env_specs_dropped", {}))
         self.spec_dropped_example = str(state.get("env_spec_dropped_example", ""))
+        self.env_episodes = Counter(state.get("env_episodes", {}))
         if (self.path / _HDF5_FILE).exists():
             self._truncate_hdf5(total)
         for child in self.path.iterdir():
@@ -283,6 +314,12 @@ class MinariWriter:
                     del f[k]
             _replace(work, main)
 
+    def _marker(self) -> Path:
+        """The creation marker of this dataset (a dataset of a per-env export has its own:
+        one state directory serves them all)."""
+        return self.state_dir / (_CREATING if not self.per_env else
+                                 f"{_CREATING}.{self.dataset_id.replace('/', '__')}")
+
     def _open(self) -> None:
         from minari.dataset.minari_storage import MinariStorage
 
@@ -299,7 +336,7 @@ class MinariWriter:
         from minari.dataset.minari_storage import MinariStorage
 
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        write_atomically(self.state_dir / _CREATING, self.dataset_id)
+        write_atomically(self._marker(), self.dataset_id)
         self.path.mkdir(parents=True, exist_ok=True)
         env_spec, self.env_spec_source = dataset_spec(
             first.env_spec, first.route["env_id"], self.max_episode_steps, self.vetter)
@@ -313,8 +350,7 @@ class MinariWriter:
             "dataset_id": self.dataset_id, "minari_version": minari.__version__,
             "description": "Exported from the rlmesh event stream by rlmesh-stream "
                            "export trajectories (exactly once; see .rlmesh-export/).",
-            "author": {"rlmesh-stream"}, "author_email": {"unknown"},
-            "code_permalink": "https://pypi.org/project/rlmesh/",
+            "author": {"rlmesh-stream"},
             # what remaking a registered env needs; no tighter (d3rlpy 2.8.1 pins 1.0.0)
             "requirements": ["gymnasium>=1.0"],
         })
@@ -346,17 +382,20 @@ class MinariWriter:
                              and v is not None}, **_reward_stats(rewards)})
         if buffers:
             self._append(buffers, extra, start)
+        self.env_episodes.update(e.route["env_id"] for e in episodes)
         models = sorted({*self.storage.metadata.get("rlmesh_models", []),
                          *(e.route["model_component_id"] for e in episodes)})
         self.storage.update_metadata({
             "rlmesh_models": models,
             "algorithm_name": "rlmesh model" + ("s " if len(models) > 1 else " ")
-                              + ", ".join(models)})
+                              + ", ".join(models),
+            **_minari_metadata(self.metadata)})
         metadata = json.loads((self.path / "metadata.json").read_text())
         return {"total_episodes": self.storage.total_episodes, "metadata": metadata,
                 "env_spec_source": self.env_spec_source,
                 "env_specs_dropped": self.specs_dropped,
-                "env_spec_dropped_example": self.spec_dropped_example}
+                "env_spec_dropped_example": self.spec_dropped_example,
+                "env_episodes": dict(sorted(self.env_episodes.items()))}
 
     def _append(self, buffers: list[Any], extra: list[dict[str, Any]], start: int) -> None:
         storage = self.storage
@@ -402,6 +441,27 @@ class MinariWriter:
             if spec != expected:
                 return "env_spec_mismatch"
         return None
+
+
+def creating_markers(state_dir: Path | None, root: Path) -> list[str]:
+    """The dataset ids of a per-env export whose creation is marked (a first commit of
+    theirs may have been killed)."""
+    folder = state_dir or root / ".rlmesh-export"
+    return sorted(p.read_text() for p in folder.glob(f"{_CREATING}.*") if p.is_file())
+
+
+def _minari_metadata(given: dict[str, Any]) -> dict[str, Any]:
+    """The user's metadata options as Minari's storage holds them: authors and emails as
+    sets (`DataCollector.create_dataset`), reference scores as floats (what
+    `minari.get_normalized_score` reads)."""
+    out = dict(given)
+    for key in ("author", "author_email"):
+        if key in out:
+            out[key] = set(out[key])
+    for key in ("ref_min_score", "ref_max_score"):
+        if key in out:
+            out[key] = float(out[key])
+    return out
 
 
 def _copy(path: Path) -> Path:

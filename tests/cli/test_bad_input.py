@@ -227,7 +227,7 @@ CASES: list[BadInput] = [
     BadInput("export --dataset-id escaping --out",
              ("export", "trajectories", "--out", "{tmp_path}/ds", "--format", "minari",
               "--dataset-id", "../../elsewhere/x-v0"),
-             ("dataset id", "../../elsewhere/x-v0", "NAMESPACE/NAME-vN")),
+             ("dataset id", "../../elsewhere/x-v0", "[NAMESPACE/]NAME-vN")),
     BadInput("export --max-episode-steps 0",
              ("export", "trajectories", "--out", "{tmp_path}/ds", "--format", "minari",
               "--max-episode-steps", "0"),

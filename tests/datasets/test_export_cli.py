@@ -16,14 +16,14 @@ def _export(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_a_dataset_id_without_namespace_and_version_is_refused(tmp_path: Path) -> None:
+def test_a_dataset_id_without_a_version_is_refused(tmp_path: Path) -> None:
     code, output = _export("--out", str(tmp_path), "--format", "minari",
                            "--dataset-id", "cartpole")
 
     assert code != 0
     assert output.strip().splitlines() == [
-        "Error: dataset id 'cartpole' is not NAMESPACE/NAME-vN "
-        "(for example rlmesh/cartpole-v0)"]
+        "Error: dataset id 'cartpole' is not [NAMESPACE/]NAME-vN "
+        "(for example rlmesh/cartpole-v0, or rlmesh/{env}-v0 for one dataset per env)"]
 
 
 def test_a_directory_holding_another_format_is_refused_not_overwritten(tmp_path: Path) -> None:

@@ -31,8 +31,8 @@ def test_a_dataset_id_that_is_not_minaris_syntax_is_refused_and_nothing_written(
 
     assert code != 0
     assert output.strip().splitlines() == [
-        f"Error: dataset id {dataset_id!r} is not NAMESPACE/NAME-vN "
-        "(for example rlmesh/cartpole-v0)"]
+        f"Error: dataset id {dataset_id!r} is not [NAMESPACE/]NAME-vN "
+        "(for example rlmesh/cartpole-v0, or rlmesh/{env}-v0 for one dataset per env)"]
     assert not (tmp_path / "a").exists()
 
 
