@@ -24,12 +24,13 @@ def balancing(obs: np.ndarray) -> np.int64:
 
 
 def run_cartpole(make_hooks: Callable[..., KafkaRuntimeHooks], seeds: list[int], *,
-                 wrapped: bool = True, model: str = "numpy-policy") -> Any:
+                 wrapped: bool = True, model: str = "numpy-policy",
+                 policy: Callable[[np.ndarray], np.int64] = balancing) -> Any:
     """One session of CartPole-v1 episodes, one per seed, published and flushed."""
     hooks = make_hooks()
     bridge = rlmesh_bridge(hooks, env_id="CartPole-v1", model_component_id=model)
     env = gym.make("CartPole-v1")
-    result = rlmesh.run(Model(balancing), bridge.wrap(env) if wrapped else env, seeds=seeds,
+    result = rlmesh.run(Model(policy), bridge.wrap(env) if wrapped else env, seeds=seeds,
                         hooks=bridge)
     close_delivered(hooks)
     return result
