@@ -45,6 +45,12 @@ from rlmesh_stream.consumers.datasets.env_spec import (
     spec_json,
 )
 from rlmesh_stream.consumers.datasets.manifest import DatasetError, write_atomically
+from rlmesh_stream.consumers.datasets.minari_values import (
+    episode_infos,
+    minari_metadata,
+    reward_stats,
+    stack,
+)
 from rlmesh_stream.consumers.datasets.model import Episode
 from rlmesh_stream.consumers.runtime.records import meta_json
 from rlmesh_stream.schemas.codec.leaves import gym_space, leaves_of
@@ -373,13 +379,13 @@ class MinariWriter:
             rewards = np.asarray([s.reward for s in e.steps], np.float64)
             buffers.append(EpisodeBuffer(
                 id=start + len(buffers), seed=e.started.get("seed"),
-                observations=_stack(e.observations, obs_space),
-                actions=_stack(e.actions, act_space), rewards=list(rewards),
+                observations=stack(e.observations, obs_space),
+                actions=stack(e.actions, act_space), rewards=list(rewards),
                 terminations=[s.terminated for s in e.steps],
-                truncations=[s.truncated for s in e.steps], infos=_infos(e) or {}))
+                truncations=[s.truncated for s in e.steps], infos=episode_infos(e) or {}))
             extra.append({**{k: v for k, v in _episode_row(e).items()
                              if k not in ("observation_space", "action_space")
-                             and v is not None}, **_reward_stats(rewards)})
+                             and v is not None}, **reward_stats(rewards)})
         if buffers:
             self._append(buffers, extra, start)
         self.env_episodes.update(e.route["env_id"] for e in episodes)
@@ -389,7 +395,7 @@ class MinariWriter:
             "rlmesh_models": models,
             "algorithm_name": "rlmesh model" + ("s " if len(models) > 1 else " ")
                               + ", ".join(models),
-            **_minari_metadata(self.metadata)})
+            **minari_metadata(self.metadata)})
         metadata = json.loads((self.path / "metadata.json").read_text())
         return {"total_episodes": self.storage.total_episodes, "metadata": metadata,
                 "env_spec_source": self.env_spec_source,
@@ -450,20 +456,6 @@ def creating_markers(state_dir: Path | None, root: Path) -> list[str]:
     return sorted(p.read_text() for p in folder.glob(f"{_CREATING}.*") if p.is_file())
 
 
-def _minari_metadata(given: dict[str, Any]) -> dict[str, Any]:
-    """The user's metadata options as Minari's storage holds them: authors and emails as
-    sets (`DataCollector.create_dataset`), reference scores as floats (what
-    `minari.get_normalized_score` reads)."""
-    out = dict(given)
-    for key in ("author", "author_email"):
-        if key in out:
-            out[key] = set(out[key])
-    for key in ("ref_min_score", "ref_max_score"):
-        if key in out:
-            out[key] = float(out[key])
-    return out
-
-
 def _copy(path: Path) -> Path:
     work = path.with_name(path.name + ".next")
     shutil.copyfile(path, work)
@@ -477,38 +469,6 @@ def _replace(work: Path, path: Path) -> None:
     finally:
         os.close(fd)
     os.replace(work, path)
-
-
-def _reward_stats(rewards: np.ndarray) -> dict[str, float]:
-    """DataCollector's per-episode metadata (`EpisodeMetadataCallback`)."""
-    if not len(rewards):
-        return {}
-    return {"rewards_sum": float(rewards.sum()), "rewards_mean": float(rewards.mean()),
-            "rewards_std": float(rewards.std()), "rewards_max": float(rewards.max()),
-            "rewards_min": float(rewards.min())}
-
-
-def _infos(e: Episode) -> dict[str, Any] | None:
-    """The episode's T+1 infos (the reset's, then each step's) as DataCollector stacks them,
-    when the producer sent every one of them with the same keys; None otherwise."""
-    infos = [e.reset_infos, *(s.infos for s in e.steps)]
-    if any(i is None for i in infos):
-        return None
-    return _stack_infos(infos)
-
-
-def _stack_infos(values: list[Any]) -> Any:
-    first = values[0]
-    if isinstance(first, dict):
-        if any(not isinstance(v, dict) or v.keys() != first.keys() for v in values):
-            return None
-        out = {k: _stack_infos([v[k] for v in values]) for k in first}
-        return None if any(v is None for v in out.values()) else out
-    if all(isinstance(v, bool) for v in values):
-        return np.asarray(values)
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-        return np.asarray(values)  # ints with floats (a reset's 1, a step's 1.0): floats
-    return None
 
 
 def _storage_class(data_format: str) -> Any:
@@ -526,16 +486,3 @@ def _storage_class(data_format: str) -> Any:
             return float(base.get_size(self))
 
     return ExportStorage
-
-
-def _stack(values: Any, space: Any) -> Any:
-    if isinstance(values, np.ndarray):  # stacked already (one array leaf)
-        return values
-    first = values[0]
-    if isinstance(first, dict):
-        return {k: _stack([v[k] for v in values], space[k]) for k in first}
-    if isinstance(first, tuple):
-        return tuple(_stack([v[i] for v in values], space[i]) for i in range(len(first)))
-    if isinstance(first, str):
-        return list(values)
-    return np.stack([np.asarray(v) for v in values])
