@@ -45,9 +45,7 @@ def _scan(catalog: Path, kind: str) -> list[dict[str, Any]]:
 
     cat = SqlCatalog("rlmesh", uri=f"sqlite:///{catalog}", init_catalog_tables="false",
                      warehouse=(catalog.parent / "warehouse").as_uri())
-    table = cat.load_table(f"{TABLE}_{kind}").scan().to_arrow()
-    if kind == "steps":
-        table = table.drop_columns(["env_id"])
+    table = cat.load_table(f"{TABLE}_{kind}").scan().to_arrow()  # env_id on steps, as Parquet
     keys = ["session_id", "episode_record_id"] + (["step"] if kind == "steps" else [])
     return table.sort_by([(k, "ascending") for k in keys]).to_pylist()
 
