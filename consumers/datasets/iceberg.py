@@ -44,12 +44,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlmesh_stream.consumers.datasets.manifest import DatasetError
 from rlmesh_stream.consumers.datasets.model import Episode
+from rlmesh_stream.consumers.datasets.per_env import column_types
 from rlmesh_stream.consumers.datasets.writers import (
     EPISODE_SCHEMA,
     _episode_row,
@@ -57,8 +57,6 @@ from rlmesh_stream.consumers.datasets.writers import (
     _steps_table,
 )
 from rlmesh_stream.consumers.sinks.base import OffsetConflict
-from rlmesh_stream.schemas.codec.leaves import leaves_of
-from rlmesh_stream.schemas.contract import events as ev
 
 _NO_RETRIES = {"commit.retry.num-retries": "0"}  # a conflict is ours to decide: fenced
 # Each checkpoint is a snapshot, and every snapshot is listed in each new metadata file:
@@ -467,9 +465,9 @@ class IcebergWriter:
             self.spaces = self._table_spaces() or spaces
         if spaces == self.spaces:
             return None
-        held = self._column_types.get(self.spaces) or _column_types(*self.spaces)
+        held = self._column_types.get(self.spaces) or column_types(*self.spaces)
         self._column_types[self.spaces] = held
-        return None if _column_types(*spaces) == held else "space_mismatch"
+        return None if column_types(*spaces) == held else "space_mismatch"
 
     def _table_spaces(self) -> tuple[bytes, bytes] | None:
         episodes = self.store.episodes
@@ -489,17 +487,3 @@ class IcebergWriter:
         rows = pa.Table.from_pylist([_episode_row(e) for e in episodes], schema=EPISODE_SCHEMA)
         self.store.stage(steps, rows)
         return {}
-
-
-def _column_types(obs_spec: bytes, act_spec: bytes) -> tuple[Any, ...]:
-    """What fixes the types of the steps table's observation and action columns (as
-    `writers._steps_table` builds them): per leaf its place, its dtype (text a string), and
-    a scalar or a fixed-size list of its element count. Bounds and `n` do not."""
-    key: list[Any] = []
-    for raw in (obs_spec, act_spec):
-        spec = ev.SpaceSpec()
-        spec.ParseFromString(raw)
-        key.append(tuple((leaf.path, "text" if leaf.kind == "text" else leaf.dtype.str,
-                          None if leaf.shape == () else int(np.prod(leaf.shape)))
-                         for leaf in leaves_of(spec)))
-    return tuple(key)

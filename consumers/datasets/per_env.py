@@ -5,7 +5,9 @@ remakes), so a stream of several envs cannot be one dataset: mixed, its env spec
 and the second env's episodes are skipped as `space_mismatch`. With `{env}` in the id
 (`rlmesh/{env}-v0`) each env gets its own dataset, written by its own `MinariWriter`
 in the same directory and committed in the same manifest; without it, a second env is
-refused in one line naming every env and its episode count (`one_env`).
+refused in one line naming every env and its episode count (`one_env`). An Iceberg steps
+table holds every env whose observation and action columns have its types
+(`column_types`).
 """
 
 from __future__ import annotations
@@ -15,9 +17,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rlmesh_stream.consumers.datasets.manifest import DatasetError
 from rlmesh_stream.consumers.datasets.model import Episode
 from rlmesh_stream.consumers.datasets.writers import MinariWriter, creating_markers
+from rlmesh_stream.schemas.codec.leaves import leaves_of
+from rlmesh_stream.schemas.contract import events as ev
 
 ENV_FIELD = "{env}"
 
@@ -110,3 +116,17 @@ class MinariDatasets:
     def dataset_ids(self) -> list[str]:
         """The datasets written so far."""
         return sorted(w.dataset_id for w in self.writers.values() if w.storage is not None)
+
+
+def column_types(obs_spec: bytes, act_spec: bytes) -> tuple[Any, ...]:
+    """What fixes the types of the steps table's observation and action columns (as
+    `writers._steps_table` builds them): per leaf its place, its dtype (text a string), and
+    a scalar or a fixed-size list of its element count. Bounds and `n` do not."""
+    key: list[Any] = []
+    for raw in (obs_spec, act_spec):
+        spec = ev.SpaceSpec()
+        spec.ParseFromString(raw)
+        key.append(tuple((leaf.path, "text" if leaf.kind == "text" else leaf.dtype.str,
+                          None if leaf.shape == () else int(np.prod(leaf.shape)))
+                         for leaf in leaves_of(spec)))
+    return tuple(key)
