@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from rlmesh_stream.infra.demo import demo
+from rlmesh_stream.infra.demo_cli import demo
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 OFFLINE_RL_PYTHON = os.environ.get("RLMESH_STREAM_OFFLINE_RL_PYTHON")
