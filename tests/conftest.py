@@ -48,6 +48,7 @@ import psycopg
 import pytest
 
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from tests import loopback
 
 if TYPE_CHECKING:
     from rlmesh_stream.infra.stack import LocalStack
@@ -252,3 +253,16 @@ def postgres_dsn(postgres: str) -> Iterator[str]:
     yield f"{base}/{name}"
     with psycopg.connect(postgres, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A loopback port nothing listens on (connection refused): tests/loopback.py."""
+    return loopback.closed_port()
+
+
+@pytest.fixture
+def hung_registry() -> Iterator[str]:
+    """A registry URL whose server accepts connections and never answers."""
+    with loopback.silent_port() as port:
+        yield f"http://127.0.0.1:{port}/apis/ccompat/v7"

@@ -8,7 +8,6 @@ server starts none). Every server is bound to 127.0.0.1 and stopped by its fixtu
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -18,45 +17,6 @@ from pathlib import Path
 import pytest
 
 from rlmesh_stream.schemas.connection.config import StreamConfig
-
-
-def _listening_socket() -> socket.socket:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-    return server
-
-
-@pytest.fixture
-def closed_port() -> int:
-    """A loopback port nothing listens on (connection refused)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def hung_registry() -> Iterator[str]:
-    """A registry URL whose server accepts connections and never answers."""
-    server = _listening_socket()
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            held.append(conn)
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}/apis/ccompat/v7"
-    stop.set()
-    server.close()
-    for conn in held:
-        conn.close()
 
 
 class _HtmlPage(BaseHTTPRequestHandler):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import uuid
@@ -23,18 +22,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import StackEndpoints
+from tests.loopback import closed_port
 
 CLI = str(Path(sys.executable).parent / "rlmesh-stream")
 TAG = uuid.uuid4().hex[:8]
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-PORT = _closed_port()
+PORT = closed_port()
 PG = f"127.0.0.1:{PORT}"
 
 # (id, the URL, its secret)

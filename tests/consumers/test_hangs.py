@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,32 +34,11 @@ from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.topics import EventType
 from tests.consumers.consumer_helpers import PlainKafkaHooks, create_topics, run_offline
+from tests.loopback import closed_port
 
 pytestmark = pytest.mark.stack
 
 ROUTE = ev.RuntimeEnvContext(env_id="e", env_component_id="ec", model_component_id="m")
-
-
-@pytest.fixture
-def hung_registry() -> Iterator[str]:
-    """A registry URL whose server accepts connections and never answers."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-    held: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}/apis/ccompat/v7"
-    server.close()
-    for conn in held:
-        conn.close()
 
 
 def test_an_offline_run_under_a_prefix_without_topics_ends_with_an_error(
@@ -93,17 +71,11 @@ def _published_session(config: StreamConfig) -> None:
     hooks.flush()
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_an_offline_run_without_the_registry_ends_with_an_error_naming_it(
     stream_config: StreamConfig, duckdb_url: str,
 ) -> None:
     _published_session(stream_config)
-    url = f"http://127.0.0.1:{_closed_port()}/apis/ccompat/v7"
+    url = f"http://127.0.0.1:{closed_port()}/apis/ccompat/v7"
     started = time.monotonic()
     with pytest.raises(ConsumerError, match=f"schema registry at {url} did not answer for 3 s"):
         run_offline(replace(stream_config, registry_url=url), duckdb_url, ["sessions"],
@@ -123,7 +95,7 @@ def test_consume_until_end_without_the_registry_ends_with_one_error_line(
         [cli, "consume", "sessions", "--until-end", "--from-beginning", "--quiet",
          "--sink", f"duckdb://{tmp_path / 'store.duckdb'}", "--bootstrap",
          stream_config.bootstrap, "--topic-prefix", stream_config.topic_prefix,
-         "--registry-url", f"http://u:secret@127.0.0.1:{_closed_port()}/apis/ccompat/v7"],
+         "--registry-url", f"http://u:secret@127.0.0.1:{closed_port()}/apis/ccompat/v7"],
         capture_output=True, text=True, timeout=90)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 1, result.stderr

@@ -7,10 +7,8 @@ rollout's shutdown gives the hook.
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,18 +18,6 @@ from rlmesh_stream.schemas.connection.config import StreamConfig
 from tests.producer.producer_samples import step
 
 MARGIN_S = 1.0  # scheduling on a loaded 2-core CI machine; the old close(3) took 7-8 s
-
-
-@pytest.fixture
-def hung_registry() -> Iterator[str]:
-    """A URL whose server accepts the connection and then never says a word."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)  # never accepted: the kernel completes the handshake, nobody answers
-    try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}/apis/ccompat/v7"
-    finally:
-        server.close()
 
 
 @pytest.mark.parametrize("spool", [False, True], ids=["memory", "spool"])

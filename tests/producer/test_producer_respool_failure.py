@@ -12,7 +12,6 @@ so records reach librdkafka first.
 from __future__ import annotations
 
 import logging
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from rlmesh_stream.schemas.connection.config import StreamConfig
+from tests.loopback import silent_port
 from tests.producer.producer_helpers import TcpGate
 from tests.producer.producer_samples import step
 
@@ -34,13 +34,8 @@ def _failures(caplog) -> list[str]:
 @pytest.fixture
 def hung_broker() -> Iterator[str]:
     """A bootstrap address that accepts connections and never says a word."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)  # never accepted: the kernel completes the handshake, nobody answers
-    try:
-        yield f"127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        server.close()
+    with silent_port() as port:
+        yield f"127.0.0.1:{port}"
 
 
 def _kafka_at(bootstrap: str, stack, topic_prefix: str) -> StreamConfig:
