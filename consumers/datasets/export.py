@@ -11,6 +11,8 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from rlmesh_stream.consumers.builders.base import Builder
 from rlmesh_stream.consumers.datasets.manifest import DatasetError
 from rlmesh_stream.consumers.datasets.sink import (
@@ -23,6 +25,7 @@ from rlmesh_stream.consumers.datasets.sink import (
 )
 from rlmesh_stream.consumers.progress import Progress
 from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
+from rlmesh_stream.consumers.runtime.until_end import kafka_unreachable
 from rlmesh_stream.schemas.connection.client_errors import LIBRDKAFKA_LOG
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import EventType
@@ -38,13 +41,20 @@ def make_export(config: StreamConfig, options: ExportOptions, runtime_options: R
     if options.iceberg is not None:  # several members: shards of a table
         from rlmesh_stream.consumers.datasets.iceberg_sink import ShardedSink
 
-        check_co_partitioned(config, list(EventType))
+        away = check_co_partitioned(config, list(EventType), runtime_options)
         runtime_options = replace(runtime_options, whole_sessions=True, single_member=False)
         sink = ShardedSink(options, config.topic_prefix)
     else:
-        check_co_partitioned(config, sorted(TRAJECTORY_EVENTS, key=lambda e: e.value))
+        away = check_co_partitioned(config, sorted(TRAJECTORY_EVENTS, key=lambda e: e.value),
+                                    runtime_options)
         runtime_options = replace(runtime_options, whole_sessions=True, single_member=True)
         sink = DatasetSink(options, config.topic_prefix)
+    if away is not None and runtime_options.until_end:
+        # an offline run stops now, with the error the runtime would give after waiting
+        # for Kafka once more (an unreachable Kafka took 30 s instead of 15); the sink
+        # was opened first so that a destination it refuses is still named first
+        sink.close()
+        raise kafka_unreachable(config.bootstrap, runtime_options.connect_timeout, away)
     builders: list[Builder] = [TrajectoryBuilder(sink), CertificateBuilder(sink)]
     return sink, ConsumerRuntime(config, builders, sink, runtime_options,
                                  progress=progress)
@@ -67,28 +77,32 @@ def run_export(config: StreamConfig, options: ExportOptions, runtime_options: Ru
 
 
 def check_co_partitioned(config: StreamConfig, events: list[EventType],
-                         timeout: float = 15.0) -> None:
+                         runtime_options: RuntimeOptions) -> KafkaException | None:
     """The topics of `events` that exist have one partition count, or a DatasetError:
     a session's events are in partition i of each (keyed by session id), and a member
-    owns a session only if it owns partition i of every one of them."""
+    owns a session only if it owns partition i of every one of them.
+
+    Kafka not answering within `runtime_options.connect_timeout`: the client's error is
+    returned (None otherwise) and the caller decides (`make_export`)."""
     from confluent_kafka.admin import AdminClient
 
     # librdkafka's lines stay off the terminal (an unreachable Kafka repeats them; the
     # runtime's own check then says so in one line)
     conf: dict[str, Any] = {**config.kafka_config(), "logger": LIBRDKAFKA_LOG}
     admin = AdminClient(conf)
+    timeout = runtime_options.connect_timeout
     counts: dict[str, int] = {}
     kind = "trajectory" if len(events) == len(TRAJECTORY_EVENTS) else "event"
     for et in events:
         topic = et.topic(config.topic_prefix)
         try:
             meta = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
-        except Exception:  # Kafka away: the runtime's own check says so, in one line
-            return
+        except KafkaException as exc:  # Kafka away
+            return exc
         if meta is not None and meta.error is None and meta.partitions:
             counts[topic] = len(meta.partitions)
     if len(set(counts.values())) <= 1:
-        return
+        return None
     common = Counter(counts.values()).most_common(1)[0][0]
     odd = ", ".join(f"{t} has {n}" for t, n in sorted(counts.items()) if n != common)
     others = sum(n == common for n in counts.values())

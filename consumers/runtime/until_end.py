@@ -31,6 +31,17 @@ from rlmesh_stream.schemas.connection.config import StreamConfig
 log = logging.getLogger(__name__)
 
 
+def kafka_unreachable(bootstrap: str, timeout: float, exc: KafkaException,
+                      last: str | None = None) -> ConsumerError:
+    """The error of an offline run whose Kafka did not answer within `timeout` seconds;
+    `last` is the client's last error line (it says why: refused, TLS, SASL, ...)."""
+    err = exc.args[0] if exc.args else exc
+    return ConsumerError(
+        f"cannot reach Kafka at {bootstrap} within {timeout:g} s "
+        f"({err.str() if isinstance(err, KafkaError) else err}"
+        f"{'; ' + last if last else ''}): check --bootstrap and --security-protocol")
+
+
 class UntilEnd:
     """When an offline run may start, and when it is done."""
 
@@ -53,14 +64,10 @@ class UntilEnd:
         try:
             found = existing_topics(consumer, self.topics, timeout)
         except KafkaException as exc:
-            err = exc.args[0] if exc.args else exc
             errors.quiet = True
             consumer.poll(0)  # serves the queued client errors: the last one says why
-            raise ConsumerError(
-                f"cannot reach Kafka at {self.config.bootstrap} within {timeout:g} s "
-                f"({err.str() if isinstance(err, KafkaError) else err}"
-                f"{'; ' + errors.last if errors.last else ''}): check --bootstrap "
-                "and --security-protocol") from exc
+            raise kafka_unreachable(self.config.bootstrap, timeout, exc,
+                                    errors.last) from exc
         if not found:
             raise ConsumerError(
                 f"none of the {len(self.topics)} topics under prefix "

@@ -36,6 +36,7 @@ from tests.analysis.tool_servers import (
     tensorboard_scalars,
     wait_for,
 )
+from tests.consumers.consumer_helpers import run_offline
 from tests.publishing import close_delivered
 
 STEPS = (1000, 2000, 3000, 4000)
@@ -123,17 +124,8 @@ def follower_process() -> Iterator[list[FollowerProcess]]:
 
 def batch_join(config: StreamConfig, store: Path, log: Path) -> list[dict[str, Any]]:
     """The batch `join` over the final data: the topics consumed to their end, then joined."""
-    from rlmesh_stream.consumers.builders import make_builders
-    from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
-    from rlmesh_stream.consumers.sinks import open_sink
-
-    sink = open_sink(f"duckdb://{store}")
-    try:
-        ConsumerRuntime(config, make_builders(["episodes"]), sink,
-                        RuntimeOptions(group_id=f"batch-{uuid.uuid4().hex[:8]}",
-                                       from_beginning=True, until_end=True)).run()
-    finally:
-        sink.close()
+    run_offline(config, f"duckdb://{store}", ["episodes"],
+                group_id=f"batch-{uuid.uuid4().hex[:8]}")
     result = CliRunner().invoke(join, [
         "--sink", f"duckdb://{store}", "--log", str(log), "--checkpoint-step", r"ckpt-(\d+)",
         "--metric", LOSS, "--format", "json"])

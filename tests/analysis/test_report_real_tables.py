@@ -14,9 +14,6 @@ from click.testing import CliRunner
 
 from rlmesh_stream.consumers.analysis.report_cli import GATE_EXIT_CODE, report
 from rlmesh_stream.consumers.analysis.reports import advisory_report, delivery_report, open_store
-from rlmesh_stream.consumers.builders import make_builders
-from rlmesh_stream.consumers.runtime import ConsumerRuntime, RuntimeOptions
-from rlmesh_stream.consumers.sinks import open_sink
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import headers as h
 from rlmesh_stream.schemas.contract.events import (
@@ -29,6 +26,7 @@ from rlmesh_stream.schemas.contract.events import (
     SessionStartedEvent,
 )
 from rlmesh_stream.schemas.contract.topics import EventType
+from tests.consumers.consumer_helpers import run_offline
 
 pytestmark = pytest.mark.stack
 
@@ -85,13 +83,7 @@ def sink(stream_config: StreamConfig, tmp_path: Path) -> str:
                                                                 ("s3", SAC))]
     _publish(stream_config, events)
     url = f"duckdb://{tmp_path / 'real.duckdb'}"
-    store = open_sink(url)
-    try:
-        ConsumerRuntime(stream_config, make_builders(["all"]), store,
-                        RuntimeOptions(group_id=f"g-{uuid.uuid4().hex[:8]}",
-                                       from_beginning=True, until_end=True)).run()
-    finally:
-        store.close()
+    run_offline(stream_config, url)
     return url
 
 
