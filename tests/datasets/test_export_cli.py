@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from rlmesh_stream.consumers.datasets.manifest import ManifestStore
 from rlmesh_stream.infra.cli import main
+from tests.loopback import closed_port
 
 
 def _export(*args: str) -> tuple[int, str]:
@@ -56,9 +56,7 @@ def test_an_unknown_format_is_refused_by_name(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_kafka_is_one_line_like_consume_says_it(tmp_path: Path) -> None:
-    with socket.socket() as s:  # a loopback port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = closed_port()
     code, output = _export("--out", str(tmp_path), "--format", "parquet", "--until-end",
                            "--bootstrap", f"127.0.0.1:{port}")
 
