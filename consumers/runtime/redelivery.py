@@ -11,11 +11,10 @@ What "seen before" needs is kept per partition and per producer (`Seen`): the hi
 sequence read (`high`) and the newest `WINDOW` sequences read (`recent`). A producer's
 records reach a partition in sequence order (one librdkafka queue per partition, the spool
 replayed in order), so a sequence above `high` is new. At or below it, a sequence in
-`recent` is a duplicate; one below `recent`'s oldest is one too once `recent` is full
-(older than the window: replays resend what was delivered, and a first delivery that late
-is not a case the hook produces); one between two sequences of `recent` that is not in it
-is a first delivery that came late (a record that went back to the spool while others of
-its partition went on), and is kept.
+`recent` is a duplicate; any other is a first delivery that came late (a record that went
+back to the spool while others of its partition went on, a wrongly keyed session's records
+landing among another's) and is kept, even older than the window: losing a record is worse
+than counting a re-delivery older than `WINDOW` sequences twice.
 
 The state moves with the offsets it is consistent with: it is as of the partition's next
 offset (`until`), stored in the sink in the transaction that stores that offset (the table
@@ -103,10 +102,11 @@ class Seen:
         if at < len(recent) and recent[at] == seq:
             self.dropped.add(offset)
             return True
-        if at == 0 and len(recent) >= WINDOW:  # older than the window
-            self.dropped.add(offset)
-            return True
-        mark[1] = offset  # a first delivery that came late
+        # Not among the sequences held: a first delivery that came late, kept even when it
+        # is older than the window (records of a wrongly keyed session, a spool replayed
+        # after newer records): losing a record is worse than counting a very late
+        # re-delivery twice, and the delivery check still counts it.
+        mark[1] = offset
         insort(recent, seq)
         if len(recent) > WINDOW:
             del recent[0]
