@@ -76,6 +76,10 @@ OTHER: dict[str, tuple[str, str]] = {
     "RLMESH_STREAM_MLFLOW_SERVER": ("tests (`tests/analysis/tool_servers.py`), `.ci/run`",
                                     "The `mlflow` executable (a venv with the full mlflow) "
                                     "that serves the MLflow tests; without it they skip."),
+    "RLMESH_STREAM_OFFLINE_RL_PYTHON": ("tests (`tests/datasets/test_offline_rl.py`), "
+                                        "`.ci/run`", "The Python of a venv with d3rlpy, "
+                                        "TorchRL and torch that trains on an export; without "
+                                        "it the offline-RL tests skip."),
     "RLMESH_STREAM_BENCH_POSTGRES_DSN": ("`benchmarks/bench_consumers.py`", "A PostgreSQL "
                                          "server the benchmark also writes to."),
 }
