@@ -55,7 +55,7 @@ def test_a_refused_table_name_leaves_the_episodes_as_they_were(tmp_path: Path) -
 @pytest.mark.parametrize("name", ["Episodes", "CONSUMER_OFFSETS", "delivery_producers"])
 def test_join_refuses_a_consumer_owned_name_on_postgresql(postgres_dsn: str, tmp_path: Path,
                                                           name: str) -> None:
-    from test_join_postgres import fill_postgres
+    from tests.analysis.test_join_postgres import fill_postgres
 
     sink = fill_postgres(postgres_dsn, timeline_episodes())
     log = write_log(tmp_path / "log.jsonl", LOG)
