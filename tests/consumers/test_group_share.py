@@ -125,19 +125,27 @@ def test_two_members_of_a_consume_group_each_read_a_share_of_the_largest_topic(
             RuntimeOptions(group_id=group, from_beginning=True, checkpoint_interval=0.2)),
             "episodes")
 
-    members = _join_one_after_the_other(start)
     try:
-        _publish_fleet(stream_config)
-        largest, shares = _read_by_both(members, stream_config)
+        largest, shares = _shares_of_two_members(start, stream_config)
     finally:
-        for member in members:
-            member.stop()
         for sink in sinks:
             sink.close()
 
     assert largest.endswith((".episode_started", ".episode_completed"))
     assert all(0.3 <= share <= 0.7 for share in shares), (largest, shares)
 
+
+def _shares_of_two_members(start: Callable[[], Member],
+                           config: StreamConfig) -> tuple[str, list[float]]:
+    """Two members joined one after the other read a fleet published after both joined:
+    the largest topic and each member's share of its records."""
+    members = _join_one_after_the_other(start)
+    try:
+        _publish_fleet(config)
+        return _read_by_both(members, config)
+    finally:
+        for member in members:
+            member.stop()
 
 def test_two_members_of_an_export_group_each_read_a_share_of_the_largest_topic(
         stream_config: StreamConfig, tmp_path: Path) -> None:
@@ -157,13 +165,7 @@ def test_two_members_of_an_export_group_each_read_a_share_of_the_largest_topic(
             RuntimeOptions(group_id=group, from_beginning=True, checkpoint_interval=0.2))
         return Member(runtime, "certificate", after=_finished(sink))
 
-    members = _join_one_after_the_other(start)
-    try:
-        _publish_fleet(stream_config)
-        largest, shares = _read_by_both(members, stream_config)
-    finally:
-        for member in members:
-            member.stop()
+    largest, shares = _shares_of_two_members(start, stream_config)
 
     assert all(0.3 <= share <= 0.7 for share in shares), (largest, shares)
 
