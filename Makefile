@@ -19,10 +19,10 @@ DEMO_ARGS ?=
 # test using a fixture that starts Kafka, `postgres` on every test using a PostgreSQL
 # server, `tools` on every test using TensorBoard's server or `mlflow server`:
 # tests/conftest.py) and the `slow` ones that need none (tests/packaging builds venvs).
-# The rest runs on 2 workers (pytest-xdist): many tests wait on a timeout or a child
-# process, and a worker waiting costs no CPU.
+# The rest runs on 4 workers (pytest-xdist) on the 2-core machine: many tests wait on a
+# timeout or a child process, and a worker waiting costs no CPU.
 CHECK_MARKERS ?= not stack and not postgres and not tools and not slow
-CHECK_WORKERS ?= 2
+CHECK_WORKERS ?= 4
 
 .PHONY: demo check test bench lint venv
 

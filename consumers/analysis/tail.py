@@ -150,8 +150,7 @@ def format_json(event: Any, *, topic: str, partition: int, offset: int,
 def run_tail(config: StreamConfig, event_type: EventType, emit: Callable[[str], None], *,
              session_id: str | None = None, from_beginning: bool = False,
              as_json: bool = False, count: int | None = None, exit_at_end: bool = False,
-             warn: Callable[[str], None] = lambda msg: None,
-             metadata_timeout: float = 10.0) -> int:
+             warn: Callable[[str], None] = lambda msg: None) -> int:
     """Consume and print until interrupted, `count` events, or (with `exit_at_end`) the end.
 
     Returns the number of events printed. Records of other sessions are skipped
@@ -171,7 +170,7 @@ def run_tail(config: StreamConfig, event_type: EventType, emit: Callable[[str], 
     try:
         return _consume(config, event_type, emit, session_id=session_id,
                         from_beginning=from_beginning, as_json=as_json, count=count,
-                        exit_at_end=exit_at_end, warn=warn, metadata_timeout=metadata_timeout,
+                        exit_at_end=exit_at_end, warn=warn,
                         errors=errors)
     except KafkaException as exc:
         err = exc.args[0] if exc.args else exc
@@ -185,7 +184,7 @@ def run_tail(config: StreamConfig, event_type: EventType, emit: Callable[[str], 
 
 def _consume(config: StreamConfig, event_type: EventType, emit: Callable[[str], None], *,
              session_id: str | None, from_beginning: bool, as_json: bool, count: int | None,
-             exit_at_end: bool, warn: Callable[[str], None], metadata_timeout: float,
+             exit_at_end: bool, warn: Callable[[str], None],
              errors: Any) -> int:
     from confluent_kafka import Consumer, KafkaError, KafkaException
     from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -210,7 +209,7 @@ def _consume(config: StreamConfig, event_type: EventType, emit: Callable[[str], 
     printed = 0
     try:
         try:
-            meta = consumer.list_topics(topic, timeout=metadata_timeout).topics.get(topic)
+            meta = consumer.list_topics(topic, timeout=config.connect_timeout).topics.get(topic)
         except KafkaException:
             consumer.poll(0)  # serves the queued client errors: the last one says why
             raise

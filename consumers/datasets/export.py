@@ -54,7 +54,7 @@ def make_export(config: StreamConfig, options: ExportOptions, runtime_options: R
         # for Kafka once more (an unreachable Kafka took 30 s instead of 15); the sink
         # was opened first so that a destination it refuses is still named first
         sink.close()
-        raise kafka_unreachable(config.bootstrap, runtime_options.connect_timeout, away)
+        raise kafka_unreachable(config.bootstrap, config.connect_timeout, away)
     builders: list[Builder] = [TrajectoryBuilder(sink), CertificateBuilder(sink)]
     return sink, ConsumerRuntime(config, builders, sink, runtime_options,
                                  progress=progress)
@@ -82,7 +82,7 @@ def check_co_partitioned(config: StreamConfig, events: list[EventType],
     a session's events are in partition i of each (keyed by session id), and a member
     owns a session only if it owns partition i of every one of them.
 
-    Kafka not answering within `runtime_options.connect_timeout`: the client's error is
+    Kafka not answering within `config.connect_timeout`: the client's error is
     returned (None otherwise) and the caller decides (`make_export`)."""
     from confluent_kafka.admin import AdminClient
 
@@ -90,7 +90,7 @@ def check_co_partitioned(config: StreamConfig, events: list[EventType],
     # runtime's own check then says so in one line)
     conf: dict[str, Any] = {**config.kafka_config(), "logger": LIBRDKAFKA_LOG}
     admin = AdminClient(conf)
-    timeout = runtime_options.connect_timeout
+    timeout = config.connect_timeout
     counts: dict[str, int] = {}
     kind = "trajectory" if len(events) == len(TRAJECTORY_EVENTS) else "event"
     for et in events:

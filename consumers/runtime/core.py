@@ -272,12 +272,12 @@ class ConsumerRuntime:
         skipped: the next run resumes from the last checkpoint)."""
         if not self.options.until_end:
             return backoff
-        left = down_since + self.options.connect_timeout - time.monotonic()
+        left = down_since + self.config.connect_timeout - time.monotonic()
         if left > 0:
             return min(backoff, left)
         raise ConsumerError(redact_secrets(
             f"schema registry at {self.config.registry_url} did not answer for "
-            f"{self.options.connect_timeout:g} s ({exc}): check --registry-url and "
+            f"{self.config.connect_timeout:g} s ({exc}): check --registry-url and "
             "--registry-timeout; nothing skipped, run again to resume from the last "
             "checkpoint", self.config.registry_url)) from exc
 

@@ -27,9 +27,6 @@ class RuntimeOptions:
     # --until-end with no partitions: how long after its first assignment a process waits
     # for the group to settle before it stops (None: three session timeouts)
     settle_time: float | None = None
-    # --until-end: how long to wait for Kafka's metadata, or for a schema registry that
-    # does not answer, before giving up with an error
-    connect_timeout: float = 15.0
     # a partition whose stored offset is beyond its end (its topic was deleted and
     # recreated): read it again from its first record (False: stop with an error)
     reset_recreated: bool = False

@@ -60,7 +60,7 @@ class UntilEnd:
 
         Without it an offline run waits forever for an assignment that cannot come: a
         broker that is not there, or a topic prefix no producer has written under."""
-        timeout = self.options.connect_timeout
+        timeout = self.config.connect_timeout
         try:
             found = existing_topics(consumer, self.topics, timeout)
         except KafkaException as exc:
@@ -78,7 +78,7 @@ class UntilEnd:
     def group_ends(self, consumer: Consumer) -> dict[TP, int]:
         """whole_sessions: every partition of the topics and its end at start (its high
         watermark, what the consumer reads up to), or an error."""
-        ends = high_watermarks(consumer, self.topics, self.options.connect_timeout)
+        ends = high_watermarks(consumer, self.topics, self.config.connect_timeout)
         if not ends:
             raise ConsumerError(f"cannot list the end offsets of the topics under "
                                 f"{self.config.topic_prefix!r} at "

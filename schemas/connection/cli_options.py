@@ -123,6 +123,9 @@ _OPTIONS: dict[str, dict[str, Any]] = {
     "registry_ca_location": {"help": "CA file for the registry's TLS."},
     "registry_timeout": {"help": "Seconds one schema registry request may take.",
                          "type": POSITIVE},
+    "connect_timeout": {"help": "Seconds a command reading the topics waits for Kafka to "
+                                "answer (and an --until-end run for the registry) before "
+                                "it gives up.", "type": POSITIVE},
 }
 
 

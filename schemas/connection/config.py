@@ -23,6 +23,7 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_REGISTRY_URL = "http://127.0.0.1:8081/apis/ccompat/v7"
 DEFAULT_TOPIC_PREFIX = "rlmesh.runtime"
 DEFAULT_REGISTRY_TIMEOUT = 30.0
+DEFAULT_CONNECT_TIMEOUT = 15.0
 
 ENV_PREFIX = "RLMESH_STREAM_"
 
@@ -50,6 +51,10 @@ class StreamConfig:
     # Seconds one registry request may take. The client's own default is no limit, and a
     # registry that accepts a connection but never answers would hang its caller forever.
     registry_timeout: float = DEFAULT_REGISTRY_TIMEOUT
+    # Seconds a command reading the topics (consume, export, tail, join --follow) waits for
+    # Kafka's metadata, or an offline run (--until-end) for a registry that does not answer,
+    # before it gives up with an error (a live run keeps retrying the registry).
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{f.name}={_shown(getattr(self, f.name))}" for f in fields(self)

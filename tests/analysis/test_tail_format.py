@@ -42,6 +42,7 @@ def test_a_record_time_past_the_year_9999_shows_as_unknown() -> None:
 
 
 def test_no_kafka_is_one_clear_error() -> None:
-    config = StreamConfig(bootstrap="127.0.0.1:1", registry_url="http://127.0.0.1:1")
+    config = StreamConfig(bootstrap="127.0.0.1:1", registry_url="http://127.0.0.1:1",
+                          connect_timeout=1.0)
     with pytest.raises(TailError, match=r"^Kafka at 127.0.0.1:1: .*transport failure"):
-        run_tail(config, EventType.EPISODE_COMPLETED, print, metadata_timeout=1.0)
+        run_tail(config, EventType.EPISODE_COMPLETED, print)

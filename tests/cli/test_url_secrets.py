@@ -104,7 +104,7 @@ def test_an_iceberg_catalog_url_secret_is_never_printed(url: str, secret: str,
     result = _run("export", "trajectories", "--format", "iceberg", "--catalog", url,
                   "--table", "ns.t", "--warehouse", str(tmp_path / "wh"), "--from-beginning",
                   "--until-end", "--quiet", "--bootstrap", f"127.0.0.1:{PORT}",
-                  tmp_path=tmp_path, timeout=90)
+                  "--connect-timeout", "1", tmp_path=tmp_path, timeout=90)
 
     _one_error_line_without(result, secret)
 

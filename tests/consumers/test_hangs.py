@@ -56,10 +56,10 @@ def test_an_offline_run_without_kafka_ends_with_an_error_naming_the_bootstrap(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    nowhere = replace(stream_config, bootstrap=f"127.0.0.1:{port}")
+    nowhere = replace(stream_config, bootstrap=f"127.0.0.1:{port}", connect_timeout=3.0)
     started = time.monotonic()
     with pytest.raises(ConsumerError, match=f"cannot reach Kafka at 127.0.0.1:{port} within 3 s"):
-        run_offline(nowhere, duckdb_url, ["episodes"], connect_timeout=3.0)
+        run_offline(nowhere, duckdb_url, ["episodes"])
     assert time.monotonic() - started < 10
 
 
@@ -78,8 +78,8 @@ def test_an_offline_run_without_the_registry_ends_with_an_error_naming_it(
     url = f"http://127.0.0.1:{closed_port()}/apis/ccompat/v7"
     started = time.monotonic()
     with pytest.raises(ConsumerError, match=f"schema registry at {url} did not answer for 3 s"):
-        run_offline(replace(stream_config, registry_url=url), duckdb_url, ["sessions"],
-                    connect_timeout=3.0)
+        run_offline(replace(stream_config, registry_url=url, connect_timeout=3.0), duckdb_url,
+                    ["sessions"])
     assert time.monotonic() - started < 15
 
 

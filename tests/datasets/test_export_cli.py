@@ -12,7 +12,9 @@ from tests.loopback import closed_port
 
 
 def _export(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, ["export", "trajectories", "--quiet", *args])
+    # no Kafka listens here: a run reaching it gives up after 1 s, not the default 15
+    result = CliRunner().invoke(main, ["export", "trajectories", "--quiet",
+                                       "--connect-timeout", "1", *args])
     return result.exit_code, result.output
 
 

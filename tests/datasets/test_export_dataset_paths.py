@@ -15,7 +15,8 @@ from rlmesh_stream.infra.cli import main
 
 def _export(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(main, ["export", "trajectories", "--quiet", "--bootstrap",
-                                       "127.0.0.1:1", "--until-end", *args])
+                                       "127.0.0.1:1", "--connect-timeout", "1", "--until-end",
+                                       *args])
     return result.exit_code, result.output
 
 

@@ -85,7 +85,8 @@ def test_register_against_an_unreachable_registry_shows_no_password() -> None:
 
 def test_tail_errors_show_no_password() -> None:
     result = _run("tail", "step_completed", "--bootstrap", f"127.0.0.1:{proc.free_port()}",
-                  "--registry-url", _with_password(_closed()), "--count", "1")
+                  "--registry-url", _with_password(_closed()), "--count", "1",
+                  "--connect-timeout", "1")
 
     assert result.exit_code == 1 and "Error:" in result.output
     _shows_no_secret(result)

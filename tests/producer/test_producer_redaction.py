@@ -84,7 +84,7 @@ def test_the_hooks_warning_and_settings_show_no_url_password(
 def test_simulate_shows_no_url_password() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "rlmesh_stream.infra.cli", "simulate", "--sessions", "1",
-         "--episodes", "1", "--flush-timeout", "12",  # time to find the registry away
+         "--episodes", "1", "--flush-timeout", "4",  # time to find the registry away
          "--bootstrap", f"127.0.0.1:{proc.free_port()}",
          "--registry-url", _url_with_password(proc.free_port())],
         capture_output=True, text=True, timeout=120, check=False,
