@@ -10,3 +10,8 @@ manifest (manifest.py) commits offsets, state and the completeness certificate
 atomically with each batch. offline_rl.py loads a Minari dataset into d3rlpy and
 TorchRL (`to_d3rlpy`, `to_torchrl`).
 """
+
+# Here rather than in episodes.py, which uses it: the export command's option shows it as its
+# default, and the command module imports nothing heavy before the extras are checked.
+DEFAULT_MAX_HELD_STEPS = 1_000_000
+"""Steps a running single-lane session's pending episodes may hold (episodes.py)."""

@@ -11,6 +11,15 @@ episode without its terminal observation is released flagged (never padded),
 one with a missing step is skipped, one its session never completed is
 abandoned. Every skip is counted by reason for the certificate.
 
+Memory is bounded by `max_held_steps` per single-lane session: a session that has not
+ended holds its whole episodes (to tag them from a caution advisory read later) until its
+episodes pending hold more steps than that; its whole episodes are then released at once
+(a caution read afterwards is counted as `exported_before_their_caution_advisory`, not
+tagged), and an episode that alone passes the bound is skipped as `too_long` when its
+session ends, its observations, actions and steps dropped at once (a restart reads it again
+up to the bound). About 530 bytes a step for CartPole's four floats (Python's heap,
+measured with tracemalloc): 0.53 GB per session at the default bound.
+
 Single-lane events (the SDK bridge publishes every lane of a vector env as
 its own lane) place themselves (runtime-events.md §3, "Step numbers"): an
 observation's `step` is the number of steps its episode had taken (the reset
@@ -27,6 +36,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from rlmesh_stream.consumers.datasets import DEFAULT_MAX_HELD_STEPS
 from rlmesh_stream.consumers.datasets.groups import GroupSession
 from rlmesh_stream.consumers.datasets.model import (
     TP,
@@ -44,12 +54,17 @@ from rlmesh_stream.schemas.codec.leaves import LeafDecoder
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.errors import ContractError
 
+TOO_LONG = "too_long"  # the skip reason of an episode longer than `max_held_steps`
+
 
 class Joiner:
     """Events in, whole episodes out; its state is plain data, kept as JSON (state.py)."""
 
-    def __init__(self, filters: Filters) -> None:
+    def __init__(self, filters: Filters, max_held_steps: int = DEFAULT_MAX_HELD_STEPS) -> None:
         self.filters = filters
+        self.max_held_steps = max_held_steps
+        # per session: the steps its pending single-lane episodes hold (`max_held_steps`)
+        self._held: Counter[str] = Counter()
         self.pending: dict[Key, PendingEpisode] = {}
         self.sessions: dict[str, SessionState] = {}
         self.skipped: Counter[str] = Counter()
@@ -208,6 +223,8 @@ class Joiner:
         if not e.episode_record_id:
             return
         ep = self._episode(e.session_id, e.episode_record_id, e.route)
+        if ep.problem == TOO_LONG:
+            return
         ep.note_spec("obs_spec", e.observation_space)
         index = 0 if e.is_reset else e.step
         if e.observation is None:
@@ -216,6 +233,7 @@ class Joiner:
         if index in ep.observations:
             return
         ep.observations[index] = list(e.observation)
+        self._bound(ep)
         if e.is_reset and e.infos is not None:
             infos = dict(e.infos)
             spec = infos.pop(ev.ENV_SPEC_INFO, None)
@@ -230,11 +248,14 @@ class Joiner:
         if not e.episode_record_id:
             return
         ep = self._episode(e.session_id, e.episode_record_id, e.route)
+        if ep.problem == TOO_LONG:
+            return
         ep.note_spec("act_spec", e.action_space)
         if e.action is None:
             ep.problem = ep.problem or "action_leaves_omitted"
             return
         ep.actions[e.step] = list(e.action)
+        self._bound(ep)
 
     def _step(self, e: ev.StepCompletedEvent) -> None:
         if len(e.rewards) > 1:
@@ -245,8 +266,34 @@ class Joiner:
         ep = self._episode(e.session_id, e.episode_record_id, e.route)
         if e.autoreset_roll and e.autoreset_roll[0]:
             return  # a NEXT_STEP roll is not a step of any episode
+        if ep.problem == TOO_LONG:
+            return
+        if e.step not in ep.steps:
+            self._held[e.session_id] += 1
         ep.steps[e.step] = StepRow(float(e.rewards[0]), bool(e.terminated[0]),
                                    bool(e.truncated[0]), e.infos)
+        self._bound(ep)
+
+    def _bound(self, ep: PendingEpisode) -> None:
+        """An episode longer than `max_held_steps` (by any of its parts: the topics are
+        read at different paces) is never held whole: its values are dropped at once and
+        no more kept, and it is skipped when its session ends."""
+        limit = self.max_held_steps
+        if len(ep.steps) > limit or len(ep.actions) > limit or len(ep.observations) > limit + 1:
+            self._drop_values(ep)
+            ep.problem = TOO_LONG
+
+    def _drop_values(self, ep: PendingEpisode) -> None:
+        """Free what an episode holds (skipped, or too long to hold)."""
+        self._unhold(ep.session_id, len(ep.steps))
+        ep.observations, ep.actions, ep.steps = {}, {}, {}
+
+    def _unhold(self, session_id: str, steps: int) -> None:
+        held = self._held[session_id] - steps
+        if held > 0:
+            self._held[session_id] = held
+        else:
+            self._held.pop(session_id, None)
 
     # -- releasing -----------------------------------------------------------------------------
 
@@ -287,9 +334,11 @@ class Joiner:
             del self._by_session[key[0]][key]
             self.forget(("e", *key))
             if verdict.startswith("skip:"):
+                self._drop_values(ep)
                 self._skip(verdict[5:], ep)
                 continue
             built = self._build(ep, session, abandoned=verdict == "abandoned")
+            self._unhold(ep.session_id, len(ep.steps))
             if built is not None:
                 out.append(built)
         return out
@@ -305,11 +354,18 @@ class Joiner:
         return verdict
 
     def _decide(self, ep: PendingEpisode, session: SessionState, final: bool) -> str | None:
+        if ep.problem == TOO_LONG:  # decided once, when its session ends
+            return f"skip:{TOO_LONG}" if session.ended else None
         if ep.problem is not None:
             return f"skip:{ep.problem}" if (session.ended or final) else None
-        if not session.ended and not final:
+        # a running session holding more than `max_held_steps`: its whole episodes go now
+        early = (not session.ended and not final
+                 and self._held.get(ep.session_id, 0) > self.max_held_steps)
+        if not session.ended and not final and not early:
             return None
         if ep.completed is None:
+            if early:
+                return None
             # The session's end can be read before its episodes' completed events: they are
             # on other topics, in any order. Only the end of the history decides.
             if not session.ended or not final:

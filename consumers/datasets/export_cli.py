@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rlmesh_stream.consumers.cli_options import reading_options
+from rlmesh_stream.consumers.datasets import DEFAULT_MAX_HELD_STEPS
 from rlmesh_stream.schemas.connection.access import AccessDeniedError
 from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
@@ -59,6 +60,11 @@ def export() -> None:
 @click.option("--max-episode-steps", type=click.IntRange(min=1), default=None,
               help="The step limit of the dataset's env spec (else the producer's, else "
                    "Gymnasium's registration).")
+@click.option("--max-held-steps", type=click.IntRange(min=1), default=DEFAULT_MAX_HELD_STEPS,
+              show_default=True,
+              help="The memory bound: steps a running session's episodes may hold before its "
+                   "whole ones are written without waiting for its end; an episode longer "
+                   "than this is skipped (too_long). About 530 bytes a step of 4 floats.")
 @click.option("--trust-env-spec", is_flag=True,
               help="--format minari: take every producer's env spec as it is, even one the "
                    "local Gymnasium registry would not make (its entry points run when the "
@@ -80,7 +86,7 @@ def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str 
                  code_permalink: str | None, algorithm_name: str | None,
                  description: str | None, ref_min_score: float | None,
                  ref_max_score: float | None, max_episode_steps: int | None,
-                 trust_env_spec: bool,
+                 max_held_steps: int, trust_env_spec: bool,
                  reading: dict[str, Any],
                  env_ids: tuple[str, ...], models: tuple[str, ...],
                  include_abandoned: bool, exclude_caution: bool, quiet: bool
@@ -114,7 +120,8 @@ def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str 
         options = ExportOptions(out=out, fmt=fmt, dataset_id=dataset_id, filters=Filters(
             env_ids=env_ids, models=models, include_abandoned=include_abandoned,
             exclude_caution=exclude_caution), minari_format=minari_format,
-            max_episode_steps=max_episode_steps, trust_env_spec=trust_env_spec,
+            max_episode_steps=max_episode_steps, max_held_steps=max_held_steps,
+            trust_env_spec=trust_env_spec,
             iceberg=target, group=reading["group_id"],
             minari_metadata={
                 "author": authors, "author_email": author_emails,
@@ -178,6 +185,7 @@ SKIP_HINTS = {
                   "flag keeps them",
     "no_reset_observation": "no reset observation was published: no flag keeps them",
     "empty": "no steps",
+    "too_long": "longer than --max-held-steps (never held whole in memory): raise it",
     "observation_leaves_omitted": "the producer's size cap dropped their leaves: raise its "
                                   "leaves_max_bytes",
     "action_leaves_omitted": "the producer's size cap dropped their leaves: raise its "

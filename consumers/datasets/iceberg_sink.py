@@ -52,7 +52,8 @@ class ShardedSink(DatasetSink):
         # shards taken back as this member left them at a revocation (`rewound`): read on
         # from their read offsets, not again from their resume offsets (`load_offsets`)
         self.resumed: set[int] = set()
-        self.joiner = Joiner(self.options.filters)  # the skip counts of writer refusals
+        # the skip counts of writer refusals
+        self.joiner = Joiner(self.options.filters, self.options.max_held_steps)
         self.certificate = Certificate()
         # the re-delivery states of the held shards' partitions ("topic|partition"), as
         # committed or as the last batch left them; `_seen_of` reads a shard's in
@@ -80,7 +81,8 @@ class ShardedSink(DatasetSink):
     def _shard(self, n: int) -> tuple[Joiner, Certificate]:
         shard = self.shards.get(n)
         if shard is None:
-            joiner, certificate = Joiner(self.options.filters), Certificate()
+            joiner = Joiner(self.options.filters, self.options.max_held_steps)
+            certificate = Certificate()
             saved = self.table.shard_state(n)
             if saved is not None:
                 restored = state.load(saved, self.table.source)

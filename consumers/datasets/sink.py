@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
-from rlmesh_stream.consumers.datasets import state
+from rlmesh_stream.consumers.datasets import DEFAULT_MAX_HELD_STEPS, state
 from rlmesh_stream.consumers.datasets.episodes import Episode, Filters, Joiner
 from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget, IcebergWriter
 from rlmesh_stream.consumers.datasets.manifest import (
@@ -132,6 +132,7 @@ class ExportOptions:
     filters: Filters
     minari_format: str = "hdf5"  # hdf5 | arrow (Minari's storage layouts)
     max_episode_steps: int | None = None  # overrides the env spec's step limit
+    max_held_steps: int = DEFAULT_MAX_HELD_STEPS  # the joiner's memory bound (episodes.py)
     trust_env_spec: bool = False  # take producers' env specs unchecked (env_spec.py)
     iceberg: IcebergTarget | None = None
     group: str = ""  # the consumer group (iceberg: the one that writes the table)
@@ -183,7 +184,7 @@ class DatasetSink(Sink):
         else:
             self.writer = ParquetWriter(store.root)
         self.writer.recover(self.store.committed.writer, self.store.committed.generation)
-        self.joiner = Joiner(options.filters)
+        self.joiner = Joiner(options.filters, options.max_held_steps)
         self.certificate = Certificate()
         # per "topic|partition", what tells re-delivered records apart (redelivery.py):
         # the trajectories' states as of the certificate's offsets, stored with them
