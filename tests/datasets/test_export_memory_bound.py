@@ -8,12 +8,21 @@ every episode until its end.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
+import pyarrow.dataset as pads
+import pytest
+from click.testing import CliRunner
 
 from rlmesh_stream.consumers.datasets.episodes import Filters, Joiner
+from rlmesh_stream.infra.cli import main
 from rlmesh_stream.producer.leaves import LeafCodec
+from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
+from tests.datasets.rollouts import run_cartpole
 
 ROUTE = ev.RuntimeEnvContext(env_id="e", env_component_id="e", model_component_id="m")
 OBS = LeafCodec(gym.spaces.Box(-1, 1, (2,), np.float32))
@@ -122,3 +131,24 @@ def test_a_running_session_past_the_bound_releases_whole_episodes_each_once() ->
     assert sorted(e.record_id for e in released) == ["a", "b", "c", "d", "e", "f"]
     assert all(e.length == 5 and e.terminal_observation for e in released)
     assert joiner.skipped == {}
+
+
+@pytest.mark.stack
+def test_export_skips_the_episodes_longer_than_max_held_steps_and_says_so(
+    make_hooks: Any, stream_config: StreamConfig, tmp_path: Path,
+) -> None:
+    lengths = [e.steps for e in run_cartpole(make_hooks, [51, 52, 53, 54]).episodes]
+    bound = sorted(lengths)[1]  # at least the two longest passes it, the shortest not
+    out = tmp_path / "pq"
+
+    result = CliRunner().invoke(main, [
+        "export", "trajectories", "--out", str(out), "--format", "parquet", "--quiet",
+        "--from-beginning", "--until-end", "--max-held-steps", str(bound),
+        "--bootstrap", stream_config.bootstrap, "--registry-url", stream_config.registry_url,
+        "--topic-prefix", stream_config.topic_prefix])
+
+    assert result.exit_code == 0, result.output
+    too_long = sum(n > bound for n in lengths)
+    exported = pads.dataset(out / "episodes", partitioning="hive").to_table().to_pylist()
+    assert sorted(e["steps"] for e in exported) == sorted(n for n in lengths if n <= bound)
+    assert f"skipped {too_long} episode{'s' if too_long > 1 else ''} (too_long)" in result.output
