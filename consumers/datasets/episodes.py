@@ -87,6 +87,12 @@ class Joiner:
         self._dirty: set[str] = set()  # sessions whose state row is to be encoded again
         self._session_rows: dict[str, list[Any]] = {}
         self._first_rows: dict[Unit, list[Any]] = {}
+        # What changed since `changes` was last called (a commit journals only these):
+        # sessions whose row differs, units whose first offsets were added to or that
+        # were released; `_fresh`: units made since, of which a release leaves no trace.
+        self._rows_changed: set[str] = set()
+        self._first_changed: set[Unit] = set()
+        self._fresh: set[Unit] = set()
 
     # -- state, for the manifest ---------------------------------------------------------------
 
@@ -95,16 +101,34 @@ class Joiner:
         JSON-ready (state.py's `dump` writes it): each session's row and each pending
         unit's first offsets. Copies of the containers (the committed state is kept while
         these go on changing); a row is replaced when it changes, never changed in place."""
+        self._encode_dirty()
+        return {"sessions": dict(self._session_rows), "first": list(self._first_rows.values()),
+                "skipped": self.skipped, "skip_examples": self.skip_examples}
+
+    def changes(self) -> dict[str, Any]:
+        """The rows of `state()` changed since the last call, JSON-ready: "sessions" (a row
+        per session id) and "first" ([unit, first offsets], the offsets null for a unit
+        released); what a commit journals instead of the whole state."""
+        self._encode_dirty()
+        sessions = {sid: self._session_rows.get(sid) for sid in sorted(self._rows_changed)}
+        first = [self._first_rows.get(unit) or [list(unit), None]
+                 for unit in sorted(self._first_changed)]
+        self._rows_changed, self._first_changed, self._fresh = set(), set(), set()
+        return {"sessions": sessions, "first": first}
+
+    def _encode_dirty(self) -> None:
+        rows = self._session_rows
         for sid in self._dirty:
             s = self.sessions.get(sid)
             if s is None:
-                self._session_rows.pop(sid, None)
-            else:
-                self._session_rows[sid] = [s.ended, s.failed, s.caution,
-                                           list(s.totals) if s.totals else None, s.exported]
+                if rows.pop(sid, None) is not None:
+                    self._rows_changed.add(sid)
+                continue
+            row = _session_row(s)
+            if rows.get(sid) != row:  # most events change no flag of their session
+                rows[sid] = row
+                self._rows_changed.add(sid)
         self._dirty.clear()
-        return {"sessions": dict(self._session_rows), "first": list(self._first_rows.values()),
-                "skipped": self.skipped, "skip_examples": self.skip_examples}
 
     def restore(self, state: dict[str, Any], frontier: dict[TP, int]) -> None:
         self.sessions = state["sessions"]
@@ -113,8 +137,10 @@ class Joiner:
         self.skipped = state["skipped"]
         self.skip_examples = state["skip_examples"]
         self.frontier = frontier
-        self._dirty = set(self.sessions)
+        self._dirty = set()
+        self._session_rows = {sid: _session_row(s) for sid, s in self.sessions.items()}
         self._first_rows = {unit: _first_row(unit, where) for unit, where in self._first.items()}
+        self._rows_changed, self._first_changed, self._fresh = set(), set(), set()
 
     def resume_offsets(self, read: dict[TP, int]) -> dict[TP, int]:
         """Per partition, where a restart must read again from: the first record of any unit
@@ -135,16 +161,26 @@ class Joiner:
             tp = (where[0], where[1])
             if where[2] < self.frontier.get(tp, -1) and unit not in self.kept:
                 return  # read and released before the last restart
-            first = self._first.setdefault(unit, {})
+            first = self._first.get(unit)
+            if first is None:
+                first = self._first[unit] = {}
+                if unit not in self._first_changed:  # else committed, released since
+                    self._fresh.add(unit)
             if tp not in first:
                 first[tp] = where[2]
                 self._first_rows[unit] = _first_row(unit, first)
+                self._first_changed.add(unit)
         self._add(event)
 
     def forget(self, unit: Unit) -> None:
         """A unit released or decided: no longer a resume point."""
         if self._first.pop(unit, None) is not None:
             del self._first_rows[unit]
+            if unit in self._fresh:  # made and released between two commits
+                self._fresh.discard(unit)
+                self._first_changed.discard(unit)
+            else:
+                self._first_changed.add(unit)
 
     def _add(self, event: Any) -> None:
         session_id = getattr(event, "session_id", None)
@@ -437,6 +473,11 @@ def _unit_of(event: Any) -> Unit | None:
             return ("s", event.session_id)
         return ("e", event.session_id, event.episode_record_id)
     return None
+
+
+def _session_row(s: SessionState) -> list[Any]:
+    """A session's flags and counts, as the state's JSON holds them."""
+    return [s.ended, s.failed, s.caution, list(s.totals) if s.totals else None, s.exported]
 
 
 def _first_row(unit: Unit, where: dict[TP, int]) -> list[Any]:

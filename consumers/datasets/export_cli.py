@@ -1,4 +1,5 @@
-"""`rlmesh-stream export trajectories`: the stream's episodes as a Minari or Parquet dataset."""
+"""`rlmesh-stream export trajectories`: the stream's episodes as a Minari or Parquet dataset;
+`export certificate`: an export's certificate, read from its directory."""
 
 from __future__ import annotations
 
@@ -159,6 +160,22 @@ def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str 
             click.echo(f"load it: MINARI_DATASETS_PATH={out} python -c \"import minari; "
                        f"print(minari.load_dataset('{loaded}'))\"")
     return runtime  # its dead letters are counted by `reading_options`
+
+
+@export.command("certificate")
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+def certificate(out: Path) -> None:
+    """Print the completeness certificate of a Minari or Parquet export in OUT (its --out),
+    each producer's figures included, as its last commit left it (an export may be
+    running there)."""
+    from rlmesh_stream.consumers.datasets.manifest import DatasetError
+    from rlmesh_stream.consumers.datasets.state import read_certificate
+
+    try:
+        cert = read_certificate(out)
+    except DatasetError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(cert, indent=1, sort_keys=True))
 
 
 # Per skip reason: why, and what keeps such episodes (the flag, or the producer's fix).

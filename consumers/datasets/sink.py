@@ -7,9 +7,10 @@ session events to the joiner; `CertificateBuilder` reads every event topic's
 headers for the delivery check (producer id + sequence). Their `rows` write no
 table rows: `DatasetSink.apply`, called once per checkpoint with the batch's
 offsets, releases the whole episodes, has the writer append them and commits
-the manifest (offsets, joiner state, certificate) atomically. On restart the
-runtime seeks to the manifest's offsets and the joiner resumes from its
-state (JSON, state.py), so every record is applied exactly once.
+the manifest (offsets, joiner state, certificate) atomically, the state's changes
+journaled (manifest.py). On restart the runtime seeks to the manifest's offsets and
+the joiner resumes from its state (JSON, state.py), so every record is applied
+exactly once.
 
 Apart from `export.py` (which composes a run) so that the Iceberg sink
 (`iceberg_sink.py`), which `export.py` picks, can build on `DatasetSink` without an
@@ -189,11 +190,18 @@ class DatasetSink(Sink):
         # per "topic|partition", what tells re-delivered records apart (redelivery.py):
         # the trajectories' states as of the certificate's offsets, stored with them
         self.seen: dict[str, Any] = {}
-        if self.store.pending_state is not None:
-            self.seen = dict(self.store.pending_state.get("seen", {}))
-            restored = state.load(self.store.pending_state, str(store.state_dir))
+        base, lines = store.read_state()
+        committed = state.replay(base, lines, str(store.state_dir))
+        if committed is not None:
+            self.seen = dict(committed.get("seen", {}))
+            restored = state.load(committed, str(store.state_dir))
             self.certificate = restored.pop("certificate")
             self.joiner.restore(restored, self.store.offsets(CertificateBuilder.name))
+            # manifest.json holds the certificate without its producers (the state has
+            # their ranges): the committed certificate whole again
+            store.committed.certificate.setdefault(
+                "producers", self.certificate.summary({})["producers"])
+        self.changes = state.Changes(committed)
 
     def rewound(self, partitions: list[TP] | None = None) -> None:
         """The runtime reads every assigned partition again from the stored offsets (an
@@ -264,7 +272,8 @@ class DatasetSink(Sink):
         trajectory_topics = {et.topic(self.prefix) for et in TRAJECTORY_EVENTS}
         resume = self.joiner.resume_offsets(
             {tp: o for tp, o in read.items() if tp[0] in trajectory_topics})
-        self.seen = updated_seen(self.seen, batch, resume)
+        seen_before = self.seen
+        self.seen = updated_seen(seen_before, batch, resume)
         certificate = self.certificate.summary(self.joiner.skipped)
         if isinstance(self.writer, (MinariWriter, MinariDatasets)):
             # where the dataset's env spec came from: "producer" (the env as it ran),
@@ -274,11 +283,15 @@ class DatasetSink(Sink):
             certificate["env_specs_dropped"] = dict(self.writer.specs_dropped)
             if self.writer.spec_dropped_example:
                 certificate["env_spec_dropped_example"] = self.writer.spec_dropped_example
+        # the state's changes journaled; written whole at the end of an offline run (the
+        # directory at rest holds it in one file) or when the journal has grown
         self.store.commit(offsets={CertificateBuilder.name: read, TrajectoryBuilder.name: resume},
-                          writer=writer_state,
-                          joiner_state={**state.dump(self.joiner.state(), self.certificate),
-                                        "seen": self.seen},
-                          certificate=certificate)
+                          writer=writer_state, certificate=certificate,
+                          changes=self.changes.line(self.joiner, self.certificate,
+                                                    seen_before, self.seen),
+                          whole=lambda: {**state.dump(self.joiner.state(), self.certificate),
+                                         "seen": self.seen},
+                          compact=self.final)
         self.released.extend(keep)
 
     def finish(self) -> None:

@@ -5,15 +5,32 @@ code, so the state is never pickled (a crafted pickle in a dataset directory ran
 the next export). `dump` turns the joiner's `state()` plus the certificate into
 JSON-ready values; `load` checks the shape and rebuilds them, or raises
 `DatasetError` naming what is wrong.
+
+A commit stores only what changed (manifest.py's journal): `Changes.line` is one
+commit's changes, in the shape of `dump`'s values (a session's row, a pending unit's
+first offsets, a producer's ranges, a partition's re-delivery marks, replaced whole
+or removed by a null; the counts that changed); `replay` folds the lines into the
+state `dump` would have written. `read_certificate` is a dataset directory's whole
+certificate, per-producer figures included, read from its manifest and state.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from rlmesh_stream.consumers.datasets.manifest import Certificate, DatasetError
+from rlmesh_stream.consumers.datasets.manifest import (
+    STATE_DIR,
+    Certificate,
+    DatasetError,
+    StateFiles,
+    read_manifest,
+)
 from rlmesh_stream.consumers.datasets.model import SessionState
+
+if TYPE_CHECKING:
+    from rlmesh_stream.consumers.datasets.episodes import Joiner
 
 VERSION = 1
 _COUNTS = ("exported", "exported_steps", "tagged_caution", "without_terminal_observation",
@@ -70,3 +87,151 @@ def load(data: Any, source: str) -> dict[str, Any]:
     except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
         raise DatasetError(f"{source} is not a valid export state ({type(exc).__name__}: "
                            f"{exc}); remove the dataset and export again") from None
+
+
+class Changes:
+    """What a commit changed in the state, as one journal line (`line`): the joiner's and
+    the certificate's changed rows (they track them), the re-delivery marks that differ,
+    and the counts that differ from the last line's."""
+
+    def __init__(self, committed: Any = None) -> None:
+        """`committed`: the state as committed (`dump`'s values, `replay`'s), or None."""
+        self.counts: dict[str, Any] = _counts(committed) if committed is not None else {}
+
+    def line(self, joiner: Joiner, certificate: Certificate, seen_before: dict[str, Any],
+             seen_after: dict[str, Any]) -> dict[str, Any]:
+        """One commit's changes (the joiner's and the certificate's since they were last
+        asked: `Joiner.changes`, `Certificate.changes`); `seen_*`: the re-delivery states
+        as last committed and as committed now."""
+        rows = joiner.changes()
+        cert = certificate.changes()
+        out: dict[str, Any] = {}
+        if rows["sessions"]:
+            out["sessions"] = rows["sessions"]
+        if rows["first"]:
+            out["first"] = rows["first"]
+        counts = _counts({"skipped": joiner.skipped, "skip_examples": joiner.skip_examples,
+                          "certificate": {"other": certificate.other,
+                                          **{k: getattr(certificate, k) for k in _COUNTS}}})
+        for key in ("skipped", "skip_examples"):
+            changed = {k: v for k, v in counts[key].items()
+                       if self.counts.get(key, {}).get(k) != v}
+            if changed:
+                out[key] = changed
+        certificate_changes = {k: v for k, v in cert.items() if v}
+        certificate_changes.update({k: v for k, v in counts.items()
+                                    if k not in ("skipped", "skip_examples")
+                                    and self.counts.get(k) != v})
+        if certificate_changes:
+            out["certificate"] = certificate_changes
+        seen = seen_changes(seen_before, seen_after)
+        if seen:
+            out["seen"] = seen
+        self.counts = counts
+        return out
+
+
+def _counts(data: Any) -> dict[str, Any]:
+    """The small parts of a state, written when they change: copies."""
+    cert = data["certificate"]
+    return {"skipped": dict(data["skipped"]), "skip_examples": dict(data["skip_examples"]),
+            "other": dict(cert.get("other", {})), **{k: cert[k] for k in _COUNTS}}
+
+
+def seen_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Per "topic|partition", what changed in its re-delivery state (redelivery.py's
+    `Seen.to_json`): `until` and `dropped`, and the producers' marks that changed (a
+    forgotten producer's: null); a partition no longer held: null."""
+    out: dict[str, Any] = {key: None for key in before.keys() - after.keys()}
+    for key, value in after.items():
+        old = before.get(key)
+        if old == value:
+            continue
+        old_marks = old["producers"] if old is not None else {}
+        marks = value["producers"]
+        changed: dict[str, Any] = {p: m for p, m in marks.items() if old_marks.get(p) != m}
+        changed.update({p: None for p in old_marks.keys() - marks.keys()})
+        out[key] = {"until": value["until"], "dropped": value["dropped"],
+                    "producers": changed}
+    return out
+
+
+def replay(base: Any, lines: list[dict[str, Any]], source: str) -> Any:
+    """The state `dump` (and the sink's "seen") would have written after the journal's
+    last line: `base`, the state written whole (None: none), with every line's changes
+    (the last value of a key wins; null removes it). A DatasetError when they do not fit."""
+    if not lines:
+        return base
+    try:
+        if base is None:
+            raise ValueError("a journal without the state it changes")
+        state = dict(base)
+        sessions = dict(state["sessions"])
+        first = {tuple(unit): where for unit, where in state["first"]}
+        skipped, examples = dict(state["skipped"]), dict(state["skip_examples"])
+        cert = dict(state["certificate"])
+        producers, offsets = dict(cert["producers"]), dict(cert["offsets"])
+        seen = dict(state.get("seen", {}))
+        for line in lines:
+            _merge(sessions, line.get("sessions", {}))
+            for unit, where in line.get("first", []):
+                if where is None:
+                    first.pop(tuple(unit), None)
+                else:
+                    first[tuple(unit)] = where
+            skipped.update(line.get("skipped", {}))
+            examples.update(line.get("skip_examples", {}))
+            changed = dict(line.get("certificate", {}))
+            _merge(producers, changed.pop("producers", {}))
+            _merge(offsets, changed.pop("offsets", {}))
+            cert.update(changed)
+            for key, value in line.get("seen", {}).items():
+                if value is None:
+                    seen.pop(key, None)
+                    continue
+                marks = dict(seen.get(key, {}).get("producers", {}))
+                _merge(marks, value["producers"])
+                seen[key] = {"until": value["until"], "dropped": value["dropped"],
+                             "producers": marks}
+        return {**state, "sessions": sessions,
+                "first": [[list(unit), where] for unit, where in first.items()],
+                "skipped": skipped, "skip_examples": examples,
+                "certificate": {**cert, "producers": producers, "offsets": offsets},
+                "seen": seen}
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise DatasetError(f"{source} is not a valid export state ({type(exc).__name__}: "
+                           f"{exc}); remove the dataset and export again") from None
+
+
+def _merge(into: dict[str, Any], changes: dict[str, Any]) -> None:
+    for key, value in changes.items():
+        if value is None:
+            into.pop(key, None)
+        else:
+            into[key] = value
+
+
+def read_certificate(root: Path) -> dict[str, Any]:
+    """The certificate of the dataset directory `root` (Minari or Parquet) as its last
+    commit left it, with each producer's figures (`Certificate.summary`: manifest.json
+    holds the totals, the state the producers' ranges). Reads only: an export may be
+    running there (a compaction meanwhile: read again)."""
+    state_dir = root / STATE_DIR
+    if not (state_dir / "manifest.json").exists():
+        raise DatasetError(f"{root} holds no export (no {STATE_DIR}/manifest.json)")
+    attempts = 0
+    while True:
+        committed = read_manifest(state_dir)
+        try:
+            base, lines = StateFiles.of(state_dir, committed).read()
+            break
+        except DatasetError:
+            attempts += 1
+            if attempts < 5 and read_manifest(state_dir).generation != committed.generation:
+                continue  # committed again (and compacted) while being read
+            raise
+    certificate = dict(committed.certificate)
+    if base is not None:
+        restored = load(replay(base, lines, str(state_dir)), str(state_dir))
+        certificate["producers"] = restored["certificate"].summary({})["producers"]
+    return dict(sorted(certificate.items()))

@@ -30,7 +30,7 @@ def test_a_dataset_id_without_a_version_is_refused(tmp_path: Path) -> None:
 
 def test_a_directory_holding_another_format_is_refused_not_overwritten(tmp_path: Path) -> None:
     ManifestStore(tmp_path, fmt="parquet", dataset_id="rlmesh/a-v0").commit(
-        offsets={}, writer={}, joiner_state={}, certificate={})
+        offsets={}, writer={}, certificate={}, changes={}, whole=dict)
 
     code, output = _export("--out", str(tmp_path), "--format", "minari",
                            "--dataset-id", "rlmesh/a-v0")
