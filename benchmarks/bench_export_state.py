@@ -11,8 +11,8 @@ in this process, `--max-batch` records per commit (a live run's checkpoint a sec
 that many records a second), and every `ManifestStore.commit` is measured: the bytes it
 passed to write() (the thread's `wchar`, /proc/thread-self/io: the state, the journal,
 the manifest, nothing of the data files, which are written before it) and its wall time
-together with the state's encoding (`DatasetSink._commit` less the writer's data files
-is not separable; the figure is the store's own call).
+(the JSON it writes and the fsyncs; the sink gathers the state's values before the call).
+Against the code before a change: PYTHONPATH=OLD_CHECKOUT (its `rlmesh_stream/` first).
 
 Printed: the commits' median, mean and largest bytes, those of the last wave's commits
 (the most producers tracked), and the state's size on disk at the end.
