@@ -16,9 +16,9 @@ from collections import Counter
 from typing import Any
 
 from rlmesh_stream.consumers.datasets import state
+from rlmesh_stream.consumers.datasets.certificate import Certificate
 from rlmesh_stream.consumers.datasets.episodes import Episode, Joiner
 from rlmesh_stream.consumers.datasets.iceberg import IcebergStore, IcebergWriter
-from rlmesh_stream.consumers.datasets.manifest import Certificate
 from rlmesh_stream.consumers.datasets.sink import (
     TRAJECTORY_EVENTS,
     CertificateBuilder,

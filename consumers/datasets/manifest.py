@@ -26,7 +26,6 @@ of a compaction not committed), so a SIGKILL at any instant is as if the batch n
 
 from __future__ import annotations
 
-import bisect
 import fcntl
 import json
 import os
@@ -36,201 +35,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlmesh_stream.schemas.contract import headers as h
 from rlmesh_stream.schemas.errors import RlmeshStreamError
 
 STATE_DIR = ".rlmesh-export"
 VERSION = 1
-# The certificate's totals are read by JVM readers (Spark, Flink: a JSON number past a long
-# breaks them): a sum that would pass 2**63 - 1 is written as 2**63 - 1 (saturated). One
-# producer's own figures cannot pass it (sequences stop at headers.MAX_SEQUENCE); a sum
-# over producers can (two forged sequence headers near 2**63).
-INT64_MAX = 2**63 - 1
-# Producer ids whose sequences the certificate tracks one by one (their ranges, in the
-# state). A fleet has one id per producer process; past this many, a producer id that
-# changes per record would grow the state without bound (4.7 MB at 60 000 ids): the
-# records of further ids are counted in `other_producers`, their sequences unchecked.
-MAX_PRODUCERS = 1000
 # The journal is compacted (the state written whole, the journal started again) once it
 # would pass twice the state as last written whole, and not below this: replaying it at
 # the next open reads at most ~3x the state.
 COMPACT_AT_LEAST = 64 * 1024
 
 
-def saturated(n: int) -> int:
-    """`n`, or INT64_MAX when it is larger."""
-    return min(n, INT64_MAX)
-
-
 class DatasetError(RlmeshStreamError):
     """A dataset directory that cannot be exported into (one clear line for the user)."""
-
-
-@dataclass
-class Certificate:
-    """Completeness over the exported range: the delivery check, offsets and counts."""
-
-    producers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    offsets: dict[str, list[int]] = field(default_factory=dict)  # "topic[p]" -> [first, next]
-    exported: int = 0
-    exported_steps: int = 0
-    tagged_caution: int = 0
-    without_terminal_observation: int = 0
-    abandoned_exported: int = 0
-    # the records of producer ids past MAX_PRODUCERS: counted, their sequences unchecked
-    other: dict[str, int] = field(default_factory=lambda: {"records": 0, "dead_letters": 0})
-    _batch: dict[str, list[int]] = field(default_factory=dict, repr=False)
-    _dead: dict[str, int] = field(default_factory=dict, repr=False)
-    _fresh: int = field(default=0, repr=False)  # producers of `_batch` not yet tracked
-    # what changed since `changes` was last called: producers merged, offsets covered
-    _changed: set[str] = field(default_factory=set, repr=False)
-    _moved: set[str] = field(default_factory=set, repr=False)
-
-    def saw(self, producer: str, seq: int, dead_letter: bool) -> None:
-        """One record's (producer, sequence); merged into the ranges by `merge` (per batch:
-        records of different topics interleave, so sequences arrive out of order)."""
-        seqs = self._batch.get(producer)
-        if seqs is None:
-            if producer not in self.producers:
-                if len(self.producers) + self._fresh >= MAX_PRODUCERS:
-                    self.other["records"] += 1
-                    self.other["dead_letters"] += dead_letter
-                    return
-                self._fresh += 1
-            seqs = self._batch[producer] = []
-        seqs.append(seq)
-        if dead_letter:
-            self._dead[producer] = self._dead.get(producer, 0) + 1
-
-    def merge(self) -> None:
-        """Fold the batch's sequences into each producer's sorted, disjoint ranges.
-
-        The batch's runs are placed by bisection and the ranges between them copied whole
-        (`_with_runs`), so the Python work is the batch's: records of different topics are
-        read at different paces, so one producer's ranges are many while a backlog is
-        read, and a merge that sorted and walked all of them at each commit grew with the
-        history."""
-        for producer, seqs in self._batch.items():
-            p = self.producers.setdefault(producer, {"ranges": [], "duplicates": 0,
-                                                     "dead_letters": 0})
-            p["dead_letters"] += self._dead.get(producer, 0)
-            ranges: list[list[int]] = p["ranges"]
-            starts = [r[0] for r in ranges]
-            new: list[list[int]] = []  # the batch's runs, none inside a range seen before
-            last = None
-            for seq in sorted(seqs):
-                if seq == last:
-                    p["duplicates"] += 1
-                    continue
-                last = seq
-                at = bisect.bisect_right(starts, seq) - 1
-                if at >= 0 and ranges[at][0] <= seq <= ranges[at][1]:
-                    p["duplicates"] += 1
-                    continue
-                if new and new[-1][1] + 1 == seq:
-                    new[-1][1] = seq
-                else:
-                    new.append([seq, seq])
-            if new:
-                p["ranges"] = _with_runs(ranges, starts, new)
-        self._changed.update(self._batch)
-        self._batch = {}
-        self._dead = {}
-        self._fresh = 0
-
-    def changes(self) -> dict[str, Any]:
-        """The producers and offsets changed since the last call (JSON-ready copies, as
-        state.py's `dump` writes them): a commit journals these, not every producer."""
-        producers = {k: {"ranges": list(map(list, p["ranges"])),
-                         "duplicates": p["duplicates"], "dead_letters": p["dead_letters"]}
-                     for k in sorted(self._changed) if (p := self.producers.get(k)) is not None}
-        offsets = {k: list(self.offsets[k]) for k in sorted(self._moved) if k in self.offsets}
-        self._changed = set()
-        self._moved = set()
-        return {"producers": producers, "offsets": offsets}
-
-    def covered(self, topic: str, partition: int, offset: int) -> None:
-        key = f"{topic}[{partition}]"
-        self._moved.add(key)
-        span = self.offsets.get(key)
-        if span is None:
-            self.offsets[key] = [offset, offset + 1]
-        else:
-            span[0] = min(span[0], offset)
-            span[1] = max(span[1], offset + 1)
-
-    def summary(self, skipped: dict[str, int]) -> dict[str, Any]:
-        skipped = dict(skipped)
-        late = skipped.pop("exported_before_their_caution_advisory", 0)
-        producers = {}
-        for pid, p in sorted(self.producers.items()):
-            ranges = p["ranges"]
-            seen = sum(b - a + 1 for a, b in ranges)
-            top = ranges[-1][1] if ranges else -1
-            producers[pid] = {"sequences_seen": seen, "first_seq": ranges[0][0] if ranges else None,
-                              "last_seq": top, "gaps": top + 1 - seen,
-                              "duplicates": p["duplicates"], "dead_letters": p["dead_letters"]}
-        other = {**self.other, "gaps": 0, "duplicates": 0}
-        if len(producers) > MAX_PRODUCERS:  # several shards' (Iceberg): the rest folded
-            ranked = sorted(producers, key=lambda k: (
-                -(producers[k]["gaps"] + producers[k]["duplicates"]), k))
-            for pid in ranked[MAX_PRODUCERS:]:
-                p = producers.pop(pid)
-                other["records"] += p["sequences_seen"] + p["duplicates"]
-                for k in ("gaps", "duplicates", "dead_letters"):
-                    other[k] += p[k]
-        listed = [*producers.values(), other]
-        return {
-            "producers": producers,
-            "other_producers": {k: saturated(v) for k, v in other.items()},
-            "gaps": saturated(sum(p["gaps"] for p in listed)),
-            "duplicates": saturated(sum(p["duplicates"] for p in listed)),
-            "dead_letters": saturated(sum(p["dead_letters"] for p in listed)),
-            "kafka_offsets": dict(sorted(self.offsets.items())),
-            "episodes_exported": self.exported, "steps_exported": self.exported_steps,
-            "episodes_tagged_caution": self.tagged_caution,
-            "episodes_without_terminal_observation": self.without_terminal_observation,
-            "episodes_abandoned_exported": self.abandoned_exported,
-            # a caution advisory read after its session's episodes were written: untagged
-            "episodes_exported_before_their_caution_advisory": late,
-            "episodes_skipped": dict(sorted(skipped.items())),
-        }
-
-
-def _with_runs(ranges: list[list[int]], starts: list[int],
-               runs: list[list[int]]) -> list[list[int]]:
-    """Sorted, disjoint `ranges` (`starts`: their first sequences) with sorted `runs` put
-    in, each run in a gap between two ranges: joined to a range it touches, else a range
-    of its own. The ranges between two runs are copied by slicing, not looked at."""
-    out: list[list[int]] = []
-    done = 0  # ranges[:done] are in `out`
-    for a, b in runs:
-        at = bisect.bisect_left(starts, a, done)
-        out.extend(ranges[done:at])
-        done = at
-        if out and out[-1][1] + 1 == a:
-            out[-1] = [out[-1][0], b]
-        else:
-            out.append([a, b])
-        if at < len(ranges) and b + 1 == ranges[at][0]:
-            out[-1] = [out[-1][0], ranges[at][1]]
-            done = at + 1
-    out.extend(ranges[done:])
-    return out
-
-
-def header_sequence(headers: dict[str, bytes]) -> tuple[str, int] | None:
-    """(producer, sequence) of a record's delivery headers, either version; None without
-    them or with a sequence the delivery check calls invalid (`parse_sequence`: negative,
-    past a BIGINT, not ASCII digits), which no range counts."""
-    stamp = h.delivery_stamp(headers)  # either version of the contract's headers
-    if stamp is None:
-        return None
-    _, producer, seq = stamp
-    try:
-        return producer.decode("utf-8", "replace"), h.parse_sequence(seq)
-    except ValueError:
-        return None
 
 
 @dataclass

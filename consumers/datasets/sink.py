@@ -27,14 +27,10 @@ from typing import Any, ClassVar
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.datasets import DEFAULT_MAX_HELD_STEPS, state
+from rlmesh_stream.consumers.datasets.certificate import Certificate, header_sequence
 from rlmesh_stream.consumers.datasets.episodes import Episode, Filters, Joiner
 from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget, IcebergWriter
-from rlmesh_stream.consumers.datasets.manifest import (
-    Certificate,
-    DatasetError,
-    ManifestStore,
-    header_sequence,
-)
+from rlmesh_stream.consumers.datasets.manifest import DatasetError, ManifestStore
 from rlmesh_stream.consumers.datasets.per_env import (
     ENV_FIELD,
     MinariDatasets,

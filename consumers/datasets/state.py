@@ -20,9 +20,9 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlmesh_stream.consumers.datasets.certificate import Certificate
 from rlmesh_stream.consumers.datasets.manifest import (
     STATE_DIR,
-    Certificate,
     DatasetError,
     StateFiles,
     read_manifest,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from rlmesh_stream.consumers.builders import DeliveryBuilder
-from rlmesh_stream.consumers.datasets.manifest import header_sequence
+from rlmesh_stream.consumers.datasets.certificate import header_sequence
 from rlmesh_stream.consumers.runtime.records import Record
 from rlmesh_stream.consumers.tables import DELIVERY_BATCH, INVALID_HEADERS
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks

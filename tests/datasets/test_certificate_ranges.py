@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from rlmesh_stream.consumers.datasets.manifest import Certificate
+from rlmesh_stream.consumers.datasets.certificate import Certificate
 
 
 def _ranges(seen: set[int]) -> list[list[int]]:

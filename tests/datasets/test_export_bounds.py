@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from rlmesh_stream.consumers.datasets.certificate import INT64_MAX, MAX_PRODUCERS
 from rlmesh_stream.consumers.datasets.episodes import Filters
 from rlmesh_stream.consumers.datasets.export import ExportOptions, run_export
-from rlmesh_stream.consumers.datasets.manifest import INT64_MAX, MAX_PRODUCERS
 from rlmesh_stream.consumers.runtime import RuntimeOptions
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig

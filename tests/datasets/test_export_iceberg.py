@@ -564,8 +564,8 @@ def test_a_restored_shard_is_set_aside_only_once_read_again_past_its_frontier(
     """A shard restored from the table holds its open episodes' records only once reading
     has passed what was read before the restore (its frontier): short of it, taking it back
     as it is would start at the read offsets and never read the rest of those records."""
+    from rlmesh_stream.consumers.datasets.certificate import Certificate
     from rlmesh_stream.consumers.datasets.episodes import Joiner
-    from rlmesh_stream.consumers.datasets.manifest import Certificate
 
     config, _ = fleet
     sink, _runtime = _in_process(config, f"sqlite:///{tmp_path / 'catalog.db'}")

@@ -21,8 +21,9 @@ import pytest
 from click.testing import CliRunner
 
 from rlmesh_stream.consumers.datasets import state
+from rlmesh_stream.consumers.datasets.certificate import Certificate
 from rlmesh_stream.consumers.datasets.episodes import Filters, Joiner
-from rlmesh_stream.consumers.datasets.manifest import Certificate, DatasetError, ManifestStore
+from rlmesh_stream.consumers.datasets.manifest import DatasetError, ManifestStore
 from rlmesh_stream.consumers.runtime.redelivery import Seen
 from rlmesh_stream.infra.cli import main
 
