@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlmesh_stream.schemas.cli_values import STATE_DIR
 from rlmesh_stream.schemas.contract import headers as h
 from rlmesh_stream.schemas.errors import RlmeshStreamError
 
-STATE_DIR = ".rlmesh-export"
 VERSION = 1
 # The certificate's totals are read by JVM readers (Spark, Flink: a JSON number past a long
 # breaks them): a sum that would pass 2**63 - 1 is written as 2**63 - 1 (saturated). One

@@ -27,6 +27,8 @@ from urllib.parse import urlsplit
 
 import click
 
+from rlmesh_stream.schemas.cli_values import MAX_PATH_BYTES, STATE_DIR, path_problem, text_problem
+from rlmesh_stream.schemas.cli_values import shown as quoted
 from rlmesh_stream.schemas.connection.redact import redact_secrets, redact_url
 from rlmesh_stream.schemas.errors import RlmeshStreamError
 
@@ -68,6 +70,9 @@ class SinkURL:
 def parse_sink_url(url: str) -> SinkURL:
     """The sink `url` names; SinkError for anything but the two forms (see module doc)."""
     shown = redact_url(url)
+    problem = text_problem(url, max_chars=MAX_PATH_BYTES + len("duckdb://"))
+    if problem is not None:
+        raise SinkError(f"sink {quoted(shown)} {problem}")
     if url.startswith("duckdb://"):
         rest = url[len("duckdb://"):]
         if not rest:
@@ -76,6 +81,13 @@ def parse_sink_url(url: str) -> SinkURL:
         if rest == ":memory:":
             raise SinkError(f"sink {shown!r}: an in-memory store would lose everything it "
                             "was given; name a file (duckdb:///abs/path.duckdb)")
+        problem = path_problem(rest)
+        if problem is not None:
+            raise SinkError(f"sink {quoted(shown)}: the path {problem}")
+        if STATE_DIR in Path(rest).parts:
+            raise SinkError(f"sink {shown!r} is inside an export's state directory "
+                            f"({STATE_DIR}), which only its exporter writes: name a file "
+                            "elsewhere")
         return SinkURL(url, "duckdb", Path(rest))
     scheme = urlsplit(url).scheme if "://" in url else ""
     if scheme in _POSTGRES_SCHEMES:
