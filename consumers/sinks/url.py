@@ -49,6 +49,13 @@ class SinkError(RlmeshStreamError):
     """A sink URL that cannot be used; the message names it and says what to change."""
 
 
+class SinkUnavailable(SinkError):
+    """A store that answered before is away (a server restarting, a failover): the writer
+    retries with back-off (`transient`), then stops saying so."""
+
+    transient = True
+
+
 @dataclass(frozen=True)
 class SinkURL:
     """A parsed `--sink`: a DuckDB file (`path`) or a PostgreSQL DSN (`url`)."""
