@@ -24,7 +24,7 @@ from rlmesh_stream.consumers.runtime import (
 from rlmesh_stream.consumers.sinks import SinkError, SinkURL, open_sink, sink_option
 from rlmesh_stream.schemas.cli_values import MAX_SECONDS, FiniteFloatRange, Text
 from rlmesh_stream.schemas.connection.access import AccessDeniedError
-from rlmesh_stream.schemas.connection.cli_options import check_instance_id, stream_options
+from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
 
 if TYPE_CHECKING:  # imported when used: rich and prometheus_client cost ~0.1 s each
@@ -54,7 +54,7 @@ def _builder_command(name: str) -> click.Command:
                   help="Read a partition whose stored offset is beyond its end (its topic "
                        "was deleted and recreated) again from its first record [default: "
                        "stop with an error naming it].")
-    @click.option("--instance-id", default=None, type=Text(check=check_instance_id),
+    @click.option("--instance-id", default=None, type=Text(),
                   help="Static group membership id: a restarted process takes over at once.")
     @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
                   envvar="RLMESH_STREAM_METRICS_PORT",

@@ -32,11 +32,7 @@ from rlmesh_stream.schemas.connection.config import (
     StreamConfig,
 )
 from rlmesh_stream.schemas.connection.redact import redact_url
-from rlmesh_stream.schemas.contract.topics import (
-    check_kafka_name,
-    check_topic_name,
-    check_topic_prefix,
-)
+from rlmesh_stream.schemas.contract.topics import check_topic_name, check_topic_prefix
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")  # librdkafka's
 SASL_MECHANISMS = ("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -96,11 +92,6 @@ def _is_ip(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def check_instance_id(instance_id: str) -> str:
-    """`instance_id` if Kafka takes it as a group.instance.id (named like a topic)."""
-    return check_kafka_name(instance_id, "group instance id")
 
 
 # A click callback for an option naming one Kafka topic (e.g. --dlq-topic).

@@ -106,23 +106,16 @@ _LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]+")
 
 def check_topic_name(name: str) -> str:
     """`name` if Kafka accepts it as a topic name; else ValueError saying what is wrong."""
-    return check_kafka_name(name, "topic name")
-
-
-def check_kafka_name(name: str, what: str) -> str:
-    """`name` if Kafka accepts it where it names topics and group instance ids (its
-    `Topic.validate` rules: ASCII letters, digits, '.', '_', '-'; 1 to 249 characters; not
-    '.' or '..'); else ValueError saying what is wrong, `what` naming the kind of name."""
     if not name:
-        raise ValueError(f"a {what} cannot be empty")
+        raise ValueError("a topic name cannot be empty")
     if name in (".", ".."):
-        raise ValueError(f"{name!r} cannot be a {what}")
+        raise ValueError(f"{name!r} cannot be a topic name")
     if len(name) > MAX_TOPIC_NAME_CHARS:
-        raise ValueError(f"{what} {name[:40]!r}... is {len(name)} characters long; "
+        raise ValueError(f"topic name {name[:40]!r}... is {len(name)} characters long; "
                          f"Kafka allows {MAX_TOPIC_NAME_CHARS}")
     if not _LEGAL_TOPIC.fullmatch(name):
         bad = sorted({c for c in name if not _LEGAL_TOPIC.fullmatch(c)})
-        raise ValueError(f"{what} {name!r} contains {''.join(bad)!r}: Kafka allows only "
+        raise ValueError(f"topic name {name!r} contains {''.join(bad)!r}: Kafka allows only "
                          "ASCII letters, digits, '.', '_' and '-'")
     return name
 
