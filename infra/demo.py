@@ -361,7 +361,6 @@ def claim_out_dir(out_dir: Path) -> None:
                                    f"{exc.strerror or exc}") from None
 
 
-
 def run_demo(config: StreamConfig, episodes: int, out_dir: Path, start_stack: bool,
              say: Callable[[str], None]) -> None:
     """The demo's five steps (the module docstring), reported through `say`."""

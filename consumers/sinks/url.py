@@ -5,13 +5,14 @@ too, and every way a URL can be wrong becomes one `SinkError` whose message name
 the URL and what to change (the CLIs print it as one `Error:` line):
 
 - `duckdb:///abs/path.duckdb` or `duckdb://relative/path.duckdb`: a DuckDB file.
-  A missing path (`duckdb://`), `:memory:`, a directory, a missing folder, a file
-  that is not a DuckDB database (an empty one too), a file another process holds
-  the write lock on, and a file that cannot be written are refused before anything
-  is consumed into them.
+  A missing path (`duckdb://`), `:memory:`, a path no file system takes or inside an
+  export's `.rlmesh-export`, a directory, a missing folder, a file that is not a DuckDB
+  database (an empty one too), a file another process holds the write lock on, and a
+  file that cannot be written are refused before anything is consumed into them.
 - `postgresql://user@host/db` (or `postgres://`): a PostgreSQL database; a server
   that cannot be reached is one line naming the URL without its password.
-- anything else (`mysql://...`, a bare path) is refused, naming the two forms.
+- anything else (`mysql://...`, a bare path) is refused, naming the two forms, as is a
+  URL that is no text (empty, a control character, not UTF-8, over 4 KiB).
 
 The drivers are imported only when a URL of their kind is opened, so the module
 costs nothing where neither DuckDB nor psycopg is installed.
