@@ -11,13 +11,6 @@ episode without its terminal observation is released flagged (never padded),
 one with a missing step is skipped, one its session never completed is
 abandoned. Every skip is counted by reason for the certificate.
 
-An episode is held in memory until its end (~0.4 kB a CartPole step): one that never
-ends would grow the exporter without bound. A single-lane episode holding more than
-`Filters.max_open_steps` steps is skipped as `too_long` when it passes the bound, what
-it held is freed, and the rest of its events are ignored (its key kept in the state, so
-a restart ignores them too). A vector-env session's group steps are held until the
-session ends, unbounded.
-
 Single-lane events (the SDK bridge publishes every lane of a vector env as
 its own lane) place themselves (runtime-events.md §3, "Step numbers"): an
 observation's `step` is the number of steps its episode had taken (the reset
@@ -79,8 +72,6 @@ class Joiner:
         self._dirty: set[str] = set()  # sessions whose state row is to be encoded again
         self._session_rows: dict[str, list[Any]] = {}
         self._first_rows: dict[Unit, list[Any]] = {}
-        # episodes skipped as too long, whose later events are ignored
-        self.too_long: set[Key] = set()
 
     # -- state, for the manifest ---------------------------------------------------------------
 
@@ -98,8 +89,7 @@ class Joiner:
                                            list(s.totals) if s.totals else None, s.exported]
         self._dirty.clear()
         return {"sessions": dict(self._session_rows), "first": list(self._first_rows.values()),
-                "skipped": self.skipped, "skip_examples": self.skip_examples,
-                "too_long": sorted(self.too_long)}
+                "skipped": self.skipped, "skip_examples": self.skip_examples}
 
     def restore(self, state: dict[str, Any], frontier: dict[TP, int]) -> None:
         self.sessions = state["sessions"]
@@ -107,7 +97,6 @@ class Joiner:
         self.kept = set(self._first)
         self.skipped = state["skipped"]
         self.skip_examples = state["skip_examples"]
-        self.too_long = set(state["too_long"])
         self.frontier = frontier
         self._dirty = set(self.sessions)
         self._first_rows = {unit: _first_row(unit, where) for unit, where in self._first.items()}
@@ -127,8 +116,6 @@ class Joiner:
     def add(self, event: Any, where: tuple[str, int, int] | None = None) -> None:
         """One decoded event; `where` (topic, partition, offset) tracks the resume point."""
         unit = _unit_of(event)
-        if unit is not None and unit[0] == "e" and (unit[1], unit[2]) in self.too_long:
-            return  # an episode skipped as too long: none of the rest of it is held
         if where is not None and unit is not None:
             tp = (where[0], where[1])
             if where[2] < self.frontier.get(tp, -1) and unit not in self.kept:
@@ -234,7 +221,6 @@ class Joiner:
             spec = infos.pop(ev.ENV_SPEC_INFO, None)
             ep.env_spec = spec if isinstance(spec, str) else None
             ep.reset_infos = infos
-        self._bound(ep)
 
     def _action(self, e: ev.ActionReceivedEvent) -> None:
         if len(e.episode_record_ids) > 1:
@@ -249,7 +235,6 @@ class Joiner:
             ep.problem = ep.problem or "action_leaves_omitted"
             return
         ep.actions[e.step] = list(e.action)
-        self._bound(ep)
 
     def _step(self, e: ev.StepCompletedEvent) -> None:
         if len(e.rewards) > 1:
@@ -262,20 +247,6 @@ class Joiner:
             return  # a NEXT_STEP roll is not a step of any episode
         ep.steps[e.step] = StepRow(float(e.rewards[0]), bool(e.terminated[0]),
                                    bool(e.truncated[0]), e.infos)
-        self._bound(ep)
-
-    def _bound(self, ep: PendingEpisode) -> None:
-        """Skip `ep` as too long once it holds more steps than the bound, freeing them."""
-        bound = self.filters.max_open_steps
-        if bound is None or max(len(ep.steps), len(ep.actions),
-                                len(ep.observations) - 1) <= bound:
-            return
-        key = (ep.session_id, ep.record_id)
-        del self.pending[key]
-        del self._by_session[ep.session_id][key]
-        self.forget(("e", *key))  # no longer a resume point: its records are not read again
-        self.too_long.add(key)
-        self._skip("too_long", ep)
 
     # -- releasing -----------------------------------------------------------------------------
 

@@ -21,9 +21,6 @@ if TYPE_CHECKING:
 # A Minari dataset id names folders (NAMESPACE/NAME-vN), and the default group holds it:
 # far below any file system's 255 bytes per name.
 MAX_DATASET_ID_CHARS = 200
-DEFAULT_MAX_OPEN_STEPS = 1_000_000
-"""Steps an open episode may hold: ~0.4 GB of CartPole's (docs/reliability.md); longer
-episodes are rare in an offline-RL dataset, and one that never ends is a producer's bug."""
 
 
 @click.group()
@@ -85,12 +82,6 @@ def export() -> None:
               help="Also export the episodes of failed sessions, flagged abandoned.")
 @click.option("--exclude-caution", is_flag=True,
               help="Leave out sessions with a caution relay advisory (else they are tagged).")
-@click.option("--max-open-steps", type=COUNT, default=DEFAULT_MAX_OPEN_STEPS,
-              show_default=True,
-              help="An episode still open with more steps than this is skipped (too_long) "
-                   "and what it held freed: each open episode is held in memory until it "
-                   "ends (~0.4 kB a CartPole step). Single-lane episodes; a vector-env "
-                   "session is held until it ends.")
 def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str | None,
                  table: str | None, warehouse: str | None, dataset_id: str,
                  minari_format: str, authors: tuple[str, ...], author_emails: tuple[str, ...],
@@ -100,8 +91,8 @@ def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str 
                  trust_env_spec: bool,
                  reading: dict[str, Any],
                  env_ids: tuple[str, ...], models: tuple[str, ...],
-                 include_abandoned: bool, exclude_caution: bool, max_open_steps: int,
-                 quiet: bool) -> ConsumerRuntime | None:
+                 include_abandoned: bool, exclude_caution: bool, quiet: bool
+                 ) -> ConsumerRuntime | None:
     """Join the step, action, observation and episode events into whole episodes."""
     # A library missing here is named, with its extra, by the root command.
     from rlmesh_stream.consumers.datasets.episodes import Filters
@@ -130,8 +121,7 @@ def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str 
                                    "(minari.get_normalized_score needs both)")
         options = ExportOptions(out=out, fmt=fmt, dataset_id=dataset_id, filters=Filters(
             env_ids=env_ids, models=models, include_abandoned=include_abandoned,
-            exclude_caution=exclude_caution, max_open_steps=max_open_steps),
-            minari_format=minari_format,
+            exclude_caution=exclude_caution), minari_format=minari_format,
             max_episode_steps=max_episode_steps, trust_env_spec=trust_env_spec,
             iceberg=target, group=reading["group_id"],
             minari_metadata={
@@ -196,8 +186,6 @@ SKIP_HINTS = {
                   "flag keeps them",
     "no_reset_observation": "no reset observation was published: no flag keeps them",
     "empty": "no steps",
-    "too_long": "held more than --max-open-steps steps while still open (what they held "
-                "was freed, the rest of them ignored): raise --max-open-steps to keep them",
     "observation_leaves_omitted": "the producer's size cap dropped their leaves: raise its "
                                   "leaves_max_bytes",
     "action_leaves_omitted": "the producer's size cap dropped their leaves: raise its "

@@ -98,9 +98,6 @@ class Filters:
     models: tuple[str, ...] = ()
     include_abandoned: bool = False
     exclude_caution: bool = False
-    # An open single-lane episode holding more steps than this is skipped (`too_long`) and
-    # what it held freed: the joiner keeps an episode until its end (None: no bound)
-    max_open_steps: int | None = None
 
     def wants(self, route: dict[str, Any]) -> bool:
         return ((not self.env_ids or route["env_id"] in self.env_ids)

@@ -29,7 +29,6 @@ def dump(joiner_state: dict[str, Any], certificate: Certificate) -> dict[str, An
         "first": joiner_state["first"],
         "skipped": dict(joiner_state["skipped"]),
         "skip_examples": dict(joiner_state["skip_examples"]),
-        "too_long": [list(key) for key in joiner_state["too_long"]],
         # copies: the store keeps these values as the committed state, the certificate
         # goes on changing
         "certificate": {"producers": {k: {"ranges": list(map(list, v["ranges"])),
@@ -67,8 +66,6 @@ def load(data: Any, source: str) -> dict[str, Any]:
         return {"sessions": sessions, "first": first,
                 "skipped": Counter({str(k): int(v) for k, v in data["skipped"].items()}),
                 "skip_examples": {str(k): str(v) for k, v in data["skip_examples"].items()},
-                # absent from a state written before open episodes were bounded
-                "too_long": [(str(s), str(r)) for s, r in data.get("too_long", [])],
                 "certificate": certificate}
     except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
         raise DatasetError(f"{source} is not a valid export state ({type(exc).__name__}: "

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import gymnasium as gym
 import numpy as np
 
@@ -208,52 +206,3 @@ def test_a_caution_advisory_read_after_its_sessions_episodes_were_written_is_cou
 
     assert not released.caution
     assert joiner.skipped["exported_before_their_caution_advisory"] == 1
-
-
-def _open(steps: int) -> list[object]:
-    """An episode's events without its end: started, reset, then `steps` steps."""
-    return [e for e in _episode(steps) if not isinstance(
-        e, (ev.EpisodeCompletedEvent, ev.SessionEndedEvent))]
-
-
-def test_an_open_episode_past_the_step_bound_is_skipped_as_too_long_and_freed():
-    joiner = Joiner(Filters(max_open_steps=50))
-    for e in _open(51):
-        joiner.add(e, ("t", 0, 0))
-
-    assert joiner.pending == {} and joiner.skipped == {"too_long": 1}
-    assert joiner.resume_offsets({("t", 0): 900}) == {("t", 0): 900}  # nothing held back
-    for e in _episode(60):  # all of it again, its later steps and its end: ignored
-        joiner.add(e, ("t", 0, 1))
-    assert joiner.pending == {} and joiner.release(final=True) == []
-    assert joiner.skipped == {"too_long": 1}
-
-
-def test_an_episode_of_exactly_the_bound_is_released():
-    joiner = Joiner(Filters(max_open_steps=50))
-    for e in _episode(50):
-        joiner.add(e)
-
-    (episode,) = joiner.release()
-
-    assert episode.length == 50 and not joiner.skipped
-
-
-def test_a_restart_still_ignores_the_rest_of_an_episode_skipped_as_too_long():
-    from rlmesh_stream.consumers.datasets import state
-    from rlmesh_stream.consumers.datasets.manifest import Certificate
-
-    before = Joiner(Filters(max_open_steps=50))
-    for e in _open(51):
-        before.add(e)
-    saved = json.loads(json.dumps(state.dump(before.state(), Certificate())))
-
-    after = Joiner(Filters(max_open_steps=50))
-    restored = state.load(saved, "test")
-    restored.pop("certificate")
-    after.restore(restored, {})
-    for e in _episode(60):  # read again from its start, and its end
-        after.add(e, ("t", 0, 5))
-
-    assert after.pending == {} and after.release(final=True) == []
-    assert after.skipped == {"too_long": 1}
