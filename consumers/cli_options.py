@@ -20,9 +20,8 @@ from typing import Any, Protocol, TypeVar
 
 import click
 
+from rlmesh_stream.schemas.cli_values import NON_NEGATIVE, POSITIVE, Text
 from rlmesh_stream.schemas.connection.cli_options import (
-    NON_NEGATIVE,
-    POSITIVE,
     SharedOption,
     shared_options_last,
     topic_name_callback,
@@ -70,7 +69,7 @@ def reading_options(*, default_group: str, store: str, until_end_help: str) -> C
     the records it dead-lettered, in one line.
     """
     options = [
-        shared_option("--group", "group_id", default=None,
+        shared_option("--group", "group_id", default=None, type=Text(),
                      help=f"Consumer group id [default: {default_group}]"),
         shared_option("--from-beginning", is_flag=True,
                      help=f"Start partitions the {store} has no offset for at the earliest "
@@ -87,7 +86,7 @@ def reading_options(*, default_group: str, store: str, until_end_help: str) -> C
         shared_option("--max-batch", default=20_000, show_default=True,
                      type=click.IntRange(1, MAX_BATCH_LIMIT),
                      help="Records per checkpoint at most (held in memory until it commits)."),
-        shared_option("--dlq-topic", default=None, callback=topic_name_callback,
+        shared_option("--dlq-topic", default=None, type=Text(), callback=topic_name_callback,
                      help="Dead-letter topic [default: <prefix>.dlq]"),
         shared_option("--quiet", is_flag=True, help="No progress output."),
     ]

@@ -22,8 +22,9 @@ from rlmesh_stream.consumers.runtime import (
     RuntimeOptions,
 )
 from rlmesh_stream.consumers.sinks import SinkError, SinkURL, open_sink, sink_option
+from rlmesh_stream.schemas.cli_values import MAX_SECONDS, FiniteFloatRange, Text
 from rlmesh_stream.schemas.connection.access import AccessDeniedError
-from rlmesh_stream.schemas.connection.cli_options import FiniteFloatRange, stream_options
+from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
 
 if TYPE_CHECKING:  # imported when used: rich and prometheus_client cost ~0.1 s each
@@ -47,13 +48,13 @@ def _builder_command(name: str) -> click.Command:
                                     "seen at start.")
     @click.option("--steps", is_flag=True, help="episodes: also build the per-lane-step table.")
     @click.option("--window", "window_s", default=60.0, show_default=True,
-                  type=FiniteFloatRange(min=MIN_WINDOW_S),
+                  type=FiniteFloatRange(min=MIN_WINDOW_S, max=MAX_SECONDS),
                   help="telemetry: tumbling window, seconds.")
     @click.option("--reset-recreated", is_flag=True,
                   help="Read a partition whose stored offset is beyond its end (its topic "
                        "was deleted and recreated) again from its first record [default: "
                        "stop with an error naming it].")
-    @click.option("--instance-id", default=None,
+    @click.option("--instance-id", default=None, type=Text(),
                   help="Static group membership id: a restarted process takes over at once.")
     @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
                   envvar="RLMESH_STREAM_METRICS_PORT",

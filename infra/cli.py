@@ -30,6 +30,7 @@ from typing import Any
 
 import click
 
+from rlmesh_stream.schemas.cli_values import shown
 from rlmesh_stream.schemas.connection.redact import redact_url
 from rlmesh_stream.schemas.errors import RlmeshStreamError
 
@@ -117,10 +118,11 @@ class LazyGroup(click.Group):
 
     A missing extra is named; whatever else a command fails with is shown as one
     `Error:` line with every URL password redacted (a registry URL can carry one): a
-    `ClickException`'s message, or for anything unexpected its type and message (the
-    traceback with RLMESH_STREAM_TRACEBACK=1). Bad input on the command line of any
-    command is one line on stderr too: click's usage block above the error is left out
-    (the line says where help is).
+    `ClickException`'s message, for an `OSError` the file and the system's reason (never
+    `OSError: [Errno 36] ...` with a 5 000-character name), or for anything else
+    unexpected its type and message (the traceback with RLMESH_STREAM_TRACEBACK=1). Bad
+    input on the command line of any command is one line on stderr too: click's usage
+    block above the error is left out (the line says where help is).
     """
 
     def make_context(self, info_name: str | None, args: list[str],
@@ -203,6 +205,9 @@ def _one_line(exc: Exception) -> Exception:
         return exc
     if _is_sink_error(exc):  # a --sink no command caught: its message is the whole story
         return click.ClickException(redact_url(str(exc)))
+    if isinstance(exc, OSError) and exc.strerror:  # the file and the system's reason
+        where = f" {shown(os.fsdecode(exc.filename))}" if exc.filename is not None else ""
+        return click.ClickException(redact_url(f"cannot use{where}: {exc.strerror}"))
     return click.ClickException(redact_url(f"{type(exc).__name__}: {exc}"))
 
 

@@ -340,12 +340,32 @@ def _join(sink_url: str, log_path: Path, out: Path, say: Callable[[str], None]) 
 
 # --------------------------------------------------------------------------- the run
 
+OUT_MARKER = ".rlmesh-demo"
+"""The file that marks a folder as the demo's: a run replaces what an earlier one wrote
+there (its store, its TensorBoard runs), so it writes only into a folder that is new,
+empty or marked."""
+
+
+def claim_out_dir(out_dir: Path) -> None:
+    """Make `out_dir` the demo's, or refuse one holding files it did not write (the demo
+    removes its earlier store and TensorBoard runs, which in a user's folder are theirs)."""
+    if out_dir.is_dir() and not (out_dir / OUT_MARKER).exists() and any(out_dir.iterdir()):
+        raise click.ClickException(f"--out {out_dir} holds files the demo did not write: "
+                                   "name a new or empty folder (a demo run replaces what "
+                                   "an earlier one wrote there)")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / OUT_MARKER).touch()
+    except OSError as exc:
+        raise click.ClickException(f"cannot write to --out {out_dir}: "
+                                   f"{exc.strerror or exc}") from None
+
 
 def run_demo(config: StreamConfig, episodes: int, out_dir: Path, start_stack: bool,
              say: Callable[[str], None]) -> None:
     """The demo's five steps (the module docstring), reported through `say`."""
     started = time.monotonic()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    claim_out_dir(out_dir)
     config = _ensure_stack(config, start_stack, say)
     prefix = f"demo-{uuid.uuid4().hex[:8]}.rlmesh.runtime"
     config = config.with_prefix(prefix)

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from rlmesh_stream.infra.demo import CONCURRENT_SESSIONS, run_demo
+from rlmesh_stream.schemas.cli_values import output_dir
 from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
 
@@ -17,7 +18,7 @@ from rlmesh_stream.schemas.connection.config import StreamConfig
               help="Episodes per session (each checkpoint runs "
               f"{CONCURRENT_SESSIONS} concurrent sessions).")
 @click.option("--out", "out_dir", default="rlmesh-demo", show_default=True,
-              type=click.Path(file_okay=False, path_type=Path),
+              type=output_dir(),
               help="Directory for the store, reports, training log and plot.")
 @click.option("--start-stack/--no-start-stack", default=True, show_default=True,
               help="Start the local stack when nothing answers at the default address.")

@@ -21,6 +21,7 @@ import click
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from rlmesh_stream.schemas.cli_values import MAX_SECONDS, FiniteFloatRange, Text, output_dir
 from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.avro import load_schema
@@ -172,14 +173,15 @@ def catalog(check_only: bool) -> None:
 @click.option("--engine", type=click.Choice(["flink", "spark"]), required=True,
               help="Flink SQL CREATE TABLEs (and a view per consumer table), or Spark reader "
                    "schemas and a read snippet.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out_dir", type=output_dir(),
               help="Write one file per topic here instead of printing.")
 @click.option("--bounded", is_flag=True,
               help="Flink: stop at the end offsets seen at job start (a batch read).")
-@click.option("--jdbc-url", metavar="URL",
+@click.option("--jdbc-url", metavar="URL", type=Text(),
               help="Flink: also write sinks.sql (every view upserted into PostgreSQL at this "
                    "JDBC URL by a streaming job) and postgres_tables.sql (its tables).")
-@click.option("--window", "window_s", type=float, default=60.0, show_default=True,
+@click.option("--window", "window_s", default=60.0, show_default=True,
+              type=FiniteFloatRange(min=0, min_open=True, max=MAX_SECONDS),
               help="Flink: the telemetry_rollups view's tumbling window, seconds (as "
                    "`consume telemetry --window`).")
 @stream_options

@@ -9,6 +9,7 @@ from urllib.parse import urlparse
 import click
 
 from rlmesh_stream.infra.smoke import SmokeError, run_smoke
+from rlmesh_stream.schemas.cli_values import PathValue
 from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.connection.redact import redact_secrets, redact_url
@@ -22,7 +23,7 @@ def _port(address: str, default: int) -> int:
 @stream_options
 @click.option("--up/--no-up", "start", default=True, show_default=True,
               help="Start the local stack first, on the ports of --bootstrap/--registry-url.")
-@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--home", type=PathValue(file_okay=False), default=None,
               envvar="RLMESH_STREAM_HOME", help="Local stack directory (with --up).")
 def smoke(config: StreamConfig, start: bool, home: Path | None) -> None:
     """Register a schema, produce one Avro record and read it back."""

@@ -18,6 +18,7 @@ import click
 
 from rlmesh_stream.infra.errors import StackError
 from rlmesh_stream.infra.stack import HOME_ENV, LocalStack, StackInfo, default_home
+from rlmesh_stream.schemas.cli_values import COUNT_OR_ZERO, PathValue
 
 
 def _stack_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -32,9 +33,10 @@ def _stack_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 PORT = click.IntRange(1, 65535)  # a TCP port
+MAX_BROKERS = 9  # a JVM each, on one machine
 
 home_option = click.option(
-    "--home", type=click.Path(file_okay=False, path_type=Path), envvar=HOME_ENV,
+    "--home", type=PathValue(file_okay=False), envvar=HOME_ENV,
     show_envvar=True, default=None,
     help="Stack directory (data, logs, state). [default: ~/.cache/rlmesh-stream/stack]",
 )
@@ -68,7 +70,7 @@ def infra() -> None:
 @click.option("--controller-port", type=PORT, help="KRaft controller port. [default: free port]")
 @click.option("--management-port", type=PORT,
               help="Registry management (health) port. [default: free port]")
-@click.option("--brokers", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--brokers", type=click.IntRange(1, MAX_BROKERS), default=1, show_default=True,
               envvar="RLMESH_STREAM_BROKERS", show_envvar=True,
               help="1: one combined node. 3 or more: a KRaft cluster (quorum of 3, topics "
                    "at replication factor 3, min.insync.replicas 2) on --kafka-port and up.")
@@ -119,7 +121,7 @@ def status(home: Path | None, as_json: bool) -> None:
 @home_option
 @click.option("--server", type=click.Choice(["kafka", "registry", "all"]), default="all",
               show_default=True)
-@click.option("-n", "--lines", type=int, default=50, show_default=True)
+@click.option("-n", "--lines", type=COUNT_OR_ZERO, default=50, show_default=True)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (Ctrl-C stops).")
 def logs(home: Path | None, server: str, lines: int, follow: bool) -> None:
     """Show the servers' log files."""

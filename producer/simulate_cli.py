@@ -9,13 +9,19 @@ from typing import Any
 
 import click
 
-from rlmesh_stream.schemas.connection.cli_options import (
+from rlmesh_stream.schemas.cli_values import (
+    COUNT_OR_ZERO,
     NON_NEGATIVE,
     POSITIVE,
     FiniteFloatRange,
-    stream_options,
+    output_dir,
+    output_file,
 )
+from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
+
+MAX_LANES = 4096
+"""Lanes of one simulated vector env at most: each is state held for the whole run."""
 
 
 class _Waiting:
@@ -53,25 +59,26 @@ class _Waiting:
 
 
 @click.command("simulate")
-@click.option("--sessions", default=8, show_default=True, type=click.IntRange(min=0),
+@click.option("--sessions", default=8, show_default=True, type=COUNT_OR_ZERO,
               help="Sessions (routes) to simulate.")
-@click.option("--lanes", default=4, show_default=True, type=click.IntRange(min=1),
+@click.option("--lanes", default=4, show_default=True, type=click.IntRange(1, MAX_LANES),
               help="Vector env lanes per session.")
-@click.option("--episodes", default=5, show_default=True, type=click.IntRange(min=0),
+@click.option("--episodes", default=5, show_default=True, type=COUNT_OR_ZERO,
               help="Episode starts per session (its budget).")
-@click.option("--lane-driven", default=0, show_default=True, type=click.IntRange(min=0),
+@click.option("--lane-driven", default=0, show_default=True, type=click.IntRange(0, MAX_LANES),
               help="Extra lane-driven sessions: one per lane of one shared endpoint "
                    "(route.lane set).")
-@click.option("--seed", default=0, show_default=True, help="Same seed, same events.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(-2**63, 2**63 - 1),
+              help="Same seed, same events.")
 @click.option("--rate", type=POSITIVE, default=None,
               help="Events per second to emit at (default: as fast as possible).")
 @click.option("--failure-rate", type=FiniteFloatRange(0, 1), default=0.15, show_default=True,
               help="Fraction of sessions that fail midway.")
 @click.option("--format", "fmt", type=click.Choice(["avro", "protobuf"]), default="avro",
               show_default=True, help="Wire format of the payloads.")
-@click.option("--spool-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--spool-dir", type=output_dir(), default=None,
               help="Spill to this directory when Kafka cannot keep up (default: drop).")
-@click.option("--manifest", "manifest_path", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--manifest", "manifest_path", type=output_file(),
               default=None, help="Write the manifest JSON here (default: print a summary only).")
 @click.option("--flush-timeout", type=NON_NEGATIVE, default=60.0, show_default=True,
               help="Seconds to wait for delivery at the end.")

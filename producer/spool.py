@@ -106,9 +106,14 @@ class Spool:
     # -- start-up ----------------------------------------------------------
 
     def _adopt_orphans(self) -> int:
-        """Queue the segments of every sibling directory whose process is gone."""
+        """Queue the segments of every sibling directory whose process is gone.
+
+        A sibling is a spool's only if it holds the lock file every owner creates first:
+        a spool directory shared with other files (a user's folder, a mistyped path)
+        never has its other folders locked, emptied or removed."""
         siblings = [p for p in self.root.iterdir()
-                    if p.is_dir() and p != self.directory and p.name != SET_ASIDE_DIR]
+                    if p.is_dir() and p != self.directory and p.name != SET_ASIDE_DIR
+                    and (p / _LOCK_NAME).is_file()]
         recovered = 0
         for sibling in sorted(siblings, key=lambda p: p.stat().st_mtime):
             try:

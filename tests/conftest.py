@@ -11,7 +11,7 @@ Which stack, in order:
 
 Tests that use the `stack` fixture (or another that starts Kafka: `KAFKA_FIXTURES`) are
 marked `stack` automatically, and those that use a
-PostgreSQL server (`postgres`, `postgres_dsn`) `postgres`, so `make check`
+PostgreSQL server (`postgres`, `postgres_dsn`, `restartable_postgres`) `postgres`, so `make check`
 (`pytest -m "not stack and not postgres"`) runs only the tests that need no servers.
 
 When a test fails and the stack is the local one, its report gets the tail of the
@@ -24,20 +24,18 @@ PostgreSQL: `postgres` is a throwaway server from the Debian `postgresql` packag
 binaries, started the first time a test asks for it and stopped at the end of the run
 (initdb into a temporary directory, run as the `postgres` OS user when the tests run as
 root, since PostgreSQL refuses to run as root), listening on 127.0.0.1 and a free port
-with its socket in the same temporary directory; `postgres_dsn` is a fresh database of
-its own for one test. `RLMESH_STREAM_TEST_POSTGRES_DSN` points the tests at an existing
-server instead.
+with its socket in the same temporary directory (tests/pg_server.py); `postgres_dsn` is a
+fresh database of its own for one test. `RLMESH_STREAM_TEST_POSTGRES_DSN` points the tests
+at an existing server instead. `restartable_postgres` is a server of one test's own, which
+it may stop and start (always a throwaway one).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import glob
 import os
 import shutil
-import subprocess
-import tempfile
 import uuid
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
@@ -49,6 +47,7 @@ import pytest
 
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from tests import loopback
+from tests.pg_server import ThrowawayPostgres, pg_bin
 
 if TYPE_CHECKING:
     from rlmesh_stream.infra.stack import LocalStack
@@ -78,7 +77,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.stack)
         if TOOL_FIXTURES.intersection(fixtures):
             item.add_marker(pytest.mark.tools)
-        if "postgres" in fixtures or "postgres_dsn" in fixtures:
+        if {"postgres", "postgres_dsn", "restartable_postgres"} & set(fixtures):
             item.add_marker(pytest.mark.postgres)
 
 
@@ -186,18 +185,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 # -- PostgreSQL --------------------------------------------------------------------------------
 
 
-def _pg_bin() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    if found:
-        return Path(found[-1]).parent
-    initdb = shutil.which("initdb")
-    return Path(initdb).parent if initdb else None
-
-
-def _as_postgres(cmd: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
-
-
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[str]:
     """A DSN of a PostgreSQL server for the whole run (the `postgres` database)."""
@@ -205,42 +192,38 @@ def postgres() -> Iterator[str]:
     if dsn:
         yield dsn
         return
-    bindir = _pg_bin()
+    server = _throwaway_postgres()
+    try:
+        server.start()
+        yield server.dsn
+    finally:
+        server.remove()
+        atexit.unregister(server.remove)
+
+
+def _throwaway_postgres() -> ThrowawayPostgres:
+    """A new server (not started), removed at exit even if pytest skips its teardown; a
+    skip when PostgreSQL is not installed."""
+    bindir = pg_bin()
     if bindir is None:
         pytest.skip("no PostgreSQL: apt-get install postgresql, or set "
                     "RLMESH_STREAM_TEST_POSTGRES_DSN")
-    from rlmesh_stream.infra.proc import free_port
+    server = ThrowawayPostgres(bindir)
+    atexit.register(server.remove)
+    return server
 
-    root = Path(tempfile.mkdtemp(prefix="rlmesh-pg-"))
-    data, sock = root / "data", root / "sock"
 
-    def stop() -> None:
-        if data.exists():
-            subprocess.run(_as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-m",
-                                         "immediate", "-w", "stop"]), capture_output=True,
-                           check=False)
-        shutil.rmtree(root, ignore_errors=True)
-
-    # Like the stack: stopped even if pytest exits without running fixture teardown.
-    atexit.register(stop)
+@pytest.fixture
+def restartable_postgres() -> Iterator[ThrowawayPostgres]:
+    """A PostgreSQL server of this test's own, started, which it may stop and start (a
+    server restart); never the shared one, whose other clients would see it go."""
+    server = _throwaway_postgres()
     try:
-        sock.mkdir()
-        if os.geteuid() == 0:
-            shutil.chown(root, "postgres")
-            shutil.chown(sock, "postgres")
-        port = free_port()
-        subprocess.run(_as_postgres([str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
-                                     "-A", "trust", "--no-sync"]),
-                       check=True, capture_output=True)
-        options = (f"-c listen_addresses=127.0.0.1 -p {port} -k {sock} -c fsync=off "
-                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=100")
-        subprocess.run(_as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-o", options,
-                                     "-l", str(root / "log"), "-w", "start"]),
-                       check=True, capture_output=True)
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        server.start()
+        yield server
     finally:
-        stop()
-        atexit.unregister(stop)
+        server.remove()
+        atexit.unregister(server.remove)
 
 
 @pytest.fixture

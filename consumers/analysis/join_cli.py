@@ -22,6 +22,14 @@ from rlmesh_stream.consumers.analysis.join import (
 )
 from rlmesh_stream.consumers.analysis.reports import FORMATS, Column, Report, render
 from rlmesh_stream.consumers.sinks import SinkError, SinkURL, sink_option
+from rlmesh_stream.schemas.cli_values import (
+    COUNT,
+    NON_NEGATIVE,
+    PathValue,
+    Text,
+    output_dir,
+    output_file,
+)
 from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
 
@@ -36,18 +44,18 @@ dominates what a user waits for."""
 @sink_option("Store URL: duckdb:///path.duckdb, or postgresql://user@host/db (through "
              "DuckDB's postgres extension when installed, else a copy of the episodes).")
 @click.option("--log", "log_path", default=None,
-              type=click.Path(exists=True, path_type=Path),
+              type=PathValue(exists=True),
               help="Training log: JSONL, CSV or Parquet file, or a TensorBoard log directory "
                    "(searched for events.out.tfevents.*; one run per subdirectory) or event "
                    "file.")
-@click.option("--mlflow-run", "mlflow_runs", multiple=True, metavar="RUN_ID",
+@click.option("--mlflow-run", "mlflow_runs", multiple=True, metavar="RUN_ID", type=Text(),
               help="Training log: the metric histories of this MLflow run (repeatable; "
                    "instead of --log).")
-@click.option("--mlflow-tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None,
+@click.option("--mlflow-tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, type=Text(),
               show_envvar=True,
               help="MLflow tracking store (sqlite:///mlflow.db, a directory, http://server) "
                    "for --mlflow-run and --to-mlflow-run.")
-@click.option("--checkpoint-step", default=None, metavar="REGEX",
+@click.option("--checkpoint-step", default=None, metavar="REGEX", type=Text(),
               help="--by key for step-indexed logs (TensorBoard, MLflow): the regex's first "
                    "group (or group 'step') is the training step in the episode's "
                    r"checkpoint id, e.g. 'ckpt-(\d+)'.")
@@ -57,41 +65,42 @@ dominates what a user waits for."""
               show_default=True,
               help="key: episode model id = the log's checkpoint; asof: the latest log row "
                    "at or before each episode's time.")
-@click.option("--episode-key", default="model_component_id", show_default=True,
+@click.option("--episode-key", default="model_component_id", show_default=True, type=Text(),
               help="Episode column matched to the checkpoint column (--by key).")
 @click.option("--episode-time", type=click.Choice(["started_at", "completed_at"]),
               default="started_at", show_default=True,
               help="Episode time matched against the log's time (--by asof).")
-@click.option("--match", "asof_match", default=None, metavar="EPISODE_COL=LOG_COL",
+@click.option("--match", "asof_match", default=None, metavar="EPISODE_COL=LOG_COL", type=Text(),
               help="--by asof (or --by key with --checkpoint-step): only log rows whose "
                    "LOG_COL equals the episode's EPISODE_COL (e.g. model_component_id=run, "
                    "for actors each following their own run).")
-@click.option("--step-column", default="step", show_default=True,
+@click.option("--step-column", default="step", show_default=True, type=Text(),
               help="Log column with the training step (the plot's x axis).")
-@click.option("--time-column", default="time", show_default=True,
+@click.option("--time-column", default="time", show_default=True, type=Text(),
               help="Log column with the wall-clock time of each row (--by asof).")
-@click.option("--checkpoint-column", default="checkpoint", show_default=True,
+@click.option("--checkpoint-column", default="checkpoint", show_default=True, type=Text(),
               help="Log column with the checkpoint or model id.")
-@click.option("--metric", default="loss", show_default=True,
+@click.option("--metric", default="loss", show_default=True, type=Text(allow_empty=True),
               help="Training metric column shown next to each checkpoint: a column, "
                    "TensorBoard tag or MLflow metric, e.g. train/loss ('' for none).")
-@click.option("--log-timezone", default=None,
+@click.option("--log-timezone", default=None, type=Text(),
               help="IANA zone of log timestamps written without a UTC offset (e.g. UTC).")
 @click.option("--epoch-unit", type=click.Choice(["s", "ms", "us"]), default="s",
               show_default=True, help="Unit of numeric (epoch) log times.")
-@click.option("--table", default=None,
+@click.option("--table", default=None, type=Text(),
               help="Write the joined episodes into the store as this table "
                    "(needs the store's write lock).")
-@click.option("--export", "export_path", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--export", "export_path", type=output_file(),
               default=None, help="Write the joined episodes to a .csv or .parquet file.")
-@click.option("--plot", "plot_prefix", type=click.Path(path_type=Path), default=None,
+@click.option("--plot", "plot_prefix", type=PathValue(output=True, parents=True),
+              default=None,
               help="Write PREFIX.png and PREFIX.svg: success and reward per checkpoint "
                    "against training step, the metric on a second axis.")
-@click.option("--to-tensorboard", "to_tensorboard", type=click.Path(path_type=Path),
+@click.option("--to-tensorboard", "to_tensorboard", type=output_dir(),
               default=None, help="Write eval/* scalars per checkpoint at its training step "
                                  "into this TensorBoard run directory (replacing the previous "
                                  "join's eval file there).")
-@click.option("--to-mlflow-run", "to_mlflow_run", default=None, metavar="RUN_ID",
+@click.option("--to-mlflow-run", "to_mlflow_run", default=None, metavar="RUN_ID", type=Text(),
               help="Log eval/* metrics per checkpoint at its training step into this MLflow "
                    "run (points it already has are skipped).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
@@ -101,13 +110,13 @@ dominates what a user waits for."""
                    "--sink, a DuckDB file only it writes) and the growing log, and write "
                    "each checkpoint's eval point once its evaluation is complete "
                    "(docs/training-logs.md). Stops on SIGTERM or Ctrl-C.")
-@click.option("--eval-episodes", type=click.IntRange(min=1), default=None, metavar="N",
+@click.option("--eval-episodes", type=COUNT, default=None, metavar="N",
               help="--follow: a checkpoint is complete once N of its episodes are final "
                    "[default: once every session that ran it has ended].")
-@click.option("--quiet-seconds", type=click.FloatRange(min=0), default=None, metavar="S",
+@click.option("--quiet-seconds", type=NON_NEGATIVE, default=None, metavar="S",
               help="--follow: a checkpoint is also complete once none of its episodes "
                    "changed for S seconds.")
-@click.option("--group", "group_id", default=FOLLOW_GROUP, show_default=True,
+@click.option("--group", "group_id", default=FOLLOW_GROUP, show_default=True, type=Text(),
               help="--follow: its consumer group (offsets stored in --sink).")
 @stream_options
 def join(config: StreamConfig, sink: SinkURL, log_path: Path | None, mlflow_runs: tuple[str, ...],

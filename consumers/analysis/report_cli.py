@@ -6,7 +6,6 @@ transactions, so running one next to a live consumer can never corrupt it.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +26,7 @@ from rlmesh_stream.consumers.analysis.reports import (
 )
 from rlmesh_stream.consumers.analysis.reports.store import Store
 from rlmesh_stream.consumers.sinks import SinkError, SinkURL, sink_option
+from rlmesh_stream.schemas.cli_values import Text, output_file
 
 GATE_EXIT_CODE = 3
 """Exit status of `report advisories --fail-on` when the gate trips.
@@ -36,25 +36,8 @@ pipeline can tell "the model saw converted data" from "the report broke".
 """
 
 
-def _writable_file(ctx: click.Context, param: click.Parameter, value: Path | None
-                   ) -> Path | None:
-    """--output: a file whose folder exists and can be written, checked before any query."""
-    if value is None:
-        return value
-    folder = value.parent
-    if not folder.is_dir():
-        raise click.BadParameter(f"folder {str(folder)!r} does not exist", ctx=ctx,
-                                 param=param)
-    if not os.access(folder, os.W_OK | os.X_OK) or (value.exists()
-                                                    and not os.access(value, os.W_OK)):
-        raise click.BadParameter(f"{str(value)!r} cannot be written (permission denied)",
-                                 ctx=ctx, param=param)
-    return value
-
-
 def _common(func: Callable[..., Any]) -> Callable[..., Any]:
-    func = click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
-                        callback=_writable_file,
+    func = click.option("--output", "-o", type=output_file(),
                         help="Write the report to FILE instead of standard output.")(func)
     func = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                         show_default=True, help="Output format.")(func)
@@ -93,9 +76,9 @@ def report() -> None:
 @click.option("--fail-on", type=click.Choice(["caution", "info"]), default=None,
               help=f"Exit with status {GATE_EXIT_CODE} when any advisory is this severe "
                    "or worse ('info' trips on info and caution).")
-@click.option("--env", "envs", multiple=True,
+@click.option("--env", "envs", multiple=True, type=Text(),
               help="Only this env id (repeatable); default: every env.")
-@click.option("--model", "models", multiple=True,
+@click.option("--model", "models", multiple=True, type=Text(),
               help="Only this model component id (repeatable); default: every model.")
 def advisories_cmd(sink: SinkURL, fmt: str, output: Path | None, fail_on: str | None,
                    envs: tuple[str, ...], models: tuple[str, ...]) -> None:
@@ -125,9 +108,9 @@ def delivery_cmd(sink: SinkURL, fmt: str, output: Path | None) -> None:
 
 @report.command("telemetry")
 @_common
-@click.option("--op", "ops", multiple=True,
+@click.option("--op", "ops", multiple=True, type=Text(),
               help="Only this operation, e.g. model.predict (repeatable).")
-@click.option("--metric", "metrics", multiple=True,
+@click.option("--metric", "metrics", multiple=True, type=Text(),
               help="Only this metric, e.g. rpc.total (repeatable).")
 def telemetry_cmd(sink: SinkURL, fmt: str, output: Path | None, ops: tuple[str, ...],
                   metrics: tuple[str, ...]) -> None:

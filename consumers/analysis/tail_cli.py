@@ -7,6 +7,7 @@ import sys
 import click
 
 from rlmesh_stream.consumers.analysis.tail import TailError, run_tail
+from rlmesh_stream.schemas.cli_values import COUNT, Text
 from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.connection.redact import redact_url
@@ -16,12 +17,13 @@ from rlmesh_stream.schemas.contract.topics import EventType
 @click.command()
 @stream_options
 @click.argument("event", type=click.Choice([et.value for et in EventType]))
-@click.option("--session", "session_id", default=None, help="Only this session's events.")
+@click.option("--session", "session_id", default=None, type=Text(),
+              help="Only this session's events.")
 @click.option("--from-beginning", is_flag=True,
               help="Start at the oldest retained record instead of new records only.")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON document per event (bytes base64), with topic/partition/offset.")
-@click.option("-c", "--count", type=click.IntRange(min=1), default=None,
+@click.option("-c", "--count", type=COUNT, default=None,
               help="Exit after printing this many events.")
 @click.option("-e", "--exit-at-end", is_flag=True,
               help="Exit once every partition has been read to its end.")

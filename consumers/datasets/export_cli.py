@@ -11,6 +11,7 @@ import click
 
 from rlmesh_stream.consumers.cli_options import reading_options
 from rlmesh_stream.consumers.datasets import DEFAULT_MAX_HELD_STEPS
+from rlmesh_stream.schemas.cli_values import COUNT, FiniteFloatRange, Text, output_dir
 from rlmesh_stream.schemas.connection.access import AccessDeniedError
 from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
@@ -18,6 +19,10 @@ from rlmesh_stream.schemas.connection.redact import redact_secrets, redact_url
 
 if TYPE_CHECKING:
     from rlmesh_stream.consumers.runtime import ConsumerRuntime
+
+# A Minari dataset id names folders (NAMESPACE/NAME-vN), and the default group holds it:
+# far below any file system's 255 bytes per name.
+MAX_DATASET_ID_CHARS = 200
 
 
 @click.group()
@@ -27,41 +32,43 @@ def export() -> None:
 
 @export.command("trajectories")
 @stream_options
-@click.option("--out", "out", default=None, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out", default=None, type=output_dir(dataset=True),
               help="Dataset directory (MINARI_DATASETS_PATH for --format minari).")
 @click.option("--format", "fmt", type=click.Choice(["minari", "parquet", "iceberg"]),
               required=True)
-@click.option("--catalog", default=None,
+@click.option("--catalog", default=None, type=Text(),
               help="--format iceberg: the SQL catalog, sqlite:///PATH or postgresql://...")
-@click.option("--table", default=None,
+@click.option("--table", default=None, type=Text(),
               help="--format iceberg: NAMESPACE.NAME (tables NAME_steps and NAME_episodes).")
-@click.option("--warehouse", default=None,
+@click.option("--warehouse", default=None, type=Text(),
               help="--format iceberg: where the tables' files go (a directory or s3://...) "
                    "[default, sqlite: DIR/warehouse beside the catalog file].")
 @click.option("--dataset-id", default="rlmesh/trajectories-v0", show_default=True,
+              type=Text(max_chars=MAX_DATASET_ID_CHARS),
               help="Minari dataset id [NAMESPACE/]NAME-vN; with {env} in it (rlmesh/{env}-v0) "
                    "one dataset per env.")
 @click.option("--minari-format", type=click.Choice(["hdf5", "arrow"]), default="hdf5",
               show_default=True,
               help="Minari's storage layout (hdf5: Minari's default, as DataCollector writes; "
                    "arrow: a directory per episode).")
-@click.option("--author", "authors", multiple=True,
+@click.option("--author", "authors", multiple=True, type=Text(),
               help="Minari metadata: the dataset's author (repeatable).")
-@click.option("--author-email", "author_emails", multiple=True,
+@click.option("--author-email", "author_emails", multiple=True, type=Text(),
               help="Minari metadata: an author's email (repeatable).")
-@click.option("--code-permalink", default=None,
+@click.option("--code-permalink", default=None, type=Text(),
               help="Minari metadata: a link to the code that produced the episodes.")
-@click.option("--algorithm-name", default=None,
+@click.option("--algorithm-name", default=None, type=Text(),
               help="Minari metadata: the policy's algorithm [default: the model ids].")
-@click.option("--description", default=None, help="Minari metadata: the dataset's description.")
-@click.option("--ref-min-score", type=float, default=None,
+@click.option("--description", default=None, type=Text(multiline=True, max_chars=10_000),
+              help="Minari metadata: the dataset's description.")
+@click.option("--ref-min-score", type=FiniteFloatRange(), default=None,
               help="Minari metadata: a random policy's return (minari.get_normalized_score).")
-@click.option("--ref-max-score", type=float, default=None,
+@click.option("--ref-max-score", type=FiniteFloatRange(), default=None,
               help="Minari metadata: an expert policy's return (minari.get_normalized_score).")
-@click.option("--max-episode-steps", type=click.IntRange(min=1), default=None,
+@click.option("--max-episode-steps", type=COUNT, default=None,
               help="The step limit of the dataset's env spec (else the producer's, else "
                    "Gymnasium's registration).")
-@click.option("--max-held-steps", type=click.IntRange(min=1), default=DEFAULT_MAX_HELD_STEPS,
+@click.option("--max-held-steps", type=COUNT, default=DEFAULT_MAX_HELD_STEPS,
               show_default=True,
               help="The memory bound: steps a running session's episodes may hold before its "
                    "whole ones are written without waiting for its end; an episode longer "
@@ -74,8 +81,9 @@ def export() -> None:
                  store="dataset",
                  until_end_help="Stop at the end seen at start, and decide on every episode "
                                 "still open.")
-@click.option("--env-id", "env_ids", multiple=True, help="Only these env ids (repeatable).")
-@click.option("--model", "models", multiple=True,
+@click.option("--env-id", "env_ids", multiple=True, type=Text(),
+              help="Only these env ids (repeatable).")
+@click.option("--model", "models", multiple=True, type=Text(),
               help="Only these model component ids (repeatable).")
 @click.option("--include-abandoned", is_flag=True,
               help="Also export the episodes of failed sessions, flagged abandoned.")

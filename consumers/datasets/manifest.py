@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlmesh_stream.schemas.cli_values import STATE_DIR
 from rlmesh_stream.schemas.errors import RlmeshStreamError
 
-STATE_DIR = ".rlmesh-export"
 VERSION = 1
 # The journal is compacted (the state written whole, the journal started again) once it
 # would pass twice the state as last written whole, and not below this: replaying it at

@@ -42,6 +42,7 @@ from rlmesh_stream.consumers.runtime.records import TP, Record
 from rlmesh_stream.consumers.runtime.redelivery import Seen
 from rlmesh_stream.consumers.sinks import Sink, SinkBatch
 from rlmesh_stream.consumers.table_model import Table
+from rlmesh_stream.schemas.cli_values import STATE_DIR
 from rlmesh_stream.schemas.contract.topics import EventType
 
 TRAJECTORY_EVENTS = frozenset({
@@ -160,6 +161,16 @@ class DatasetSink(Sink):
     def _load(self) -> None:
         options = self.options
         assert options.out is not None
+        if options.fmt == "parquet" and not (options.out / STATE_DIR).exists():
+            # no export ever wrote here, yet it holds files named like its data: another
+            # dataset (copied without its state, or the state removed), which the
+            # recovery of a first commit would delete
+            foreign = ParquetWriter.parts(options.out)
+            if foreign:
+                raise DatasetError(f"{options.out} holds Parquet files no export state "
+                                   f"accounts for (e.g. {foreign[0].relative_to(options.out)}"
+                                   "): choose another --out (an export writes only into a "
+                                   "new folder or one it wrote)")
         self.store = ManifestStore(options.out, fmt=options.fmt, dataset_id=options.dataset_id)
         self._restore()
 

@@ -114,8 +114,13 @@ class ParquetWriter:
     def __init__(self, root: Path) -> None:
         self.root = root
 
+    @staticmethod
+    def parts(root: Path) -> list[Path]:
+        """The data files of a Parquet export under `root` (what `recover` may remove)."""
+        return sorted(root.glob("*/env=*/part-*.parquet"))
+
     def recover(self, state: dict[str, Any], generation: int) -> None:
-        for part in list(self.root.glob("*/env=*/part-*.parquet")):
+        for part in self.parts(self.root):
             if int(part.stem.split("-")[1].split("_")[0]) > generation:
                 part.unlink()
 

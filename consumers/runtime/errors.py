@@ -17,4 +17,10 @@ class ConsumerError(RlmeshStreamError):
     again resumes there."""
 
 
-__all__ = ["ConsumerError", "RegistryDown"]
+class SinkWriteError(ConsumerError):
+    """The sink did not take a checkpoint (refused, full, or away for longer than the
+    writer retries): nothing of it was applied, or it was and its stored offsets say so.
+    The message says what the store answered; the store's own error is the cause."""
+
+
+__all__ = ["ConsumerError", "RegistryDown", "SinkWriteError"]

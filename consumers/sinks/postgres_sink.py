@@ -6,6 +6,11 @@ UPDATE` per table. The key order makes concurrent writers of shared rows (the
 telemetry rollups) lock them in the same order, which rules out deadlocks
 between them; a deadlock or serialization failure that still happens is
 retried by the runtime like any other transient failure.
+
+A connection lost since its last use (the backend terminated, the server restarted or
+failed over) is made again at the next transaction or read; while the server is still
+away that is a `SinkUnavailable`, which the checkpoint writer retries with back-off
+(its temporary staging tables, gone with the old connection, are made again).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 
 from rlmesh_stream.consumers.runtime.records import timestamp_of
 from rlmesh_stream.consumers.sinks.base import TableSink
-from rlmesh_stream.consumers.sinks.url import connect_postgres
+from rlmesh_stream.consumers.sinks.url import SinkError, SinkUnavailable, connect_postgres
 from rlmesh_stream.consumers.table_model import Dialect, Table, column_defs, upsert_sql
 
 _MIGRATION_LOCK = 0x726C6D657368  # "rlmesh": pg_advisory_xact_lock key for migrations
@@ -39,21 +44,42 @@ class PostgresSink(TableSink):
     def close(self) -> None:
         self.conn.close()
 
+    def _connection(self) -> Any:
+        """The connection, made again if the last one was lost (backend terminated, server
+        restarted): it connected before, so a refusal now is the server being away."""
+        if self.conn.closed:
+            try:
+                self.conn = connect_postgres(self.dsn, autocommit=True)
+            except SinkError as exc:
+                raise SinkUnavailable(f"lost the connection to PostgreSQL and cannot "
+                                      f"reconnect yet: {exc}") from exc
+            self._staged.clear()  # temporary staging tables die with their connection
+        return self.conn
+
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
-        if self.conn.closed:  # lost (backend terminated, server restarted): a new one
-            self.conn = connect_postgres(self.dsn, autocommit=True)
-            self._staged.clear()  # temporary staging tables die with their connection
+        conn = self._connection()
         try:
-            with self.conn.transaction():
+            with conn.transaction():
                 yield
         except BaseException:
             self._staged.clear()  # staging tables created in a rolled-back transaction are gone
             raise
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self.conn.cursor() as cur:
-            cur.execute(sql, params)  # type: ignore[arg-type]
+        import psycopg
+
+        try:
+            return self._read(sql, params)
+        except psycopg.OperationalError:
+            if not self.conn.closed:
+                raise
+        # the connection was lost since its last use: a read runs again on a new one
+        return self._read(sql, params)
+
+    def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        with self._connection().cursor() as cur:
+            cur.execute(sql, params)
             return cur.fetchall() if cur.description else []
 
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> None:

@@ -5,13 +5,14 @@ too, and every way a URL can be wrong becomes one `SinkError` whose message name
 the URL and what to change (the CLIs print it as one `Error:` line):
 
 - `duckdb:///abs/path.duckdb` or `duckdb://relative/path.duckdb`: a DuckDB file.
-  A missing path (`duckdb://`), `:memory:`, a directory, a missing folder, a file
-  that is not a DuckDB database (an empty one too), a file another process holds
-  the write lock on, and a file that cannot be written are refused before anything
-  is consumed into them.
+  A missing path (`duckdb://`), `:memory:`, a path no file system takes or inside an
+  export's `.rlmesh-export`, a directory, a missing folder, a file that is not a DuckDB
+  database (an empty one too), a file another process holds the write lock on, and a
+  file that cannot be written are refused before anything is consumed into them.
 - `postgresql://user@host/db` (or `postgres://`): a PostgreSQL database; a server
   that cannot be reached is one line naming the URL without its password.
-- anything else (`mysql://...`, a bare path) is refused, naming the two forms.
+- anything else (`mysql://...`, a bare path) is refused, naming the two forms, as is a
+  URL that is no text (empty, a control character, not UTF-8, over 4 KiB).
 
 The drivers are imported only when a URL of their kind is opened, so the module
 costs nothing where neither DuckDB nor psycopg is installed.
@@ -27,6 +28,8 @@ from urllib.parse import urlsplit
 
 import click
 
+from rlmesh_stream.schemas.cli_values import MAX_PATH_BYTES, STATE_DIR, path_problem, text_problem
+from rlmesh_stream.schemas.cli_values import shown as quoted
 from rlmesh_stream.schemas.connection.redact import redact_secrets, redact_url
 from rlmesh_stream.schemas.errors import RlmeshStreamError
 
@@ -45,6 +48,13 @@ _POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 class SinkError(RlmeshStreamError):
     """A sink URL that cannot be used; the message names it and says what to change."""
+
+
+class SinkUnavailable(SinkError):
+    """A store that answered before is away (a server restarting, a failover): the writer
+    retries with back-off (`transient`), then stops saying so."""
+
+    transient = True
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,9 @@ class SinkURL:
 def parse_sink_url(url: str) -> SinkURL:
     """The sink `url` names; SinkError for anything but the two forms (see module doc)."""
     shown = redact_url(url)
+    problem = text_problem(url, max_chars=MAX_PATH_BYTES + len("duckdb://"))
+    if problem is not None:
+        raise SinkError(f"sink {quoted(shown)} {problem}")
     if url.startswith("duckdb://"):
         rest = url[len("duckdb://"):]
         if not rest:
@@ -76,6 +89,13 @@ def parse_sink_url(url: str) -> SinkURL:
         if rest == ":memory:":
             raise SinkError(f"sink {shown!r}: an in-memory store would lose everything it "
                             "was given; name a file (duckdb:///abs/path.duckdb)")
+        problem = path_problem(rest)
+        if problem is not None:
+            raise SinkError(f"sink {quoted(shown)}: the path {problem}")
+        if STATE_DIR in Path(rest).parts:
+            raise SinkError(f"sink {shown!r} is inside an export's state directory "
+                            f"({STATE_DIR}), which only its exporter writes: name a file "
+                            "elsewhere")
         return SinkURL(url, "duckdb", Path(rest))
     scheme = urlsplit(url).scheme if "://" in url else ""
     if scheme in _POSTGRES_SCHEMES:

@@ -1,21 +1,32 @@
 """The connection options every CLI command that talks to the stack takes.
 
 Each is checked when the command line is parsed (a registry URL without a scheme, a
-topic prefix Kafka cannot name topics with, a security protocol librdkafka does not
-know): one `Error:` line naming the option, before any connection is tried.
+topic prefix Kafka cannot name topics with, a security protocol or SASL mechanism
+librdkafka does not know, bootstrap servers that are not host:port, and what any text
+must be: `schemas.cli_values.Text`): one `Error:` line naming the option, before any
+connection is tried. A password's value is never quoted.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
+import ipaddress
+import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import click
 
+from rlmesh_stream.schemas.cli_values import (
+    NON_NEGATIVE,
+    POSITIVE,
+    FiniteFloatRange,
+    PathValue,
+    Text,
+    shown,
+)
 from rlmesh_stream.schemas.connection.config import (
     ENV_PREFIX,
     StreamConfig,
@@ -24,6 +35,12 @@ from rlmesh_stream.schemas.connection.redact import redact_url
 from rlmesh_stream.schemas.contract.topics import check_topic_name, check_topic_prefix
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")  # librdkafka's
+SASL_MECHANISMS = ("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+MAX_HOST_CHARS = 253  # a DNS name
+# one bootstrap server as librdkafka takes it: [PROTOCOL://]host[:port], an IPv6 host in []
+_SERVER = re.compile(r"(?:[A-Za-z_]+://)?(\[[0-9A-Fa-f:.]+\]|[^:\[\]/\s]+)(?::([0-9]+))?")
+
+__all__ = ["NON_NEGATIVE", "POSITIVE", "FiniteFloatRange", "stream_options"]
 
 
 def _check(check: Callable[[str], object]) -> Callable[[click.Context, click.Parameter, Any],
@@ -54,29 +71,31 @@ def check_registry_url(url: str) -> str:
     return url
 
 
+def check_bootstrap(servers: str) -> str:
+    """`servers` if each comma-separated entry is [PROTOCOL://]host[:port] (port 1-65535)."""
+    for one in servers.split(","):
+        entry = one.strip()
+        match = _SERVER.fullmatch(entry)
+        bare_ipv6 = match is None and _is_ip(entry.split("://")[-1])
+        if not bare_ipv6 and (match is None or len(match.group(1)) > MAX_HOST_CHARS):
+            raise ValueError(f"{shown(entry)} is not host:port (e.g. 127.0.0.1:9092; "
+                             "several separated by commas)")
+        port = match.group(2) if match is not None else None
+        if port is not None and not 1 <= int(port) <= 65535:
+            raise ValueError(f"{shown(entry)} has port {port}, outside 1-65535")
+    return servers
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 # A click callback for an option naming one Kafka topic (e.g. --dlq-topic).
 topic_name_callback = _check(check_topic_name)
-
-
-class FiniteFloatRange(click.FloatRange):
-    """A `click.FloatRange` that also refuses NaN and the infinities.
-
-    A plain range lets them through: every comparison with NaN is false, and a range
-    with no maximum has no bound for infinity to break. No interval, rate or timeout of
-    ours can work with either.
-    """
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return number
-
-
-# The shared number types: a duration or rate that must be more than 0, or may be 0.
-POSITIVE = FiniteFloatRange(min=0, min_open=True)
-NON_NEGATIVE = FiniteFloatRange(min=0)
 
 
 class SharedOption(click.Option):
@@ -105,22 +124,28 @@ def shared_options_last(func: Callable[..., Any]) -> Callable[..., Any]:
 # (a click type or callback). The flag (`--registry-url`), the environment variable
 # (`RLMESH_STREAM_REGISTRY_URL`) and the default all come from the field, so nothing about an
 # option is written twice.
+_UPPER = {"callback": lambda _c, _p, v: v.upper() if v else v}
 _OPTIONS: dict[str, dict[str, Any]] = {
-    "bootstrap": {"help": "Kafka bootstrap servers."},
-    "registry_url": {"help": "Confluent-API schema registry URL.",
+    "bootstrap": {"help": "Kafka bootstrap servers.", "type": Text(check=check_bootstrap)},
+    "registry_url": {"help": "Confluent-API schema registry URL.", "type": Text(),
                      "callback": _check(check_registry_url)},
-    "topic_prefix": {"help": "Prefix of the event topics.",
+    "topic_prefix": {"help": "Prefix of the event topics.", "type": Text(),
                      "callback": _check(check_topic_prefix)},
     "security_protocol": {"help": "Kafka security.protocol (e.g. SASL_SSL).",
                           "type": click.Choice(SECURITY_PROTOCOLS, case_sensitive=False),
-                          "callback": lambda _c, _p, v: v.upper() if v else v},
-    "sasl_mechanism": {"help": "e.g. SCRAM-SHA-512."},
-    "sasl_username": {"help": "SASL user name."},
-    "sasl_password": {"help": "SASL password (prefer the environment variable)."},
-    "ssl_ca_location": {"help": "CA file for TLS."},
-    "registry_username": {"help": "Registry user."},
-    "registry_password": {"help": "Registry password (prefer the environment variable)."},
-    "registry_ca_location": {"help": "CA file for the registry's TLS."},
+                          **_UPPER},
+    "sasl_mechanism": {"help": "e.g. SCRAM-SHA-512.",
+                       "type": click.Choice(SASL_MECHANISMS, case_sensitive=False), **_UPPER},
+    "sasl_username": {"help": "SASL user name.", "type": Text()},
+    "sasl_password": {"help": "SASL password (prefer the environment variable).",
+                      "type": Text(secret=True)},
+    # librdkafka also takes "probe" (the system's CA store): not checked as a path
+    "ssl_ca_location": {"help": "CA file for TLS.", "type": Text()},
+    "registry_username": {"help": "Registry user.", "type": Text()},
+    "registry_password": {"help": "Registry password (prefer the environment variable).",
+                          "type": Text(secret=True)},
+    "registry_ca_location": {"help": "CA file for the registry's TLS.",
+                             "type": PathValue(exists=True, path_type=str)},
     "registry_timeout": {"help": "Seconds one schema registry request may take.",
                          "type": POSITIVE},
     "connect_timeout": {"help": "Seconds a command reading the topics waits for Kafka to "

@@ -12,10 +12,7 @@ with `Error:` and naming what was wrong, no traceback, and an end within the row
 
 from __future__ import annotations
 
-import os
 import string
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +20,7 @@ from typing import Any
 
 import pytest
 
-CLI = str(Path(sys.executable).parent / "rlmesh-stream")
+from tests.cli.cli_run import run_cli
 
 
 @dataclass(frozen=True)
@@ -253,11 +250,6 @@ class _Fixtures(dict[str, Any]):
         return value
 
 
-def _environment() -> dict[str, str]:
-    """This process's environment without RLMESH_STREAM_* settings: each row says it all."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("RLMESH_STREAM_")}
-
-
 # The placeholders whose fixtures reach the test stack (tests/cli/conftest.py): a row using
 # one is marked `stack`, so `make check` (-m "not stack") leaves it out.
 STACK_PLACEHOLDERS = frozenset({"bootstrap", "registry", "registry_root", "fresh_prefix",
@@ -279,8 +271,7 @@ def test_bad_input_ends_with_one_error_line(case: BadInput, request: pytest.Fixt
     assert "stack" not in request.fixturenames or request.node.get_closest_marker("stack"), (
         "this row's placeholders start the stack: add them to STACK_PLACEHOLDERS")
     started = time.monotonic()
-    result = subprocess.run([CLI, *args], capture_output=True, text=True, cwd=tmp_path,
-                            env=_environment(), timeout=case.timeout + 10)
+    result = run_cli(args, cwd=tmp_path, timeout=case.timeout + 10)
     took = time.monotonic() - started
 
     lines = [line for line in result.stderr.splitlines() if line.strip()]

@@ -107,6 +107,25 @@ def test_a_live_owners_spool_is_not_adopted(tmp_path):
     second.close()
 
 
+def test_a_spool_in_a_folder_of_other_things_leaves_them_as_they_are(tmp_path):
+    """`--spool-dir` at a folder that holds more than spools (a mistyped path, a project
+    folder): its other folders are neither locked, emptied nor removed."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("keep me")
+    (tmp_path / "notes" / "x.seg.tmp").write_text("not a spool's")
+    first = Spool(tmp_path, "first")
+    first.put(_record(1))
+    first.close()
+
+    second = Spool(tmp_path, "second")
+
+    assert [r.sequence for r in _drain(second)] == [1]
+    second.close()
+    assert (tmp_path / "empty").is_dir()
+    assert sorted(p.name for p in (tmp_path / "notes").iterdir()) == ["todo.txt", "x.seg.tmp"]
+
+
 def test_records_written_before_a_sigkill_survive_it(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal, sys
