@@ -11,7 +11,7 @@ import click
 
 from rlmesh_stream.consumers.cli_options import reading_options
 from rlmesh_stream.consumers.datasets import DEFAULT_MAX_HELD_STEPS
-from rlmesh_stream.schemas.cli_values import COUNT, FiniteFloatRange, Text, output_dir
+from rlmesh_stream.schemas.cli_values import COUNT, FiniteFloatRange, PathValue, Text, output_dir
 from rlmesh_stream.schemas.connection.access import AccessDeniedError
 from rlmesh_stream.schemas.connection.cli_options import stream_options
 from rlmesh_stream.schemas.connection.config import StreamConfig
@@ -171,7 +171,7 @@ def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str 
 
 
 @export.command("certificate")
-@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("out", type=PathValue(file_okay=False, exists=True))
 def certificate(out: Path) -> None:
     """Print the completeness certificate of a Minari or Parquet export in OUT (its --out),
     each producer's figures included, as its last commit left it (an export may be

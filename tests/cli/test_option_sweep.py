@@ -40,6 +40,7 @@ from tests.cli.cli_run import run_cli
 
 # What each command line needs besides the option under test, to parse at all.
 REQUIRED: dict[str, list[str]] = {
+    "export certificate": ["."],
     "export trajectories": ["--format", "parquet"],
     "schemas sql": ["--engine", "flink"],
     "tail": ["log"],
