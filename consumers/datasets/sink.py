@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.datasets import DEFAULT_MAX_HELD_STEPS, state
 from rlmesh_stream.consumers.datasets.episodes import Episode, Filters, Joiner
-from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget, IcebergWriter
+from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
 from rlmesh_stream.consumers.datasets.manifest import (
     Certificate,
     DatasetError,
@@ -170,7 +170,7 @@ class DatasetSink(Sink):
         """Writer, joiner and certificate as the store's committed generation left them."""
         options = self.options
         store = self.store
-        self.writer: MinariWriter | MinariDatasets | ParquetWriter | IcebergWriter
+        self.writer: MinariWriter | MinariDatasets | ParquetWriter
         if options.fmt == "minari":
             minari_options: dict[str, Any] = {
                 "data_format": options.minari_format, "state_dir": store.state_dir,
