@@ -167,6 +167,7 @@ class ShardedSink(DatasetSink):
             if u.builder == CertificateBuilder.name:
                 read[(u.topic, u.partition)] = u.next_offset
         keep: list[Episode] = []
+        skipped = self._skipped()
         for n in sorted(self.held):
             joiner, certificate = self._shard(n)
             certificate.merge()
@@ -181,6 +182,11 @@ class ShardedSink(DatasetSink):
             self.rows.write(keep, 0)
         self._commit_shards(read, batch)
         self.released.extend(keep)
+        self.counted(keep, self._skipped() - skipped)
+
+    def _skipped(self) -> int:
+        """The episodes the held shards' joiners skipped so far."""
+        return sum(self._shard(n)[0].skipped.total() for n in self.held)
 
     def _commit_shards(self, read: dict[TP, int], batch: SinkBatch | None = None,
                        claim: bool = False) -> None:

@@ -19,6 +19,7 @@ import circle.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,6 +159,8 @@ class DatasetSink(Sink):
         self.prefix = prefix
         self.final = False
         self.released: list[Episode] = []
+        # what this run's committed checkpoints exported and skipped (the progress line)
+        self.run_counts = Counter[str]()
         self._load()
 
     def _load(self) -> None:
@@ -237,6 +240,7 @@ class DatasetSink(Sink):
     def _commit(self, batch: SinkBatch) -> None:
         # One exporter per directory (the manifest's lock): no fencing between writers.
         self.certificate.merge()
+        skipped = self.joiner.skipped.total()
         episodes = self.joiner.release(final=self.final)
         if isinstance(self.writer, MinariWriter):  # a dataset id without {env}: one env
             one_env(self.options.dataset_id, self.writer.env_episodes, episodes)
@@ -280,6 +284,19 @@ class DatasetSink(Sink):
                                         "seen": self.seen},
                           certificate=certificate)
         self.released.extend(keep)
+        self.counted(keep, self.joiner.skipped.total() - skipped)
+
+    def counted(self, exported: list[Episode], skipped: int) -> None:
+        """A committed checkpoint's episodes, for the progress line."""
+        self.run_counts.update(episodes=len(exported), steps=sum(e.length for e in exported),
+                               skipped=skipped)
+
+    def progress_text(self) -> str:
+        """What this run's committed checkpoints exported and skipped, in episodes."""
+        n = self.run_counts
+        text = (f"exported {n['episodes']} episode{'' if n['episodes'] == 1 else 's'} "
+                f"({n['steps']} steps)")
+        return text + (f", skipped {n['skipped']}" if n["skipped"] else "")
 
     def finish(self) -> None:
         """The end of an offline run: decide on every episode still pending, and commit."""
