@@ -33,7 +33,9 @@ def export() -> None:
 @click.option("--catalog", default=None,
               help="--format iceberg: the SQL catalog, sqlite:///PATH or postgresql://...")
 @click.option("--table", default=None,
-              help="--format iceberg: NAMESPACE.NAME (tables NAME_steps and NAME_episodes).")
+              help="--format iceberg: NAMESPACE.NAME (tables NAME_episodes and NAME_steps, "
+                   "and NAME_steps_<env> for an env whose observation/action columns have "
+                   "other types).")
 @click.option("--warehouse", default=None,
               help="--format iceberg: where the tables' files go (a directory or s3://...) "
                    "[default, sqlite: DIR/warehouse beside the catalog file].")

@@ -168,6 +168,13 @@ def evaluate_block(example: Example) -> None:
                           "neither run nor marked `<!-- skip: next \"reason\" -->`")
 
 
+def note_skipped(namespace: dict[str, Any]) -> None:
+    """A block was skipped: an output block after it has nothing to compare, and an
+    `interpreter:` before it is spent."""
+    namespace[OUT_KEY] = None
+    namespace.pop(INTERPRETER_KEY, None)
+
+
 def _run(argv: list[str], namespace: dict[str, Any], block: Block, where: str,
          settings: Mapping[str, str] | None = None) -> str:
     """Run `argv` in the document's directory and environment (plus `settings` it does not

@@ -10,7 +10,14 @@ from unittest import SkipTest
 
 import pytest
 
-from tests.docs.doc_runner import CWD_KEY, ENV_KEY, BlockFailed, inventory, parse
+from tests.docs.doc_runner import (
+    CWD_KEY,
+    ENV_KEY,
+    BlockFailed,
+    inventory,
+    note_skipped,
+    parse,
+)
 
 DOC = '''# A doc
 
@@ -93,7 +100,7 @@ def _run_all(doc: Path, work: Path, env: dict[str, str]) -> dict[str, Any]:
         try:
             example.evaluate()
         except SkipTest:
-            continue
+            note_skipped(document.namespace)
     return document.namespace
 
 
@@ -167,3 +174,13 @@ def test_a_sql_block_runs_in_duckdb_and_keeps_its_result(
     namespace = _run_all(doc, tmp_path, dict(os.environ))
 
     assert namespace["sql_result"].to_pylist() == [{"total": 3}]
+
+
+def test_an_interpreter_before_a_skipped_block_is_spent_with_it(tmp_path: Path) -> None:
+    doc = _doc(tmp_path, INTERPRETER_DOC.replace(
+        "```python", '<!-- skip: next "not here" -->\n```python', 1).replace(
+        "```output\n...python...\n```\n", "```python\nran_here = True\n```\n"))
+
+    namespace = _run_all(doc, tmp_path, {**os.environ, "DOC_RUNNER_PYTHON": "/nonexistent"})
+
+    assert namespace["ran_here"] is True  # in this process, not in DOC_RUNNER_PYTHON
