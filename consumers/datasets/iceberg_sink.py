@@ -25,6 +25,7 @@ from rlmesh_stream.consumers.datasets.sink import (
     DatasetSink,
     TrajectoryBuilder,
     seen_states,
+    skipped_episodes,
     updated_seen,
 )
 from rlmesh_stream.consumers.runtime.records import TP
@@ -186,7 +187,7 @@ class ShardedSink(DatasetSink):
 
     def _skipped(self) -> int:
         """The episodes the held shards' joiners skipped so far."""
-        return sum(self._shard(n)[0].skipped.total() for n in self.held)
+        return sum(skipped_episodes(self._shard(n)[0].skipped) for n in self.held)
 
     def _commit_shards(self, read: dict[TP, int], batch: SinkBatch | None = None,
                        claim: bool = False) -> None:

@@ -240,7 +240,7 @@ class DatasetSink(Sink):
     def _commit(self, batch: SinkBatch) -> None:
         # One exporter per directory (the manifest's lock): no fencing between writers.
         self.certificate.merge()
-        skipped = self.joiner.skipped.total()
+        skipped = skipped_episodes(self.joiner.skipped)
         episodes = self.joiner.release(final=self.final)
         if isinstance(self.writer, MinariWriter):  # a dataset id without {env}: one env
             one_env(self.options.dataset_id, self.writer.env_episodes, episodes)
@@ -284,7 +284,7 @@ class DatasetSink(Sink):
                                         "seen": self.seen},
                           certificate=certificate)
         self.released.extend(keep)
-        self.counted(keep, self.joiner.skipped.total() - skipped)
+        self.counted(keep, skipped_episodes(self.joiner.skipped) - skipped)
 
     def counted(self, exported: list[Episode], skipped: int) -> None:
         """A committed checkpoint's episodes, for the progress line."""
@@ -309,6 +309,12 @@ class DatasetSink(Sink):
 
     def close(self) -> None:
         self.store.close()
+
+
+def skipped_episodes(skipped: Counter[str]) -> int:
+    """The episodes a joiner skipped, as the certificate's `episodes_skipped` counts them
+    (those exported before their session's caution advisory was read are no skip)."""
+    return skipped.total() - skipped["exported_before_their_caution_advisory"]
 
 
 def seen_states(values: dict[str, Any], source: str) -> dict[tuple[str, int], Seen]:
