@@ -1,6 +1,7 @@
 """Progress of a consumer: events, events/s, lag and the time the lag will take at that rate
-(ETA), and what the checkpoints wrote (episodes completed, lane steps), as a bar on a
-terminal, lines otherwise.
+(ETA), and what the checkpoints wrote (episodes completed, lane steps; or, for a consumer
+that decides what it writes, such as the dataset export, its own words from `count_with`:
+episodes exported and skipped), as a bar on a terminal, lines otherwise.
 
 rich draws the bar; it is imported only when there is a terminal to draw on (a
 consumer run by a service manager or a script pays nothing for it: it was a tenth of
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from rlmesh_stream.consumers.tables import EPISODES
@@ -43,6 +45,8 @@ class Progress:
         self._lag: int | None = None
         self._episodes = 0  # episode_completed records checkpointed
         self._lane_steps = 0  # real lane steps (not autoreset rolls) checkpointed
+        self._written: Callable[[], str] | None = None  # `count_with`'s
+        self._closed: str | None = None  # the counts of the last line `close` showed
         self._note = ""
         self._live: Live | None = None
         if self.terminal:
@@ -60,6 +64,12 @@ class Progress:
             self._live.update(self._render(), refresh=True)
         else:
             print(f"{self.label}: {text}", file=self.stream, flush=True)
+
+    def count_with(self, written: Callable[[], str]) -> None:
+        """What the checkpoints wrote, as `written()` words it (read at each refresh), in
+        place of the `episode_completed` records counted: for a consumer whose output is
+        not one row per record read (the export writes some episodes, skips others)."""
+        self._written = written
 
     def checkpointed(self, info: CheckpointInfo) -> None:
         """Count what one committed checkpoint wrote (its records, once each, whichever
@@ -99,9 +109,14 @@ class Progress:
         text = f"{self.label}: {self._events} events, {rate:,.0f} events/s, lag {lag}"
         if self._lag:
             text += f" (ETA {_duration(self._lag / rate)})" if rate > 0 else " (ETA ?)"
+        return text + self._counts()
+
+    def _counts(self) -> str:
+        if self._written is not None:
+            return f"; {self._written()}"
         if self._episodes or self._lane_steps:
-            text += f"; written: {self._episodes} episodes, {self._lane_steps} lane steps"
-        return text
+            return f"; written: {self._episodes} episodes, {self._lane_steps} lane steps"
+        return ""
 
     def _render(self) -> Text:
         from rich.text import Text
@@ -117,11 +132,16 @@ class Progress:
         return text
 
     def close(self) -> None:
-        if self._live is not None:
+        """The last line. Closing again (after work done once the reading ended: the
+        export's decisions on the episodes still open) prints it again if its counts
+        changed."""
+        counts = self._counts()
+        if self._live is not None and self._live.is_started:
             self._live.update(self._render(), refresh=True)
             self._live.stop()
-        else:
+        elif counts != self._closed:
             print(self.line(), file=self.stream, flush=True)
+        self._closed = counts
 
 
 def _duration(seconds: float) -> str:

@@ -56,6 +56,8 @@ def make_export(config: StreamConfig, options: ExportOptions, runtime_options: R
         sink.close()
         raise kafka_unreachable(config.bootstrap, config.connect_timeout, away)
     builders: list[Builder] = [TrajectoryBuilder(sink), CertificateBuilder(sink)]
+    if progress is not None:  # episodes exported and skipped, not the records read
+        progress.count_with(sink.progress_text)
     return sink, ConsumerRuntime(config, builders, sink, runtime_options,
                                  progress=progress)
 
@@ -71,6 +73,8 @@ def run_export(config: StreamConfig, options: ExportOptions, runtime_options: Ru
             # it (SIGTERM, Ctrl-C) has not read the rest of those episodes (iceberg: the
             # summary only, its decisions are `at_end`'s)
             sink.finish()
+            if progress is not None:  # the last line again, those decisions counted
+                progress.close()
     finally:
         sink.close()
     return sink, runtime

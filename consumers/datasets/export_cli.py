@@ -39,7 +39,9 @@ def export() -> None:
 @click.option("--catalog", default=None, type=Text(),
               help="--format iceberg: the SQL catalog, sqlite:///PATH or postgresql://...")
 @click.option("--table", default=None, type=Text(),
-              help="--format iceberg: NAMESPACE.NAME (tables NAME_steps and NAME_episodes).")
+              help="--format iceberg: NAMESPACE.NAME (tables NAME_episodes and NAME_steps, "
+                   "and NAME_steps_<env> for an env whose observation/action columns have "
+                   "other types).")
 @click.option("--warehouse", default=None, type=Text(),
               help="--format iceberg: where the tables' files go (a directory or s3://...) "
                    "[default, sqlite: DIR/warehouse beside the catalog file].")
@@ -161,7 +163,12 @@ def trajectories(config: StreamConfig, out: Path | None, fmt: str, catalog: str 
         click.echo(f"read it: python -c \"from pyiceberg.catalog.sql import SqlCatalog; "
                    f"c = SqlCatalog('rlmesh', uri='{redact_url(target.catalog)}'); "
                    f"print(c.load_table('{target.table}_episodes').scan().to_arrow())\"")
-    for line in skipped_lines(cert.get("episodes_skipped") or {}, fmt):
+        from rlmesh_stream.consumers.datasets.iceberg_sink import ShardedSink
+
+        assert isinstance(sink, ShardedSink)
+        for line in steps_table_lines(sink.envs_by_steps_table(), f"{target.table}_steps"):
+            click.echo(line)
+    for line in skipped_lines(cert.get("episodes_skipped") or {}):
         click.echo(line)
     if fmt == "minari":
         for loaded in sink.dataset_ids():
@@ -218,19 +225,27 @@ SKIP_HINTS = {
 }
 
 
-def skipped_lines(skipped: dict[str, int], fmt: str) -> list[str]:
+def skipped_lines(skipped: dict[str, int]) -> list[str]:
     """One line per skip reason with episodes: the count, why, and what would keep them."""
     out = []
     for reason, count in sorted(skipped.items()):
         if not count:
             continue
         hint = SKIP_HINTS.get(reason, "see docs/datasets.md")
-        if reason == "space_mismatch" and fmt == "iceberg":
-            hint = ("observation or action columns of other types than the table's: export "
-                    "them into another --table (--env-id to pick them)")
         out.append(f"skipped {count} episode{'s' if count != 1 else ''} "
                    f"({reason}): {hint}")
     return out
+
+
+def steps_table_lines(tables: dict[str, list[str]], main: str) -> list[str]:
+    """Where each env's steps are, when the Iceberg export holds more than one steps table
+    (an env whose observation or action columns have other types than the main table's)."""
+    if set(tables) <= {main}:
+        return []
+    return [f"steps of {', '.join(envs)} in {name}"
+            + ("" if name == main else f" (observation/action columns of other types than "
+                                       f"{main}')")
+            for name, envs in sorted(tables.items(), key=lambda kv: (kv[0] != main, kv[0]))]
 
 
 def _target(fmt: str, out: Path | None, catalog: str | None, table: str | None,

@@ -5,16 +5,24 @@
 `NS.NAME_episodes` and `NS.NAME_steps`, the Parquet layout's columns (writers.py) plus
 `env_id` in the steps, both partitioned by `env_id`.
 
+Every env is exported. The episodes table holds them all (its columns are the same for any
+space). A steps table's observation and action columns have one type each, so the steps of
+an env whose columns would have other types than `NS.NAME_steps`' (those of the first env
+exported) go to a steps table of its own, `NS.NAME_steps_<env>` (`steps_table_for`). Which
+table holds which env, and the spaces that fix each table's column types, are part of the
+committed state (`rlmesh.steps-tables`), decided inside the commit on the head it lands on,
+so members exporting different envs at once agree.
+
 One chain of commits, on the episodes table, is the source of truth. Each export commit
 is one episodes snapshot holding the batch's episode rows and, in its summary,
 `rlmesh.generation`, `rlmesh.offsets` (per builder and partition, the next offset: the
 whole group's), `rlmesh.shards` (per partition number, a JSON state file beside the
-data: that shard's joiner state and certificate), `rlmesh.group` and
-`rlmesh.steps-files` (the batch's step rows, written as Parquet files before the
-commit). The steps table follows: the files of the head's generation are added (rolled
-forward) after the commit, before any later commit and whenever the table is opened, so
-a crash between any two steps leaves either files no snapshot lists or a committed
-generation whose step rows are added once.
+data: that shard's joiner state and certificate), `rlmesh.group`, `rlmesh.steps-tables`
+and `rlmesh.steps-files` (per steps table, the batch's step rows, written as Parquet
+files before the commit). The steps tables follow: the files of the head's generation are
+added (rolled forward) after the commit, before any later commit and whenever the table
+is opened, so a crash between any two steps leaves either files no snapshot lists or a
+committed generation whose step rows are added once.
 
 Others may commit to the tables too (a compaction, a row delete, an empty append, a schema
 or partition change): the state is read from the newest snapshot of the table's history
@@ -37,10 +45,12 @@ timeout (a zombie) whose shards moved cannot commit them.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +77,68 @@ KEEP_SNAPSHOTS = 64
 _TABLE_PROPERTIES = {**_NO_RETRIES, "write.metadata.delete-after-commit.enabled": "true",
                      "write.metadata.previous-versions-max": "10"}
 log = logging.getLogger(__name__)
+
+
+Spaces = tuple[bytes, bytes]  # (observation, action) SpaceSpec bytes
+
+
+@dataclass(frozen=True)
+class StepRows:
+    """Step rows of one env whose spaces give one set of column types (`spaces`: those of
+    its first episode): the rows of one Parquet file of a steps table."""
+
+    env_id: str
+    spaces: Spaces
+    rows: pa.Table
+
+
+@dataclass
+class StepsTable:
+    """A steps table as the committed state names it: the spaces that fix its observation
+    and action column types, and the envs whose steps it holds."""
+
+    spaces: Spaces
+    envs: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"spaces": [base64.b64encode(b).decode() for b in self.spaces],
+                "envs": self.envs}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> StepsTable:
+        obs, act = (base64.b64decode(b) for b in value["spaces"])
+        return cls((obs, act), list(value["envs"]))
+
+
+def table_part(env_id: str) -> str:
+    """An env id as part of an Iceberg table name: lower case letters, digits and `_` (what
+    Spark and Flink SQL take unquoted): `sim/CartPole-v1` -> `sim_cartpole_v1`."""
+    return re.sub(r"[^a-z0-9_]", "_", env_id.lower()) or "_"
+
+
+def steps_table_for(tables: dict[str, StepsTable], main: str, env_id: str, spaces: Spaces,
+                    types: Any = None) -> str:
+    """The steps table that holds `env_id`'s steps of `spaces`, assigned in `tables` if new:
+    `main` when its column types are these (or it holds nothing yet), else the env's own,
+    `main`_<env> (`_2`, `_3`, ... after it when that name holds other column types)."""
+    def same(held: StepsTable) -> bool:
+        return held.spaces == spaces or column_types(*held.spaces) == (
+            types if types is not None else column_types(*spaces))
+
+    def take(name: str) -> str:
+        held = tables.setdefault(name, StepsTable(spaces))
+        if env_id not in held.envs:
+            held.envs.append(env_id)
+        return name
+
+    if main not in tables or same(tables[main]):
+        return take(main)
+    own = f"{main}_{table_part(env_id)}"
+    for n in range(1, 1000):
+        name = own if n == 1 else f"{own}_{n}"
+        if name not in tables or same(tables[name]):
+            return take(name)
+    raise DatasetError(f"{env_id}: no steps table left for its column types (999 taken)")
 
 
 @dataclass(frozen=True)
@@ -145,8 +217,10 @@ class IcebergStore:
                                f"({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
         self.names = (f"{namespace}.{name}_steps", f"{namespace}.{name}_episodes")
         self.source = f"table {target.table} in {target.catalog}"
-        self._staged: tuple[pa.Table | None, pa.Table | None] = (None, None)
-        self.episodes = self._table(1) or self._create(1, EPISODE_SCHEMA)
+        self._staged: tuple[list[StepRows], pa.Table | None] = ([], None)
+        self._steps: dict[str, Any] = {}  # steps table name -> the table, as loaded
+        self.episodes = self._table(self.names[1]) or self._create(self.names[1],
+                                                                   EPISODE_SCHEMA)
         self.reload()
 
     # -- reading the committed state -------------------------------------------------------
@@ -155,10 +229,19 @@ class IcebergStore:
         """The head of the episodes table as the committed state (and the steps rolled
         forward to it); the shards read from here on are the base of the next commit."""
         self.episodes.refresh()
-        self.steps = self._table(0)
         self._read_head()
+        self._steps = {}
+        for table in sorted({self.names[0], *self.steps_tables}):
+            loaded = self._table(table)
+            if loaded is not None:
+                self._steps[table] = loaded
         self.base = dict(self.shards)
         self._roll_forward()
+
+    @property
+    def steps(self) -> Any:
+        """The steps table `NS.NAME_steps` (None before its first rows)."""
+        return self._steps.get(self.names[0])
 
     def _read_head(self) -> None:
         """The export's committed state, from the newest snapshot of the episodes table's
@@ -174,12 +257,15 @@ class IcebergStore:
         self.committed_offsets: dict[str, dict[str, int]] = json.loads(
             props.get("rlmesh.offsets", "{}"))
         self.shards: dict[str, str] = json.loads(props.get("rlmesh.shards", "{}"))
+        self.steps_tables: dict[str, StepsTable] = {
+            name: StepsTable.from_json(value)
+            for name, value in json.loads(props.get("rlmesh.steps-tables", "{}")).items()}
 
-    def _table(self, which: int) -> Any:
+    def _table(self, name: str) -> Any:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            return self.catalog.load_table(self.names[which])
+            return self.catalog.load_table(name)
         except NoSuchTableError:
             return None
 
@@ -215,9 +301,13 @@ class IcebergStore:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def stage(self, steps: pa.Table | None, episodes: pa.Table | None) -> None:
+    def stage(self, steps: list[StepRows], episodes: pa.Table | None) -> None:
         """The next commit's rows."""
         self._staged = (steps, episodes)
+
+    def envs_by_steps_table(self) -> dict[str, list[str]]:
+        """Per steps table the committed state names, the envs whose steps it holds."""
+        return {name: list(held.envs) for name, held in sorted(self.steps_tables.items())}
 
     def commit(self, *, offsets: dict[str, dict[tuple[str, int], int]],
                shards: dict[int, Any]) -> None:
@@ -229,18 +319,22 @@ class IcebergStore:
         from pyiceberg.exceptions import CommitFailedException
 
         steps_rows, episode_rows = self._staged
-        self._staged = (None, None)
+        self._staged = ([], None)
         commit_id = uuid.uuid4().hex
         paths = {str(n): f"{self.episodes.location()}/rlmesh-state/{commit_id}-{n}.json"
                  for n in shards}
         for n, value in shards.items():
             self._write(paths[str(n)], json.dumps(value, separators=(",", ":")).encode())
-        steps_files = self._write_steps(steps_rows, commit_id)
+        written: dict[tuple[str, int], str] = {}  # (steps table, rows) -> its file
         rows = episode_rows if episode_rows is not None else EPISODE_SCHEMA.empty_table()
         mine = {str(n) for n in shards}
         for _ in range(100):
             self._fence(mine)
             self._roll_forward()
+            # each env's steps table as the head decides (another member may have given
+            # the first column types to the main table since this one read it)
+            tables = self._tables_of_head()
+            steps_files = self._write_steps(steps_rows, tables, commit_id, written)
             merged = {b: dict(o) for b, o in self.committed_offsets.items()}
             for builder, offs in offsets.items():
                 merged.setdefault(builder, {}).update(
@@ -249,7 +343,10 @@ class IcebergStore:
                      "rlmesh.offsets": json.dumps(merged, sort_keys=True),
                      "rlmesh.shards": json.dumps({**self.shards, **paths}, sort_keys=True),
                      "rlmesh.group": self.group, "rlmesh.commit": commit_id,
-                     "rlmesh.steps-files": json.dumps(steps_files)}
+                     "rlmesh.steps-tables": json.dumps(
+                         {name: held.to_json() for name, held in sorted(tables.items())},
+                         separators=(",", ":")),
+                     "rlmesh.steps-files": json.dumps(steps_files, sort_keys=True)}
             try:
                 self.episodes.append(rows, snapshot_properties=props)
             except CommitFailedException:
@@ -279,7 +376,7 @@ class IcebergStore:
         a later generation expires them."""
         from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 
-        for name in self.names:
+        for name in sorted({*self.names, *self.steps_tables}):
             try:
                 table = self.catalog.load_table(name)
                 snapshots = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number)
@@ -319,72 +416,110 @@ class IcebergStore:
         with self.episodes.io.new_output(path).create(overwrite=True) as f:
             f.write(data)
 
-    def _write_steps(self, rows: pa.Table | None, commit_id: str) -> list[str]:
-        """The step rows as Parquet files (one per env: the partition), not yet in the
-        table: the episodes commit lists them, the roll-forward adds them."""
-        if rows is None or not rows.num_rows:
-            return []
-        location = (self.steps.location() if self.steps is not None
-                    else self.episodes.location().rsplit("/", 1)[0] + "/" +
-                    self.names[0].rsplit(".", 1)[1])
-        paths: list[str] = []
-        for env_id in sorted(set(rows.column("env_id").to_pylist())):
-            part = rows.filter(pa.compute.equal(rows.column("env_id"), env_id))
-            path = f"{location}/data/env_id={_safe(env_id)}/{commit_id}-{len(paths)}.parquet"
-            with self.episodes.io.new_output(path).create(overwrite=True) as f:
-                pq.write_table(part, f)
-            paths.append(path)
-        return paths
+    def _tables_of_head(self) -> dict[str, StepsTable]:
+        """The steps tables the head names (a copy the commit adds to). A head written
+        before they were named (one steps table, its types those of the first episode
+        row's spaces) names the main one."""
+        tables = {name: StepsTable(held.spaces, list(held.envs))
+                  for name, held in self.steps_tables.items()}
+        if not tables and self.steps is not None:
+            first = self.episodes.scan(selected_fields=("env_id", "observation_space",
+                                                        "action_space"),
+                                       limit=1).to_arrow().to_pylist()
+            if first:
+                tables[self.names[0]] = StepsTable(
+                    (first[0]["observation_space"], first[0]["action_space"]), [])
+        return tables
+
+    def _location(self, name: str) -> str:
+        table = self._steps.get(name)
+        if table is not None:
+            return str(table.location())
+        return self.episodes.location().rsplit("/", 1)[0] + "/" + name.rsplit(".", 1)[1]
+
+    def _write_steps(self, staged: list[StepRows], tables: dict[str, StepsTable],
+                     commit_id: str, written: dict[tuple[str, int], str]
+                     ) -> dict[str, list[str]]:
+        """Per steps table (assigned in `tables` as `steps_table_for` routes each env), the
+        staged rows as Parquet files (one per env and column types: the partition), not yet
+        in the table: the episodes commit lists them, the roll-forward adds them. `written`
+        keeps the files of an earlier attempt whose table is still the same."""
+        files: dict[str, list[str]] = {}
+        types: dict[Spaces, Any] = {}
+        for i, part in enumerate(staged):
+            if not part.rows.num_rows:
+                continue
+            key = types.setdefault(part.spaces, column_types(*part.spaces))
+            name = steps_table_for(tables, self.names[0], part.env_id, part.spaces, key)
+            path = written.get((name, i))
+            if path is None:
+                path = (f"{self._location(name)}/data/env_id={_safe(part.env_id)}/"
+                        f"{commit_id}-{i}.parquet")
+                with self.episodes.io.new_output(path).create(overwrite=True) as f:
+                    pq.write_table(part.rows, f)
+                written[(name, i)] = path
+            files.setdefault(name, []).append(path)
+        return files
 
     def _roll_forward(self) -> None:
-        """Add the step files of the head's generation if the steps table does not have
-        them yet (a crash, or a fenced process, between the two commits)."""
-        from pyiceberg.exceptions import CommitFailedException
-
+        """Add the step files of the head's generation to each steps table that does not
+        have them yet (a crash, or a fenced process, between the commits)."""
         props = self._state_props()
         files = json.loads(props.get("rlmesh.steps-files", "[]"))
-        if self.steps is not None:
-            _check_rows(self.steps, _state_snapshot(self.steps), self.names[0])
+        if isinstance(files, list):  # one steps table (before others were named)
+            files = {self.names[0]: files} if files else {}
+        for name, table in sorted(self._steps.items()):
+            _check_rows(table, _state_snapshot(table), name)
         if not files:
             return
         gen = int(props["rlmesh.generation"])
-        if self.steps is None:
-            with self.episodes.io.new_input(files[0]).open() as f:
-                self.steps = self._create(0, pq.read_schema(f))
+        for name, paths in sorted(files.items()):
+            self._add_steps(name, paths, gen, props["rlmesh.commit"])
+
+    def _add_steps(self, name: str, paths: list[str], gen: int, commit: str) -> None:
+        from pyiceberg.exceptions import CommitFailedException
+
+        table = self._steps.get(name)
+        if table is None:
+            table = self._table(name)
+            if table is None:
+                with self.episodes.io.new_input(paths[0]).open() as f:
+                    table = self._create(name, pq.read_schema(f))
+            self._steps[name] = table
         for _ in range(20):
-            state = _state_snapshot(self.steps)  # others may have committed on top
+            state = _state_snapshot(table)  # others may have committed on top
             done = int(state.summary.additional_properties["rlmesh.generation"]
                        ) if state is not None else -1
             if done >= gen:
                 return
             try:
-                self.steps.add_files(files, snapshot_properties={
-                    "rlmesh.generation": str(gen), "rlmesh.commit": props["rlmesh.commit"]})
+                table.add_files(paths, snapshot_properties={
+                    "rlmesh.generation": str(gen), "rlmesh.commit": commit})
                 return
             except CommitFailedException:
-                self.steps.refresh()  # another process rolled it forward: look again
-                _check_rows(self.steps, _state_snapshot(self.steps), self.names[0])
+                table.refresh()  # another process rolled it forward: look again
+                _check_rows(table, _state_snapshot(table), name)
             except (ValueError, NotImplementedError, ImportError) as exc:
                 raise DatasetError(f"cannot add the step rows of generation {gen} to "
-                                   f"{self.names[0]} as it is now ({type(exc).__name__}: "
+                                   f"{name} as it is now ({type(exc).__name__}: "
                                    f"{_first_line(exc)})") from None
-        raise DatasetError(f"cannot add the steps of generation {gen} to {self.names[0]}")
+        raise DatasetError(f"cannot add the steps of generation {gen} to {name}")
 
-    def _create(self, which: int, schema: pa.Schema) -> Any:
+    def _create(self, name: str, schema: pa.Schema) -> Any:
         from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
 
         try:
-            txn = self.catalog.create_table_transaction(self.names[which], schema=schema,
+            txn = self.catalog.create_table_transaction(name, schema=schema,
                                                         properties=_TABLE_PROPERTIES)
             txn.update_spec().add_identity("env_id").commit()
             txn.append(schema.empty_table(), snapshot_properties={"rlmesh.created": "1"})
             txn.commit_transaction()
         except (TableAlreadyExistsError, CommitFailedException):
-            existing = self._table(which)  # made by another process meanwhile?
+            existing = self._table(name)  # made by another process meanwhile?
             if existing is None:
                 raise
             return existing
-        return self.catalog.load_table(self.names[which])
+        return self.catalog.load_table(name)
 
     def close(self) -> None:
         pass
@@ -444,46 +579,37 @@ def _first_line(exc: BaseException) -> str:
 
 
 class IcebergWriter:
-    """Turns a batch of episodes into the two tables' rows, staged in the store."""
+    """Turns a batch of episodes into the tables' rows, staged in the store: every episode
+    is written (the store puts an env whose column types differ in a steps table of its
+    own)."""
 
     def __init__(self, store: IcebergStore) -> None:
         self.store = store
-        self.spaces: tuple[bytes, bytes] | None = None
-        self._column_types: dict[tuple[bytes, bytes], Any] = {}
 
     def recover(self, state: dict[str, Any], generation: int) -> None:
         """Nothing to clean: files no snapshot lists are not part of the table."""
 
-    def accepts(self, e: Episode) -> str | None:
-        """One type per observation and action column of the steps table: episodes of
-        spaces whose columns have the same types (the simulator's CartPole and Gymnasium's,
-        whose Box bounds differ) share the table, each row's spaces in its episode row;
-        other column types are skipped (`space_mismatch`)."""
-        spaces = (e.obs_spec.SerializeToString(deterministic=True),
-                  e.act_spec.SerializeToString(deterministic=True))
-        if self.spaces is None:
-            self.spaces = self._table_spaces() or spaces
-        if spaces == self.spaces:
-            return None
-        held = self._column_types.get(self.spaces) or column_types(*self.spaces)
-        self._column_types[self.spaces] = held
-        return None if column_types(*spaces) == held else "space_mismatch"
-
-    def _table_spaces(self) -> tuple[bytes, bytes] | None:
-        episodes = self.store.episodes
-        if episodes is None or self.store.steps is None:
-            return None
-        first = episodes.scan(selected_fields=("observation_space", "action_space"),
-                              limit=1).to_arrow().to_pylist()
-        return (first[0]["observation_space"], first[0]["action_space"]) if first else None
-
     def write(self, episodes: list[Episode], generation: int) -> dict[str, Any]:
-        steps = _steps_table(episodes).replace_schema_metadata(None)
-        envs = [env for e in episodes for env in [e.route["env_id"]] * e.length]
-        steps = steps.append_column("env_id", pa.array(envs, pa.string()))
-        if steps.schema.field("infos").type == pa.null():
-            steps = steps.set_column(steps.schema.get_field_index("infos"), "infos",
-                                     steps.column("infos").cast(pa.string()))
+        groups: dict[tuple[str, Any], list[Episode]] = {}
+        spaces: dict[tuple[str, Any], Spaces] = {}
+        types: dict[Spaces, Any] = {}
+        for e in episodes:
+            pair = (e.obs_spec.SerializeToString(deterministic=True),
+                    e.act_spec.SerializeToString(deterministic=True))
+            key = (e.route["env_id"], types.setdefault(pair, column_types(*pair)))
+            groups.setdefault(key, []).append(e)
+            spaces.setdefault(key, pair)
+        staged = []
+        # by env id: in a batch of several envs, the first in that order takes the main
+        # steps table when it holds nothing yet
+        for key, group in sorted(groups.items(), key=lambda kv: kv[0][0]):
+            steps = _steps_table(group).replace_schema_metadata(None)
+            steps = steps.append_column("env_id", pa.array([key[0]] * steps.num_rows,
+                                                           pa.string()))
+            if steps.schema.field("infos").type == pa.null():
+                steps = steps.set_column(steps.schema.get_field_index("infos"), "infos",
+                                         steps.column("infos").cast(pa.string()))
+            staged.append(StepRows(key[0], spaces[key], steps))
         rows = pa.Table.from_pylist([_episode_row(e) for e in episodes], schema=EPISODE_SCHEMA)
-        self.store.stage(steps, rows)
+        self.store.stage(staged, rows)
         return {}

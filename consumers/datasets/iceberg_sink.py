@@ -25,6 +25,7 @@ from rlmesh_stream.consumers.datasets.sink import (
     DatasetSink,
     TrajectoryBuilder,
     seen_states,
+    skipped_episodes,
     updated_seen,
 )
 from rlmesh_stream.consumers.runtime.records import TP
@@ -52,7 +53,7 @@ class ShardedSink(DatasetSink):
         # shards taken back as this member left them at a revocation (`rewound`): read on
         # from their read offsets, not again from their resume offsets (`load_offsets`)
         self.resumed: set[int] = set()
-        # the skip counts of writer refusals
+        # unused: each shard has its own
         self.joiner = Joiner(self.options.filters, self.options.max_held_steps)
         self.certificate = Certificate()
         # the re-delivery states of the held shards' partitions ("topic|partition"), as
@@ -167,16 +168,12 @@ class ShardedSink(DatasetSink):
             if u.builder == CertificateBuilder.name:
                 read[(u.topic, u.partition)] = u.next_offset
         keep: list[Episode] = []
+        skipped = self._skipped()
         for n in sorted(self.held):
             joiner, certificate = self._shard(n)
             certificate.merge()
             for e in joiner.release(final=self.final):
-                why = self.rows.accepts(e)
-                if why is not None:
-                    joiner.skipped[why] += 1
-                    joiner.skip_examples.setdefault(why, f"{e.session_id}/{e.record_id}")
-                    continue
-                keep.append(e)
+                keep.append(e)  # every env has a steps table (iceberg.py)
                 certificate.exported += 1
                 certificate.exported_steps += e.length
                 certificate.tagged_caution += e.caution
@@ -186,6 +183,11 @@ class ShardedSink(DatasetSink):
             self.rows.write(keep, 0)
         self._commit_shards(read, batch)
         self.released.extend(keep)
+        self.counted(keep, self._skipped() - skipped)
+
+    def _skipped(self) -> int:
+        """The episodes the held shards' joiners skipped so far."""
+        return sum(skipped_episodes(self._shard(n)[0].skipped) for n in self.held)
 
     def _commit_shards(self, read: dict[TP, int], batch: SinkBatch | None = None,
                        claim: bool = False) -> None:
@@ -230,6 +232,10 @@ class ShardedSink(DatasetSink):
 
     def certificate_summary(self) -> dict[str, Any]:
         return dict(getattr(self, "summary", {}))
+
+    def envs_by_steps_table(self) -> dict[str, list[str]]:
+        """Per steps table, the envs whose steps it holds (as the table's head says)."""
+        return self.table.envs_by_steps_table()
 
     def _reload(self) -> None:
         self.table.reload()

@@ -20,6 +20,7 @@ import circle.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.datasets import DEFAULT_MAX_HELD_STEPS, state
 from rlmesh_stream.consumers.datasets.certificate import Certificate, header_sequence
 from rlmesh_stream.consumers.datasets.episodes import Episode, Filters, Joiner
-from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget, IcebergWriter
+from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
 from rlmesh_stream.consumers.datasets.manifest import DatasetError, ManifestStore
 from rlmesh_stream.consumers.datasets.per_env import (
     ENV_FIELD,
@@ -156,6 +157,8 @@ class DatasetSink(Sink):
         self.prefix = prefix
         self.final = False
         self.released: list[Episode] = []
+        # what this run's committed checkpoints exported and skipped (the progress line)
+        self.run_counts = Counter[str]()
         self._load()
 
     def _load(self) -> None:
@@ -178,7 +181,7 @@ class DatasetSink(Sink):
         """Writer, joiner and certificate as the store's committed generation left them."""
         options = self.options
         store = self.store
-        self.writer: MinariWriter | MinariDatasets | ParquetWriter | IcebergWriter
+        self.writer: MinariWriter | MinariDatasets | ParquetWriter
         if options.fmt == "minari":
             minari_options: dict[str, Any] = {
                 "data_format": options.minari_format, "state_dir": store.state_dir,
@@ -252,6 +255,7 @@ class DatasetSink(Sink):
     def _commit(self, batch: SinkBatch) -> None:
         # One exporter per directory (the manifest's lock): no fencing between writers.
         self.certificate.merge()
+        skipped = skipped_episodes(self.joiner.skipped)
         episodes = self.joiner.release(final=self.final)
         if isinstance(self.writer, MinariWriter):  # a dataset id without {env}: one env
             one_env(self.options.dataset_id, self.writer.env_episodes, episodes)
@@ -300,6 +304,19 @@ class DatasetSink(Sink):
                                          "seen": self.seen},
                           compact=self.final)
         self.released.extend(keep)
+        self.counted(keep, skipped_episodes(self.joiner.skipped) - skipped)
+
+    def counted(self, exported: list[Episode], skipped: int) -> None:
+        """A committed checkpoint's episodes, for the progress line."""
+        self.run_counts.update(episodes=len(exported), steps=sum(e.length for e in exported),
+                               skipped=skipped)
+
+    def progress_text(self) -> str:
+        """What this run's committed checkpoints exported and skipped, in episodes."""
+        n = self.run_counts
+        text = (f"exported {n['episodes']} episode{'' if n['episodes'] == 1 else 's'} "
+                f"({n['steps']} steps)")
+        return text + (f", skipped {n['skipped']}" if n["skipped"] else "")
 
     def finish(self) -> None:
         """The end of an offline run: decide on every episode still pending, and commit."""
@@ -312,6 +329,12 @@ class DatasetSink(Sink):
 
     def close(self) -> None:
         self.store.close()
+
+
+def skipped_episodes(skipped: Counter[str]) -> int:
+    """The episodes a joiner skipped, as the certificate's `episodes_skipped` counts them
+    (those exported before their session's caution advisory was read are no skip)."""
+    return skipped.total() - skipped["exported_before_their_caution_advisory"]
 
 
 def seen_states(values: dict[str, Any], source: str) -> dict[tuple[str, int], Seen]:

@@ -1,5 +1,6 @@
-"""Rollouts the dataset tests publish: seeded CartPole runs through the SDK bridge, and
-a small simulated fleet of another env (`sim/CartPole-v1`, other Box bounds)."""
+"""Rollouts the dataset tests publish: seeded CartPole runs through the SDK bridge, a small
+simulated fleet of another env (`sim/CartPole-v1`, other Box bounds), and Pendulum runs
+(other observation and action column types: a Box action)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,16 @@ def run_cartpole(make_hooks: Callable[..., KafkaRuntimeHooks], seeds: list[int],
     env = gym.make("CartPole-v1")
     result = rlmesh.run(Model(policy), bridge.wrap(env) if wrapped else env, seeds=seeds,
                         hooks=bridge)
+    close_delivered(hooks)
+    return result
+
+
+def run_pendulum(make_hooks: Callable[..., KafkaRuntimeHooks], seeds: list[int]) -> Any:
+    """One session of Pendulum-v1 episodes (200 steps each, truncated), one per seed."""
+    hooks = make_hooks()
+    bridge = rlmesh_bridge(hooks, env_id="Pendulum-v1", model_component_id="numpy-torque")
+    result = rlmesh.run(Model(lambda obs: np.clip([-2.0 * obs[2]], -2, 2).astype(np.float32)),
+                        bridge.wrap(gym.make("Pendulum-v1")), seeds=seeds, hooks=bridge)
     close_delivered(hooks)
     return result
 

@@ -165,12 +165,25 @@ def _store(catalog: Path, group: str = "g") -> Any:
     return IcebergStore(IcebergTarget(f"sqlite:///{catalog}", TABLE), group)
 
 
-def _batch(store: Any, shard: int, offset: int) -> None:
+def _spaces(action: Any = None) -> tuple[bytes, bytes]:
+    """SpaceSpec bytes of a Box observation and `action` (Discrete(2) by default)."""
+    import gymnasium as gym
+
+    from rlmesh_stream.producer.leaves import space_spec
+
+    return (space_spec(gym.spaces.Box(-1, 1, (2,))).SerializeToString(),
+            space_spec(action or gym.spaces.Discrete(2)).SerializeToString())
+
+
+def _batch(store: Any, shard: int, offset: int, env: str = "e",
+           spaces: tuple[bytes, bytes] | None = None) -> None:
     import pyarrow as pa
 
+    from rlmesh_stream.consumers.datasets.iceberg import StepRows
+
     steps = pa.table({"session_id": ["s"], "step": pa.array([offset], pa.int64()),
-                      "env_id": ["e"]})
-    store.stage(steps, None)
+                      "env_id": [env]})
+    store.stage([StepRows(env, spaces or _spaces(), steps)], None)
     store.commit(offsets={"certificate": {("t", shard): offset}}, shards={shard: {"n": 1}})
 
 
@@ -227,6 +240,44 @@ def test_step_files_a_crash_left_unadded_are_rolled_forward_once(tmp_path: Path)
     assert _store(catalog).steps.scan().to_arrow().num_rows == 2
 
     assert _store(catalog).steps.scan().to_arrow().num_rows == 2
+
+
+def test_members_exporting_envs_of_other_column_types_at_once_agree_on_their_tables(
+        tmp_path: Path) -> None:
+    """Both read the table while no env had a steps table, and each stages its env for the
+    main one: the second commit, made again on the head the first left, puts its env in a
+    steps table of its own."""
+    import gymnasium as gym
+
+    catalog = tmp_path / "catalog.db"
+    first, second = _store(catalog), _store(catalog)
+
+    _batch(first, 0, 10, env="Disc-v0")
+    _batch(second, 1, 7, env="Cont-v0", spaces=_spaces(gym.spaces.Box(-1, 1, (1,))))
+
+    fresh = _store(catalog)
+    assert fresh.envs_by_steps_table() == {f"{TABLE}_steps": ["Disc-v0"],
+                                           f"{TABLE}_steps_cont_v0": ["Cont-v0"]}
+    assert fresh.steps.scan().to_arrow().column("step").to_pylist() == [10]
+    other = fresh.catalog.load_table(f"{TABLE}_steps_cont_v0")
+    assert other.scan().to_arrow().column("step").to_pylist() == [7]
+
+
+def test_step_files_of_every_steps_table_a_crash_left_unadded_are_rolled_forward_once(
+        tmp_path: Path) -> None:
+    import gymnasium as gym
+
+    catalog = tmp_path / "catalog.db"
+    _batch(_store(catalog), 0, 10, env="Disc-v0")
+    store = _store(catalog)
+    store._roll_forward = lambda: None  # the process dies right after the episodes commit
+    _batch(store, 0, 11, env="Cont-v0", spaces=_spaces(gym.spaces.Box(-1, 1, (1,))))
+
+    for _ in range(2):  # opening adds the steps of both tables, once
+        fresh = _store(catalog)
+        other = fresh.catalog.load_table(f"{TABLE}_steps_cont_v0")
+        assert fresh.steps.scan().to_arrow().column("step").to_pylist() == [10]
+        assert other.scan().to_arrow().column("step").to_pylist() == [11]
 
 
 @pytest.mark.postgres

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pyarrow.dataset as pads
 import pytest
@@ -13,7 +14,7 @@ from click.testing import CliRunner
 
 from rlmesh_stream.infra.cli import main
 from rlmesh_stream.schemas.connection.config import StreamConfig
-from tests.datasets.rollouts import exportable, run_cartpole, run_simulator
+from tests.datasets.rollouts import exportable, run_cartpole, run_pendulum, run_simulator
 
 pytestmark = pytest.mark.stack
 
@@ -125,6 +126,66 @@ def test_iceberg_holds_envs_whose_spaces_differ_only_in_bounds(
     assert sorted(set(steps.column("env_id").to_pylist())) == ["CartPole-v1", "sim/CartPole-v1"]
     assert steps.num_rows == sum(episodes.column("steps").to_pylist())
     assert "space_mismatch" not in output
+
+
+def _iceberg(catalog: str, warehouse: Path) -> dict[str, Any]:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    cat = SqlCatalog("rlmesh", uri=catalog, warehouse=warehouse.as_uri())
+    return {f"{ns}.{name}": cat.load_table(f"{ns}.{name}").scan().to_arrow()
+            for ns, name in cat.list_tables("rl")}
+
+
+def test_iceberg_gives_an_env_of_other_column_types_a_steps_table_of_its_own(
+    make_hooks, stream_config, tmp_path,
+):
+    cartpole = run_cartpole(make_hooks, [16, 17])
+    pendulum = run_pendulum(make_hooks, [18])
+    catalog = f"sqlite:///{tmp_path / 'cat.db'}"
+
+    code, output = _cli(stream_config, "--format", "iceberg", "--catalog", catalog,
+                        "--table", "rl.envs")
+    rerun, again = _cli(stream_config, "--format", "iceberg", "--catalog", catalog,
+                        "--table", "rl.envs")
+
+    assert code == 0, output
+    assert rerun == 0, again
+    tables = _iceberg(catalog, tmp_path / "warehouse")
+    assert sorted(tables) == ["rl.envs_episodes", "rl.envs_steps", "rl.envs_steps_pendulum_v1"]
+    episodes = tables["rl.envs_episodes"]
+    assert sorted(episodes.column("env_id").to_pylist()) == ["CartPole-v1"] * 2 + ["Pendulum-v1"]
+    for name, env, run in (("rl.envs_steps", "CartPole-v1", cartpole),
+                           ("rl.envs_steps_pendulum_v1", "Pendulum-v1", pendulum)):
+        steps = tables[name]
+        assert set(steps.column("env_id").to_pylist()) == {env}
+        assert steps.num_rows == sum(e.steps for e in run.episodes)  # once: the rerun added none
+    assert str(tables["rl.envs_steps"].schema.field("action").type) == "int64"
+    assert str(tables["rl.envs_steps_pendulum_v1"].schema.field("action").type).startswith(
+        "list<")
+    assert "space_mismatch" not in output
+    assert "steps of CartPole-v1 in rl.envs_steps" in output.splitlines()
+    assert ("steps of Pendulum-v1 in rl.envs_steps_pendulum_v1 (observation/action columns of "
+            "other types than rl.envs_steps')") in output.splitlines()
+
+
+def test_an_env_of_other_column_types_arriving_later_gets_its_own_steps_table(
+    make_hooks, stream_config, tmp_path,
+):
+    run_cartpole(make_hooks, [19])
+    catalog = f"sqlite:///{tmp_path / 'cat.db'}"
+    first, output = _cli(stream_config, "--format", "iceberg", "--catalog", catalog,
+                         "--table", "rl.later")
+    assert first == 0, output
+    pendulum = run_pendulum(make_hooks, [20])
+
+    code, output = _cli(stream_config, "--format", "iceberg", "--catalog", catalog,
+                        "--table", "rl.later")
+
+    assert code == 0, output
+    tables = _iceberg(catalog, tmp_path / "warehouse")
+    assert tables["rl.later_episodes"].num_rows == 2
+    assert set(tables["rl.later_steps"].column("env_id").to_pylist()) == {"CartPole-v1"}
+    assert tables["rl.later_steps_pendulum_v1"].num_rows == pendulum.episodes[0].steps
 
 
 def test_skipped_episodes_are_named_on_screen_with_what_keeps_them(

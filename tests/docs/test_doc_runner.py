@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from typing import Any
+from unittest import SkipTest
 
 import pytest
 
-from tests.docs.doc_runner import CWD_KEY, ENV_KEY, BlockFailed, inventory, parse
+from tests.docs.doc_runner import (
+    CWD_KEY,
+    ENV_KEY,
+    BlockFailed,
+    inventory,
+    note_skipped,
+    parse,
+)
 
 DOC = '''# A doc
 
@@ -80,3 +90,97 @@ def test_blocks_share_a_directory_and_a_failing_line_fails_its_block(
     message = str(failed.value)
     assert f"doc.md:{fence_line}: exit 1 in {work}" in message
     assert message.endswith("--- stdout\none\n--- stderr\n")  # `echo never` never ran
+
+
+def _run_all(doc: Path, work: Path, env: dict[str, str]) -> dict[str, Any]:
+    """Evaluate every block of `doc` in `work` (a skipped one passes); the namespace."""
+    document = parse(doc)
+    document.namespace[CWD_KEY], document.namespace[ENV_KEY] = work, env
+    for example in document:
+        try:
+            example.evaluate()
+        except SkipTest:
+            note_skipped(document.namespace)
+    return document.namespace
+
+
+OUTPUT_DOC = '''```sh
+echo first; echo second; echo third
+```
+
+```output
+first
+...
+third
+```
+'''
+
+
+def test_an_output_block_is_what_the_block_before_printed(tmp_path: Path) -> None:
+    _run_all(_doc(tmp_path, OUTPUT_DOC), tmp_path, dict(os.environ))
+    assert [(e.language, e.reason) for e in inventory(_doc(tmp_path, OUTPUT_DOC))] == [
+        ("sh", None), ("output", None)]
+
+    other = OUTPUT_DOC.replace("...\nthird\n", "...\nfourth\n")
+    with pytest.raises(BlockFailed, match=r"doc.md:\d+: the block before printed other output"):
+        _run_all(_doc(tmp_path, other), tmp_path, dict(os.environ))
+
+
+def test_an_output_block_after_a_skipped_block_must_be_skipped_too(tmp_path: Path) -> None:
+    doc = _doc(tmp_path, '<!-- skip: next "not here" -->\n' + OUTPUT_DOC)
+    assert [e.reason for e in inventory(doc)] == ["not here", ""]
+
+
+INTERPRETER_DOC = '''<!-- interpreter: DOC_RUNNER_PYTHON -->
+```python
+import sys
+print(sys.executable)
+```
+
+```output
+...python...
+```
+'''
+
+
+def test_a_block_for_another_python_runs_in_it_and_is_skipped_while_it_is_unset(
+    tmp_path: Path,
+) -> None:
+    doc = _doc(tmp_path, INTERPRETER_DOC)
+    entries = inventory(doc)
+    assert [(e.language, e.requires) for e in entries] == [
+        ("python", "DOC_RUNNER_PYTHON"), ("output", "DOC_RUNNER_PYTHON")]
+
+    namespace = _run_all(doc, tmp_path, {**os.environ, "DOC_RUNNER_PYTHON": sys.executable})
+    assert namespace["__doc_stdout__"] == f"{sys.executable}\n"  # not this process's print
+
+    unset = {k: v for k, v in os.environ.items() if k != "DOC_RUNNER_PYTHON"}
+    assert not any(e.runs_here(unset) for e in entries)
+    document = parse(doc)
+    document.namespace[CWD_KEY], document.namespace[ENV_KEY] = tmp_path, unset
+    examples = list(document)
+    examples[0].evaluate()  # the directive
+    with pytest.raises(SkipTest, match="DOC_RUNNER_PYTHON is unset"):
+        examples[1].evaluate()
+
+
+def test_a_sql_block_runs_in_duckdb_and_keeps_its_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "rows.csv").write_text("n\n1\n2\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    doc = _doc(tmp_path, "```sql\nSELECT sum(n) AS total FROM 'rows.csv';\n```\n")
+
+    namespace = _run_all(doc, tmp_path, dict(os.environ))
+
+    assert namespace["sql_result"].to_pylist() == [{"total": 3}]
+
+
+def test_an_interpreter_before_a_skipped_block_is_spent_with_it(tmp_path: Path) -> None:
+    doc = _doc(tmp_path, INTERPRETER_DOC.replace(
+        "```python", '<!-- skip: next "not here" -->\n```python', 1).replace(
+        "```output\n...python...\n```\n", "```python\nran_here = True\n```\n"))
+
+    namespace = _run_all(doc, tmp_path, {**os.environ, "DOC_RUNNER_PYTHON": "/nonexistent"})
+
+    assert namespace["ran_here"] is True  # in this process, not in DOC_RUNNER_PYTHON

@@ -24,6 +24,7 @@ from tests.docs.doc_runner import (
     Block,
     block_environment,
     inventory,
+    note_skipped,
     parse,
 )
 
@@ -58,17 +59,24 @@ def test_the_blocks_of_a_doc_run_as_written(
     document.namespace[CWD_KEY] = tmp_path
     shell_env = block_environment(os.environ, Path(sys.executable).parent, settings)
     document.namespace[ENV_KEY] = shell_env
-    document.namespace["export"] = lambda **names: shell_env.update(names)
+
+    def export(**names: str) -> None:  # as the shell's `export`: later blocks, both kinds
+        shell_env.update(names)
+        for key, value in names.items():
+            monkeypatch.setenv(key, value)
+
+    document.namespace["export"] = export
     ran = []
     for example in document:
         try:
             example.evaluate()  # a failing block raises BlockFailed: its line, its output
         except SkipTest:
+            note_skipped(document.namespace)
             continue
         if isinstance(example.parsed, Block):
             ran.append(example.line)
     # What ran is what the inventory lists as run: the skips were read alike.
-    assert ran == [entry.line for entry in inventory(doc) if entry.runs]
+    assert ran == [entry.line for entry in inventory(doc) if entry.runs_here(shell_env)]
 
 
 def test_the_stack_doc_gives_each_jvms_heap_as_started() -> None:
