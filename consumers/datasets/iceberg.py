@@ -41,6 +41,10 @@ committing member's shards was committed by another process since it read them: 
 raises OffsetConflict (the runtime drops the checkpoint and reads again). Members claim
 their shards when they are assigned (iceberg_sink.py), so one paused past its session
 timeout (a zombie) whose shards moved cannot commit them.
+
+Size: one commit protocol (the state's snapshot, the fencing, the steps files rolled
+forward, the steps table per env, others' commits reconciled) whose invariants hold only
+together; split, each piece would have to restate them.
 """
 
 from __future__ import annotations
