@@ -24,40 +24,6 @@ MAX_LANES = 4096
 """Lanes of one simulated vector env at most: each is state held for the whole run."""
 
 
-class _Waiting:
-    """The hooks as the simulator drives them, waiting while the hook's backlog is half full.
-
-    The backlog holds records Kafka cannot take yet (topics still being created on a fresh
-    prefix, an outage) up to `held_max_events` (10 000), then a hook drops: a rollout must
-    not stall. A load generator can: every `CHECK_EVERY` events it waits for the backlog to
-    drain below half (a fresh prefix under 155 000 events dropped 3 573 before), until the
-    hook's own topic wait delivers or fails what it holds.
-    """
-
-    CHECK_EVERY = 256  # stats() takes the ledger's lock: not on every event
-
-    def __init__(self, hooks: Any) -> None:
-        self._hooks = hooks
-        self._room = max(hooks.settings.held_max_events // 2, 1)
-        self._calls: dict[str, Any] = {}
-        self._count = 0
-
-    def __getattr__(self, name: str) -> Any:
-        call = self._calls.get(name)
-        if call is None:
-            target = getattr(self._hooks, name)
-
-            def call(event: Any) -> Any:
-                self._count += 1
-                if not self._count % self.CHECK_EVERY:
-                    while self._hooks.stats().spooled > self._room:
-                        time.sleep(0.01)
-                return target(event)
-
-            self._calls[name] = call
-        return call
-
-
 @click.command("simulate")
 @click.option("--sessions", default=8, show_default=True, type=COUNT_OR_ZERO,
               help="Sessions (routes) to simulate.")
@@ -107,7 +73,7 @@ def simulate(config: StreamConfig, sessions: int, lanes: int, episodes: int, lan
                                  "simulate", param_hint="'--sessions'")
     from rlmesh_stream.producer.config import ProducerSettings
     from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
-    from rlmesh_stream.producer.simulator import simulate_fleet
+    from rlmesh_stream.producer.simulator import WaitingForRoom, simulate_fleet
 
     started = time.monotonic()
     options: dict[str, Any] = {"spool_dir": spool_dir} if spool_dir is not None else {}
@@ -122,7 +88,7 @@ def simulate(config: StreamConfig, sessions: int, lanes: int, episodes: int, lan
     hooks = KafkaRuntimeHooks(settings=settings.with_overrides(
         max_block_ms=float(settings.delivery_timeout_ms)))
     with hooks:
-        manifest = simulate_fleet(_Waiting(hooks), sessions=sessions, lanes=lanes,
+        manifest = simulate_fleet(WaitingForRoom(hooks), sessions=sessions, lanes=lanes,
                                   episodes=episodes, seed=seed, rate=rate,
                                   failure_rate=failure_rate, lane_driven=lane_driven)
         left = hooks.flush(flush_timeout)

@@ -13,7 +13,7 @@ from rlmesh_stream.consumers.datasets.export import ExportOptions, run_export
 from rlmesh_stream.consumers.runtime import RuntimeOptions
 from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
-from rlmesh_stream.producer.simulator import simulate_fleet
+from rlmesh_stream.producer.simulator import WaitingForRoom, simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from tests.publishing import close_delivered
 from tests.record_copies import new_prefix
@@ -28,7 +28,7 @@ def publish_fleet(stack: Any, *, partitions: int, sessions: int, episodes: int,
     config = new_prefix(stack)
     ensure_topics(config, partitions=partitions)
     hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False)
-    simulate_fleet(hooks, sessions=sessions, lanes=3, episodes=episodes, seed=seed,
+    simulate_fleet(WaitingForRoom(hooks), sessions=sessions, lanes=3, episodes=episodes, seed=seed,
                    failure_rate=0.1, next_step_fraction=0.5, window_every=50)
     close_delivered(hooks)
     return config
