@@ -120,6 +120,7 @@ def test_schemas_sql_names_a_folder_it_cannot_write(tmp_path: Path) -> None:
     blocker.write_text("")
     result = CliRunner().invoke(schemas, ["sql", "--engine", "flink", "--out",
                                           str(blocker / "sub")])
-    assert result.exit_code == 1
-    assert result.output.startswith(f"Error: cannot write to {blocker / 'sub'}")
+    assert result.exit_code == 2  # refused as the line is parsed, nothing written
+    assert "Error: Invalid value for '--out'" in result.output
+    assert f"'{blocker}' is a file, not a folder" in result.output
     assert "Traceback" not in result.output
