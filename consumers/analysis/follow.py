@@ -343,10 +343,15 @@ class Follower:
                 why.append(f"{ck.running} running")
             if ck.unread:
                 why.append(f"{ck.unread} abandoned, session not all read")
-            if ck.open_sessions:
-                why.append(f"{ck.open_sessions} session(s) open")
-            if ck.unread_sessions:
-                why.append(f"{ck.unread_sessions} session(s) ended, not all read")
+            wanted = self.rule.eval_episodes
+            if wanted is not None:  # its sessions do not matter then
+                if ck.episodes < wanted:
+                    why.append(f"{wanted - ck.episodes} short of --eval-episodes {wanted}")
+            else:
+                if ck.open_sessions:
+                    why.append(f"{ck.open_sessions} session(s) open")
+                if ck.unread_sessions:
+                    why.append(f"{ck.unread_sessions} session(s) ended, not all read")
             if ck.step is None:
                 why.append("no training step")
             waiting.append(f"{ck.name}: {ck.episodes} episodes"

@@ -112,10 +112,11 @@ def test_eval_episodes_completes_a_checkpoint_whose_session_goes_on(tmp_path: Pa
 
 def test_eval_episodes_waits_for_n_episodes_though_every_session_seen_has_ended(
         tmp_path: Path) -> None:
-    store, follower, out, _ = setup(tmp_path, Rule(eval_episodes=2))
+    store, follower, out, lines = setup(tmp_path, Rule(eval_episodes=2))
     store.add(episode("s", 1, model_component_id="ckpt-1000"))
     store.end_session("s", total_episodes=1)  # the next session has not published yet
     assert store.step(follower) == 0
+    assert "ckpt-1000: 1 episodes (1 short of --eval-episodes 2)" in lines[-1]
     store.add(episode("t", 1, model_component_id="ckpt-1000", cumulative_reward=20.0))
     assert store.step(follower) == 1
     follower.close()
