@@ -108,10 +108,15 @@ EPISODE_SESSION_ENDS = Table(
         Column("session_id", "TEXT", nullable=False),
         Column("ended_at", "TIMESTAMPTZ", Merge.MIN),
         Column("status", "TEXT", Merge.RANK, ranks=SESSION_STATUSES),
+        Column("total_episodes", "BIGINT", Merge.FOLLOWS, follows="status",
+               doc="the episodes an ended session completed (session_ended's count); "
+                   "NULL when it failed (or ended before this column was added)"),
     ),
     ("session_id",),
     "The episodes builder's own record of which sessions ended or failed, so an episode "
-    "read after its session's end is still marked abandoned (no cross-builder reads).",
+    "read after its session's end is still marked abandoned (no cross-builder reads), and "
+    "of how many episodes an ended session completed, so a reader can tell when all of "
+    "them are read (a session's end can be read before its last episodes' events).",
 )
 
 SESSIONS = Table(

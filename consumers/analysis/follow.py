@@ -11,14 +11,28 @@ read), so that would work with PostgreSQL only, and would couple the follower's
 latency to another process's checkpoints.
 
 What is written is the batch `join`'s own summary: each pass copies the store's
-episodes into an in-memory DuckDB, runs the same `run_join` and `aggregate` over it
-and the training log as read now, and writes the rows of the checkpoints that are
-complete and not yet written. A checkpoint is complete when none of its episodes
-is still running and one of:
-- every session that published an episode of it has ended (its session_ended or
-  session_failed read): the eval sessions of that checkpoint are over;
-- `--eval-episodes N`: N of its episodes are final;
-- `--quiet-seconds S`: no episode of it was added or changed for S seconds.
+episodes (one transaction: a consistent cut) into an in-memory DuckDB, runs the same
+`run_join` and `aggregate` over it and the training log as read now, and writes the
+rows of the checkpoints that are complete and not yet written.
+
+Each event type is a topic of its own, so a session's end can be read before its last
+episodes' events: the builder then marks an episode whose completion is not read yet
+`abandoned`, and an episode whose start is not read yet is not there at all. A session
+is therefore *all read* only once its end is read and, for a `session_ended`, the store
+holds as many of its episodes completed as the event's `total_episodes` (a
+`session_failed` has no count: its end is taken as it is). Until then its `abandoned`
+episodes are not final, and it counts as open.
+
+A checkpoint is complete when each of its episodes is final (completed, or abandoned in
+a session all read), and:
+- by default, every session that published an episode of it is all read: the eval
+  sessions of that checkpoint are over;
+- with `--eval-episodes N`, instead: N of its episodes are final, whatever its sessions
+  (those of one checkpoint may run one after another: the first may end before the next
+  has published anything);
+- or, with `--quiet-seconds S` besides either: none of its episodes is running and none
+  was added or changed for S seconds (the one way out when a session's reported episodes
+  never all arrive).
 
 Each checkpoint is written once, appended: one event of our own eval file in the
 `--to-tensorboard` directory (a new file per follower process, flushed per point),
@@ -82,17 +96,20 @@ class Checkpoint:
     step: int | None
     episodes: int
     running: int
-    open_sessions: int
+    unread: int  # abandoned in a session not all read: their completion may be unread yet
+    open_sessions: int  # no end read
+    unread_sessions: int  # end read, fewer of its episodes completed than it reported
     changed_at: float  # monotonic time its counts last changed
 
     def complete(self, rule: Rule, now: float) -> bool:
         if self.running or not self.episodes:
             return False
-        if self.open_sessions == 0:
-            return True
-        if rule.eval_episodes is not None and self.episodes >= rule.eval_episodes:
-            return True
-        return rule.quiet_s is not None and now - self.changed_at >= rule.quiet_s
+        quiet = rule.quiet_s is not None and now - self.changed_at >= rule.quiet_s
+        if self.unread:  # they may yet complete: only a quiet spell settles them
+            return quiet
+        if rule.eval_episodes is not None:  # instead of the sessions rule
+            return self.episodes >= rule.eval_episodes or quiet
+        return (self.open_sessions == 0 and self.unread_sessions == 0) or quiet
 
 
 # -- outputs ---------------------------------------------------------------------------------
@@ -272,17 +289,32 @@ class Follower:
 
     def _update_counts(self, store: duckdb.DuckDBPyConnection, result: Any, now: float) -> None:
         label, groups, step = group_sql(self.spec, result)
+        # ended sessions whose episodes are all read: as many completed (in the whole
+        # store, matched or not) as their session_ended reported; a failure has no count
+        ends, episodes = f"store.{EPISODE_SESSION_ENDS.name}", f"store.{EPISODES.name}"
         rows = store.execute(f"""
+            WITH all_read AS (
+                SELECT x.session_id FROM {ends} x
+                WHERE x.total_episodes IS NULL OR x.total_episodes <= (
+                    SELECT COUNT(*) FROM {episodes} e
+                    WHERE e.session_id = x.session_id AND e.status = 'completed'))
             SELECT {label}, MIN({step}), COUNT(*), COUNT(*) FILTER (WHERE status = 'running'),
+                   COUNT(*) FILTER (WHERE status = 'abandoned' AND session_id NOT IN
+                       (SELECT session_id FROM all_read)),
                    COUNT(DISTINCT session_id) FILTER (WHERE session_id NOT IN
-                       (SELECT session_id FROM store.{EPISODE_SESSION_ENDS.name}))
+                       (SELECT session_id FROM {ends})),
+                   COUNT(DISTINCT session_id) FILTER (WHERE session_id IN
+                       (SELECT session_id FROM {ends} EXCEPT SELECT session_id FROM all_read))
             FROM joined GROUP BY {groups}""").fetchall()
         seen: dict[str, Checkpoint] = {}
-        for name, ck_step, episodes, running, open_sessions in rows:
+        for name, ck_step, *counts in rows:
+            n_episodes, running, unread, open_sessions, unread_sessions = map(int, counts)
             old = self.checkpoints.get(name)
-            changed = old is None or (old.episodes, old.running) != (episodes, running)
+            changed = old is None or (old.episodes, old.running, old.unread) != (
+                n_episodes, running, unread)
             seen[name] = Checkpoint(name, None if ck_step is None else int(ck_step),
-                                    int(episodes), int(running), int(open_sessions),
+                                    n_episodes, running, unread, open_sessions,
+                                    unread_sessions,
                                     now if changed or old is None else old.changed_at)
         self.checkpoints = seen
 
@@ -309,8 +341,17 @@ class Follower:
             why = []
             if ck.running:
                 why.append(f"{ck.running} running")
-            if ck.open_sessions:
-                why.append(f"{ck.open_sessions} session(s) open")
+            if ck.unread:
+                why.append(f"{ck.unread} abandoned, session not all read")
+            wanted = self.rule.eval_episodes
+            if wanted is not None:  # its sessions do not matter then
+                if ck.episodes < wanted:
+                    why.append(f"{wanted - ck.episodes} short of --eval-episodes {wanted}")
+            else:
+                if ck.open_sessions:
+                    why.append(f"{ck.open_sessions} session(s) open")
+                if ck.unread_sessions:
+                    why.append(f"{ck.unread_sessions} session(s) ended, not all read")
             if ck.step is None:
                 why.append("no training step")
             waiting.append(f"{ck.name}: {ck.episodes} episodes"
@@ -344,13 +385,20 @@ def _fmt(value: Any) -> str:
 def snapshot(cursor: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the store's episodes and session ends as `store.*`, copied
     through Arrow from a cursor on the follower's own store (the file is open in this
-    process; attaching it again is refused)."""
+    process; attaching it again is refused). Both are read in one transaction: the same
+    consumer checkpoint's state, whatever the sink commits meanwhile."""
+    tables = (EPISODES.name, EPISODE_SESSION_ENDS.name)
+    cursor.execute("BEGIN TRANSACTION")
+    try:
+        copies = {t: cursor.sql(f"SELECT * FROM {t}").to_arrow_table() for t in tables}
+    finally:
+        cursor.execute("ROLLBACK")  # read only
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
         con.execute("ATTACH ':memory:' AS store")
-        for table in (EPISODES.name, EPISODE_SESSION_ENDS.name):
-            con.register("copied", cursor.sql(f"SELECT * FROM {table}").to_arrow_table())
+        for table, copy in copies.items():
+            con.register("copied", copy)
             con.execute(f"CREATE TABLE store.{table} AS SELECT * FROM copied")
             con.unregister("copied")
     except BaseException:

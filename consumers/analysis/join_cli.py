@@ -112,7 +112,8 @@ dominates what a user waits for."""
                    "(docs/training-logs.md). Stops on SIGTERM or Ctrl-C.")
 @click.option("--eval-episodes", type=COUNT, default=None, metavar="N",
               help="--follow: a checkpoint is complete once N of its episodes are final "
-                   "[default: once every session that ran it has ended].")
+                   "[default: once every session that ran it has ended and all its "
+                   "episodes are read].")
 @click.option("--quiet-seconds", type=NON_NEGATIVE, default=None, metavar="S",
               help="--follow: a checkpoint is also complete once none of its episodes "
                    "changed for S seconds.")

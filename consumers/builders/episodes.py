@@ -75,7 +75,8 @@ class EpisodesBuilder(Builder):
                               "success", "duration_ms", "predict_ms", "step_ms")},
             "final_info": Call(meta_json, "final_info"), "completed_at": TIMESTAMP}),
         EventType.SESSION_ENDED: Projection(EPISODE_SESSION_ENDS, {
-            "session_id": "session_id", "ended_at": TIMESTAMP, "status": Const("ended")}),
+            "session_id": "session_id", "ended_at": TIMESTAMP, "status": Const("ended"),
+            "total_episodes": "total_episodes"}),
         EventType.SESSION_FAILED: Projection(EPISODE_SESSION_ENDS, {
             "session_id": "session_id", "ended_at": TIMESTAMP, "status": Const("failed")}),
     }

@@ -16,6 +16,7 @@ from rlmesh_stream.consumers.analysis.follow import (
     snapshot,
 )
 from rlmesh_stream.consumers.analysis.join import JoinSpec, LogColumns
+from rlmesh_stream.consumers.analysis.training_logs.tensorboard import file_points
 from tests.analysis.analysis_stores import episode, insert, make_store
 from tests.analysis.analysis_training_logs import LOSS, write_tensorboard
 
@@ -34,9 +35,17 @@ class Store:
     def add(self, *rows: dict[str, object]) -> None:
         insert(self.con, "episodes", rows)
 
-    def end_session(self, session: str) -> None:
-        self.con.execute("INSERT INTO episode_session_ends VALUES (?, now(), 'ended')",
-                         [session])
+    def end_session(self, session: str, total_episodes: int | None = None) -> None:
+        """`session_ended` read; `total_episodes`: the episodes it says it completed."""
+        self.con.execute("INSERT INTO episode_session_ends (session_id, ended_at, status, "
+                         "total_episodes) VALUES (?, now(), 'ended', ?)",
+                         [session, total_episodes])
+
+    def complete(self, session: str, index: int, reward: float) -> None:
+        """An episode's `episode_completed` read after it was marked abandoned."""
+        self.con.execute("UPDATE episodes SET status = 'completed', cumulative_reward = ? "
+                         "WHERE session_id = ? AND episode_record_id = ?",
+                         [reward, session, f"ep-{index:06d}"])
 
     def step(self, follower: Follower, now: float = 0.0) -> int:
         con = snapshot(self.con.cursor())
@@ -48,6 +57,13 @@ class Store:
 
 def written_steps(directory: Path) -> dict[int, float]:
     return TensorBoardOutput(directory).written()
+
+
+def written_means(directory: Path) -> dict[int, float]:
+    """Step -> eval/mean_reward of every point in the eval files of `directory`."""
+    return {step: value for path in sorted(directory.glob("events.out.tfevents.*"))
+            for _run, tag, step, _wall, value in file_points(path, ".", {})
+            if tag == "eval/mean_reward"}
 
 
 def setup(tmp_path: Path, rule: Rule | None = None
@@ -92,6 +108,78 @@ def test_eval_episodes_completes_a_checkpoint_whose_session_goes_on(tmp_path: Pa
     assert store.step(follower) == 1
     follower.close()
     assert written_steps(out) == {1000: 2.0}
+
+
+def test_eval_episodes_waits_for_n_episodes_though_every_session_seen_has_ended(
+        tmp_path: Path) -> None:
+    store, follower, out, lines = setup(tmp_path, Rule(eval_episodes=2))
+    store.add(episode("s", 1, model_component_id="ckpt-1000"))
+    store.end_session("s", total_episodes=1)  # the next session has not published yet
+    assert store.step(follower) == 0
+    assert "ckpt-1000: 1 episodes (1 short of --eval-episodes 2)" in lines[-1]
+    store.add(episode("t", 1, model_component_id="ckpt-1000", cumulative_reward=20.0))
+    assert store.step(follower) == 1
+    follower.close()
+    assert written_steps(out) == {1000: 2.0}
+    assert written_means(out) == {1000: 15.0}
+
+
+def test_a_session_end_read_before_its_last_completion_keeps_the_checkpoint_waiting(
+        tmp_path: Path) -> None:
+    store, follower, out, lines = setup(tmp_path)
+    store.add(episode("s", 1, model_component_id="ckpt-1000"),
+              # its episode_completed not read yet: the builder marked it abandoned
+              episode("s", 2, model_component_id="ckpt-1000", status="abandoned",
+                      cumulative_reward=None))
+    store.end_session("s", total_episodes=2)
+    assert store.step(follower) == 0
+    assert ("ckpt-1000: 2 episodes (1 abandoned, session not all read, "
+            "1 session(s) ended, not all read)") in lines[-1]
+    store.complete("s", 2, 30.0)
+    assert store.step(follower) == 1
+    follower.close()
+    assert written_steps(out) == {1000: 2.0}
+    assert written_means(out) == {1000: 20.0}  # (10 + 30) / 2: both read
+
+
+def test_eval_episodes_counts_no_episode_abandoned_before_its_session_is_all_read(
+        tmp_path: Path) -> None:
+    store, follower, out, _ = setup(tmp_path, Rule(eval_episodes=2))
+    store.add(episode("s", 1, model_component_id="ckpt-1000"),
+              episode("s", 2, model_component_id="ckpt-1000", status="abandoned",
+                      cumulative_reward=None))
+    store.end_session("s", total_episodes=2)
+    assert store.step(follower) == 0
+    store.complete("s", 2, 30.0)
+    assert store.step(follower) == 1
+    follower.close()
+    assert written_means(out) == {1000: 20.0}
+
+
+def test_an_episode_its_ended_session_never_completed_is_final(tmp_path: Path) -> None:
+    store, follower, out, _ = setup(tmp_path)
+    store.add(episode("s", 1, model_component_id="ckpt-1000"),
+              episode("s", 2, model_component_id="ckpt-1000", status="abandoned",
+                      cumulative_reward=None))
+    store.end_session("s", total_episodes=1)  # it ended mid-episode: all of it is read
+    assert store.step(follower) == 1
+    follower.close()
+    assert written_steps(out) == {1000: 2.0}
+    assert written_means(out) == {1000: 10.0}  # over its completed episode
+
+
+def test_quiet_seconds_writes_a_checkpoint_whose_sessions_episodes_never_all_arrive(
+        tmp_path: Path) -> None:
+    store, follower, out, _ = setup(tmp_path, Rule(quiet_s=5.0))
+    store.add(episode("s", 1, model_component_id="ckpt-1000"),
+              episode("s", 2, model_component_id="ckpt-1000", status="abandoned",
+                      cumulative_reward=None))
+    store.end_session("s", total_episodes=2)  # its second completion was never published
+    assert store.step(follower, now=10.0) == 0
+    assert store.step(follower, now=15.0) == 1
+    follower.close()
+    assert written_steps(out) == {1000: 2.0}
+    assert written_means(out) == {1000: 10.0}
 
 
 def test_quiet_seconds_completes_a_checkpoint_unchanged_that_long(tmp_path: Path) -> None:
