@@ -28,7 +28,6 @@ printed beside them, and the load average with every figure (the machine is shar
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
 import statistics
@@ -39,8 +38,8 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
 from processes import timed, timed_together
+from topics import delete_topics
 
 from rlmesh_stream.consumers.datasets.export import TRAJECTORY_EVENTS
 from rlmesh_stream.infra.topics import ensure_topics
@@ -146,17 +145,6 @@ def main() -> None:
         run(config, args)
     finally:
         delete_topics(config)
-
-
-def delete_topics(config: StreamConfig) -> None:
-    """Best effort: every partition keeps files open in the broker."""
-    admin = AdminClient({**config.kafka_config(), "log_level": 0})
-    with contextlib.suppress(Exception):
-        names = [t for t in admin.list_topics(timeout=5).topics
-                 if t.startswith(config.topic_prefix)]
-        for future in admin.delete_topics(names, operation_timeout=10).values():
-            with contextlib.suppress(Exception):
-                future.result(timeout=15)
 
 
 def run(config: StreamConfig, args: argparse.Namespace) -> None:

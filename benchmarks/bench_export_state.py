@@ -21,7 +21,6 @@ Printed: the commits' median, mean and largest bytes, those of the last wave's c
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
 import statistics
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from topics import delete_topics
 
 from rlmesh_stream.consumers.datasets.episodes import Filters
 from rlmesh_stream.consumers.datasets.export import ExportOptions, run_export
@@ -152,16 +151,6 @@ def measure(config: StreamConfig, out: Path, max_batch: int) -> None:
           f"median {statistics.median(seconds) * 1000:.1f} ms; state on disk at the end "
           f"{on_disk:,} bytes ({', '.join(sorted(p.name for p in state.iterdir()))})",
           flush=True)
-
-
-def delete_topics(config: StreamConfig) -> None:
-    admin = AdminClient({**config.kafka_config(), "log_level": 0})
-    with contextlib.suppress(Exception):
-        names = [t for t in admin.list_topics(timeout=5).topics
-                 if t.startswith(config.topic_prefix)]
-        for future in admin.delete_topics(names, operation_timeout=10).values():
-            with contextlib.suppress(Exception):
-                future.result(timeout=15)
 
 
 def main() -> None:

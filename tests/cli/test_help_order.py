@@ -3,28 +3,11 @@ connection options (set once in the environment, never what a reader looks for).
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterator
-
 import click
 import pytest
 
-from rlmesh_stream.infra.cli import COMMANDS
 from rlmesh_stream.schemas.connection.cli_options import ConnectionOption, SharedOption
-
-
-def _commands() -> Iterator[tuple[str, click.Command]]:
-    """Every command under the root, by its command line (`export trajectories`)."""
-    def walk(name: str, command: click.Command) -> Iterator[tuple[str, click.Command]]:
-        if isinstance(command, click.Group):
-            for sub_name, sub in command.commands.items():
-                yield from walk(f"{name} {sub_name}", sub)
-        else:
-            yield name, command
-
-    for name, target in COMMANDS.items():
-        module, attribute = target.split(":")
-        yield from walk(name, getattr(importlib.import_module(module), attribute))
+from tests.cli.command_tree import command_lines
 
 
 def _rank(param: click.Parameter) -> int:
@@ -33,7 +16,7 @@ def _rank(param: click.Parameter) -> int:
     return 1 if isinstance(param, SharedOption) else 0
 
 
-COMMAND_LINES = dict(_commands())
+COMMAND_LINES = command_lines()
 
 
 @pytest.mark.parametrize("line", sorted(COMMAND_LINES))

@@ -20,7 +20,6 @@ names the options accept against the real Kafka.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,10 +32,10 @@ import pytest
 
 from rlmesh_stream.consumers.sinks import open_sink
 from rlmesh_stream.consumers.sinks.url import SinkURLType
-from rlmesh_stream.infra.cli import COMMANDS
 from rlmesh_stream.schemas.cli_values import STATE_DIR, FiniteFloatRange, PathValue, Text
 from rlmesh_stream.schemas.connection.cli_options import SharedOption
 from tests.cli.cli_run import run_cli
+from tests.cli.command_tree import command_lines
 
 # What each command line needs besides the option under test, to parse at all.
 REQUIRED: dict[str, list[str]] = {
@@ -53,20 +52,7 @@ VALID: set[tuple[str, str, str]] = {
 }
 
 
-def _commands() -> Iterator[tuple[str, click.Command]]:
-    def walk(name: str, command: click.Command) -> Iterator[tuple[str, click.Command]]:
-        if isinstance(command, click.Group):
-            for sub_name, sub in command.commands.items():
-                yield from walk(f"{name} {sub_name}", sub)
-        else:
-            yield name, command
-
-    for name, target in COMMANDS.items():
-        module, attribute = target.split(":")
-        yield from walk(name, getattr(importlib.import_module(module), attribute))
-
-
-COMMAND_LINES = dict(_commands())
+COMMAND_LINES = command_lines()
 
 
 def _options(command: click.Command) -> list[click.Option]:

@@ -122,3 +122,18 @@ def query(sink_url: str, sql: str) -> list[tuple[Any, ...]]:
 
 
 __all__ = ["CheckpointInfo", "PlainKafkaHooks", "create_topics", "query", "run_offline"]
+
+
+# Every table `consume all` writes, with the columns a run's result is (consumer_offsets
+# without its timestamps): two runs over the same records give equal snapshots.
+ALL_TABLES = {
+    "episodes": "*", "episode_session_ends": "*", "sessions": "*", "advisories": "*",
+    "telemetry_rollups": "*", "telemetry_sessions": "*", "delivery_sequences": "*",
+    "consumer_offsets": "builder, topic, partition_id, next_offset",
+}
+
+
+def snapshot(sink_url: str) -> dict[str, list[str]]:
+    """Every table of `ALL_TABLES`, its rows as sorted reprs (compared run against run)."""
+    return {t: sorted(repr(r) for r in query(sink_url, f"SELECT {cols} FROM {t}"))
+            for t, cols in ALL_TABLES.items()}

@@ -20,23 +20,19 @@ from confluent_kafka import Consumer, TopicPartition
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import all_topics
-from tests.consumers.consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
+from tests.consumers.consumer_helpers import (
+    PlainKafkaHooks,
+    create_topics,
+    query,
+    run_offline,
+    snapshot,
+)
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
 PARTITIONS = 4
 KILLS = 10
 KILL_BEFORE = 2 / 3  # every kill point within this share of the events
-TABLES = {
-    "episodes": "*", "episode_session_ends": "*", "sessions": "*", "advisories": "*",
-    "telemetry_rollups": "*", "telemetry_sessions": "*", "delivery_sequences": "*",
-    "consumer_offsets": "builder, topic, partition_id, next_offset",
-}
-
-
-def _snapshot(url: str) -> dict[str, list[str]]:
-    return {t: sorted(repr(r) for r in query(url, f"SELECT {cols} FROM {t}"))
-            for t, cols in TABLES.items()}
 
 
 def _committed(config: StreamConfig, group: str) -> int:
@@ -137,7 +133,7 @@ def _crashed_like_clean(config: StreamConfig, tmp_path: Path, total: int, kills:
 
     final = subprocess.run(command, capture_output=True, timeout=300)
     assert final.returncode == 0, final.stderr.decode()[-2000:]
-    assert _snapshot(crashed) == _snapshot(clean)
+    assert snapshot(crashed) == snapshot(clean)
     assert query(crashed, "SELECT records, duplicates, gaps FROM delivery_producers") == [
         (total, 0, 0)]
     return crashed, progress

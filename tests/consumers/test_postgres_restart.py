@@ -24,23 +24,19 @@ from confluent_kafka import Consumer, TopicPartition
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.topics import all_topics
-from tests.consumers.consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
+from tests.consumers.consumer_helpers import (
+    PlainKafkaHooks,
+    create_topics,
+    query,
+    run_offline,
+    snapshot,
+)
 from tests.pg_server import ThrowawayPostgres
 
 pytestmark = [pytest.mark.stack, pytest.mark.postgres]
 
 PARTITIONS = 4
 DOWN_S = 6.0  # how long the server stays down
-TABLES = {
-    "episodes": "*", "episode_session_ends": "*", "sessions": "*", "advisories": "*",
-    "telemetry_rollups": "*", "telemetry_sessions": "*", "delivery_sequences": "*",
-    "consumer_offsets": "builder, topic, partition_id, next_offset",
-}
-
-
-def _snapshot(url: str) -> dict[str, list[str]]:
-    return {t: sorted(repr(r) for r in query(url, f"SELECT {cols} FROM {t}"))
-            for t, cols in TABLES.items()}
 
 
 def _database(server: ThrowawayPostgres, name: str) -> str:
@@ -98,6 +94,6 @@ def test_a_postgres_restart_mid_run_loses_and_repeats_nothing(
     assert consumer.returncode == 0, stderr[-3000:]
     assert at_stop < manifest.total_events  # the restart came mid-run
     assert "PostgreSQL" in stderr and "reconnect" in stderr  # it did have to wait
-    assert _snapshot(restarted) == _snapshot(clean)
+    assert snapshot(restarted) == snapshot(clean)
     assert query(restarted, "SELECT records, duplicates, gaps FROM delivery_producers") == [
         (manifest.total_events, 0, 0)]
