@@ -56,8 +56,8 @@ def test_a_filtered_episode_is_counted_once_however_many_checkpoints_it_spans(
 
 def _documented_duckdb_query() -> str:
     blocks = re.findall(r"```sql\n(.*?)```", DOCS.read_text(), re.S)
-    [query] = [b for b in blocks if "read_parquet('DIR/steps" in b]
-    return query
+    [query] = [b for b in blocks if "read_parquet('trajectories/steps" in b]
+    return query  # over the doc's export into `trajectories` (--out)
 
 
 def test_the_documented_duckdb_query_gives_one_row_per_episode_of_every_session(
@@ -68,7 +68,8 @@ def test_the_documented_duckdb_query_gives_one_row_per_episode_of_every_session(
     out = tmp_path / "pq"
     export(out, "parquet")
 
-    rows = duckdb.sql(_documented_duckdb_query().replace("DIR", str(out))).fetchall()
+    rows = duckdb.sql(_documented_duckdb_query().replace("'trajectories/", f"'{out}/")
+                      ).fetchall()
 
     episodes = pads.dataset(out / "episodes", partitioning="hive").to_table().to_pylist()
     assert len({e["episode_record_id"] for e in episodes}) == 2  # repeated across sessions

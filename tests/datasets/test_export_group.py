@@ -230,6 +230,9 @@ class _StopAfterACheckpoint:
     def note(self, text: str) -> None:
         pass
 
+    def count_with(self, written: object) -> None:
+        pass
+
     def checkpointed(self, info: object) -> None:
         pass
 
