@@ -9,12 +9,10 @@ saying why, elsewhere), sized at half of what the clean run wrote, so it fills m
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,38 +22,17 @@ import pytest
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.cli_values import STATE_DIR
 from rlmesh_stream.schemas.connection.config import StreamConfig
-from tests.consumers.consumer_helpers import PlainKafkaHooks, create_topics, query, run_offline
+from tests.consumers.consumer_helpers import (
+    PlainKafkaHooks,
+    create_topics,
+    query,
+    run_offline,
+    snapshot,
+)
 from tests.datasets.fleet_export import DATASET, clean_export, publish_fleet
+from tests.mounts import grow_tmpfs, small_tmpfs
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
-
-TABLES = {
-    "episodes": "*", "episode_session_ends": "*", "sessions": "*", "advisories": "*",
-    "telemetry_rollups": "*", "telemetry_sessions": "*", "delivery_sequences": "*",
-    "consumer_offsets": "builder, topic, partition_id, next_offset",
-}
-
-
-def _mount(*args: str) -> None:
-    done = subprocess.run(["mount", *args], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount ({done.stderr.strip()}): needs root in a mount namespace")
-
-
-@contextlib.contextmanager
-def _small_disk(path: Path, size: int) -> Iterator[Path]:
-    """A tmpfs of `size` bytes at `path`."""
-    path.mkdir()
-    _mount("-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path))
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def _room_again(path: Path) -> None:
-    _mount("-o", "remount,size=1g", str(path))
-
 
 def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else (
@@ -94,11 +71,6 @@ def _stored(url: str) -> int:
     return sum(int(n) for (n,) in rows)
 
 
-def _snapshot(url: str) -> dict[str, list[str]]:
-    return {t: sorted(repr(r) for r in query(url, f"SELECT {cols} FROM {t}"))
-            for t, cols in TABLES.items()}
-
-
 def test_a_full_disk_under_a_duckdb_store_stops_in_one_line_and_a_rerun_loses_nothing(
     stream_config: StreamConfig, tmp_path: Path,
 ) -> None:
@@ -106,21 +78,21 @@ def test_a_full_disk_under_a_duckdb_store_stops_in_one_line_and_a_rerun_loses_no
     clean = tmp_path / "clean.duckdb"
     run_offline(stream_config, f"duckdb://{clean}", ["all"])
 
-    with _small_disk(tmp_path / "disk", _size(clean) // 2) as disk:
+    with small_tmpfs(tmp_path / "disk", _size(clean) // 2) as disk:
         command = _cli(stream_config, "consume", "all", "--sink", f"duckdb://{disk}/s.duckdb")
         full = subprocess.run(command, capture_output=True, text=True, timeout=300)
         line = _one_error_line(full)
-        _room_again(disk)
+        grow_tmpfs(disk)
         # the disk filled mid-run: some records were checkpointed, not all
         assert 0 < _stored(f"duckdb://{disk}/s.duckdb") < total
         again = subprocess.run(command, capture_output=True, text=True, timeout=300)
         assert again.returncode == 0, again.stderr[-3000:]
-        refilled = _snapshot(f"duckdb://{disk}/s.duckdb")
+        refilled = snapshot(f"duckdb://{disk}/s.duckdb")
         delivery = query(f"duckdb://{disk}/s.duckdb",
                          "SELECT records, duplicates, gaps FROM delivery_producers")
 
     assert "disk is full" in line and "No space left on device" in line, line
-    assert refilled == _snapshot(f"duckdb://{clean}")
+    assert refilled == snapshot(f"duckdb://{clean}")
     assert delivery == [(total, 0, 0)]
 
 
@@ -142,13 +114,13 @@ def test_a_full_disk_under_a_parquet_export_stops_in_one_line_and_a_rerun_loses_
     clean = clean_export(config, tmp_path / "clean")
     assert _rows(clean, "episodes")  # episodes to lose
 
-    with _small_disk(tmp_path / "disk", _size(clean) // 2) as disk:
+    with small_tmpfs(tmp_path / "disk", _size(clean) // 2) as disk:
         out = disk / "ds"
         command = _cli(config, "export", "trajectories", "--format", "parquet",
                        "--out", str(out), "--dataset-id", DATASET)
         full = subprocess.run(command, capture_output=True, text=True, timeout=300)
         line = _one_error_line(full)
-        _room_again(disk)
+        grow_tmpfs(disk)
         assert _generation(out) > 0  # the disk filled mid-run, after commits
         again = subprocess.run(command, capture_output=True, text=True, timeout=300)
         assert again.returncode == 0, again.stderr[-3000:]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,38 +40,12 @@ from tests.faults.fault_harness import (
     wait_caught_up,
     wait_until,
 )
+from tests.mounts import made_read_only, small_tmpfs
 
 pytestmark = pytest.mark.timeout(600)
 
 SPOOL_BYTES = 256 * 1024
 ROLLOUT_LIMIT_S = 60.0  # the whole simulated rollout, flat out, must end well within this
-
-
-def _mount(*args: str) -> None:
-    done = subprocess.run(["mount", *args], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount ({done.stderr.strip()}): needs root in a mount namespace")
-
-
-@contextlib.contextmanager
-def tiny_tmpfs(path: Path) -> Iterator[Path]:
-    path.mkdir()
-    _mount("-t", "tmpfs", "-o", f"size={SPOOL_BYTES}", "tmpfs", str(path))
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-@contextlib.contextmanager
-def made_read_only(path: Path) -> Iterator[None]:
-    """Remount `path` read-only in place (a bind mount over itself)."""
-    _mount("--bind", str(path), str(path))
-    try:
-        _mount("-o", "remount,bind,ro", str(path))
-        yield
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 @dataclass
@@ -114,7 +87,7 @@ def spool_cases(spool_errors: list[str],
     """Both spool faults under one registry outage (one registry restart, not two)."""
     root = tmp_path_factory.mktemp("spool-faults")
     with contextlib.ExitStack() as stack:
-        full = stack.enter_context(tiny_tmpfs(root / "full"))
+        full = stack.enter_context(small_tmpfs(root / "full", SPOOL_BYTES))
         read_only = root / "read-only"
         read_only.mkdir()
         cases: dict[str, SpoolCase] = {}
