@@ -24,25 +24,30 @@ import argparse
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from topics import delete_topics
 
-from rlmesh_stream.consumers.datasets.episodes import Filters
-from rlmesh_stream.consumers.datasets.export import ExportOptions, run_export
-from rlmesh_stream.consumers.datasets.manifest import ManifestStore
-from rlmesh_stream.consumers.runtime import RuntimeOptions
-from rlmesh_stream.infra.topics import ensure_topics
-from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
-from rlmesh_stream.producer.simulator import simulate_fleet
-from rlmesh_stream.schemas.connection.config import StreamConfig
-from rlmesh_stream.schemas.contract import headers as h
-from rlmesh_stream.schemas.contract.topics import EventType
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the tests' record reader: tests.record_copies
+
+from rlmesh_stream.consumers.datasets.episodes import Filters  # noqa: E402
+from rlmesh_stream.consumers.datasets.export import ExportOptions, run_export  # noqa: E402
+from rlmesh_stream.consumers.datasets.manifest import ManifestStore  # noqa: E402
+from rlmesh_stream.consumers.runtime import RuntimeOptions  # noqa: E402
+from rlmesh_stream.infra.topics import ensure_topics  # noqa: E402
+from rlmesh_stream.producer.hooks import KafkaRuntimeHooks  # noqa: E402
+from rlmesh_stream.producer.simulator import simulate_fleet  # noqa: E402
+from rlmesh_stream.schemas.connection.config import StreamConfig  # noqa: E402
+from rlmesh_stream.schemas.contract import headers as h  # noqa: E402
+from rlmesh_stream.schemas.contract.topics import all_topics  # noqa: E402
+from tests.record_copies import read_records  # noqa: E402
 
 _STAMPS = {h.PRODUCER_SEQUENCE, h.PRODUCER_ID, h.SEQUENCE}
 
@@ -73,32 +78,6 @@ def publish(config: StreamConfig, waves: int, sessions: int) -> None:
         shutil.rmtree(spool, ignore_errors=True)
 
 
-def read_all(config: StreamConfig) -> list[Any]:
-    """Every record of the event topics, in order per partition."""
-    consumer = Consumer({"bootstrap.servers": config.bootstrap,
-                         "group.id": f"read-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False})
-    try:
-        assignment, left = [], 0
-        for et in EventType:
-            topic = et.topic(config.topic_prefix)
-            for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-                assignment.append(TopicPartition(topic, p, low))
-                left += high - low
-        consumer.assign(assignment)
-        records: list[Any] = []
-        while left > 0:
-            batch = [m for m in consumer.consume(min(left, 1000), 10) if m.error() is None]
-            if not batch:
-                raise SystemExit(f"{left} records not read")
-            records += batch
-            left -= len(batch)
-        return records
-    finally:
-        consumer.close()
-
-
 def copy_per_session(original: StreamConfig, copy: StreamConfig) -> int:
     """`original`'s records into `copy`, each session's stamped with a producer id of its
     own; returns how many producer ids."""
@@ -106,7 +85,7 @@ def copy_per_session(original: StreamConfig, copy: StreamConfig) -> int:
     seqs: dict[str, int] = {}
     producer = Producer({"bootstrap.servers": copy.bootstrap, "linger.ms": 20})
     prefix = original.topic_prefix
-    for m in read_all(original):
+    for m in read_records(original, all_topics(original.topic_prefix)):
         pid = ids.setdefault(m.key(), f"producer-{len(ids)}")
         seq = seqs[pid] = seqs.get(pid, -1) + 1
         headers = [(k, v) for k, v in (m.headers() or []) if k not in _STAMPS]
