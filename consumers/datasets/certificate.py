@@ -10,6 +10,7 @@ per-producer ranges are part of the resume state (state.py).
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,11 +26,19 @@ INT64_MAX = 2**63 - 1
 # changes per record would grow the state without bound (4.7 MB at 60 000 ids): the
 # records of further ids are counted in `other_producers`, their sequences unchecked.
 MAX_PRODUCERS = 1000
+# The joiner's count of episodes written before their session's caution advisory was read
+# (untagged): kept with its skip counts, but no skip (`episodes_skipped` leaves it out).
+LATE_CAUTION = "exported_before_their_caution_advisory"
 
 
 def saturated(n: int) -> int:
     """`n`, or INT64_MAX when it is larger."""
     return min(n, INT64_MAX)
+
+
+def skipped_episodes(skipped: Mapping[str, int]) -> int:
+    """The episodes a joiner skipped, as `episodes_skipped` counts them."""
+    return sum(n for reason, n in skipped.items() if reason != LATE_CAUTION)
 
 
 @dataclass
@@ -127,7 +136,7 @@ class Certificate:
 
     def summary(self, skipped: dict[str, int]) -> dict[str, Any]:
         skipped = dict(skipped)
-        late = skipped.pop("exported_before_their_caution_advisory", 0)
+        late = skipped.pop(LATE_CAUTION, 0)
         producers = {}
         for pid, p in sorted(self.producers.items()):
             ranges = p["ranges"]

@@ -37,6 +37,7 @@ from collections import Counter
 from typing import Any
 
 from rlmesh_stream.consumers.datasets import DEFAULT_MAX_HELD_STEPS
+from rlmesh_stream.consumers.datasets.certificate import LATE_CAUTION
 from rlmesh_stream.consumers.datasets.groups import GroupSession
 from rlmesh_stream.consumers.datasets.model import (
     TP,
@@ -220,7 +221,7 @@ class Joiner:
             if not session.caution and session.exported:
                 # read after its session's episodes were written (other topics ran ahead):
                 # they went out untagged; say so in the certificate
-                self.skipped["exported_before_their_caution_advisory"] += session.exported
+                self.skipped[LATE_CAUTION] += session.exported
             session.caution = True
 
     def _session(self, session_id: str) -> SessionState:
@@ -394,14 +395,10 @@ class Joiner:
             return f"skip:{TOO_LONG}" if session.ended else None
         if ep.problem is not None:
             return f"skip:{ep.problem}" if (session.ended or final) else None
-        # a running session holding more than `max_held_steps`: its whole episodes go now
-        early = (not session.ended and not final
-                 and self._held.get(ep.session_id, 0) > self.max_held_steps)
-        if not session.ended and not final and not early:
-            return None
+        if not session.ended and not final and (
+                ep.completed is None or self._held.get(ep.session_id, 0) <= self.max_held_steps):
+            return None  # else a running session holding too much: its whole episodes go now
         if ep.completed is None:
-            if early:
-                return None
             # The session's end can be read before its episodes' completed events: they are
             # on other topics, in any order. Only the end of the history decides.
             if not session.ended or not final:

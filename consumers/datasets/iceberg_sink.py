@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Any
 
 from rlmesh_stream.consumers.datasets import state
-from rlmesh_stream.consumers.datasets.certificate import Certificate
+from rlmesh_stream.consumers.datasets.certificate import Certificate, skipped_episodes
 from rlmesh_stream.consumers.datasets.episodes import Episode, Joiner
 from rlmesh_stream.consumers.datasets.iceberg import IcebergStore, IcebergWriter
 from rlmesh_stream.consumers.datasets.sink import (
@@ -25,7 +25,6 @@ from rlmesh_stream.consumers.datasets.sink import (
     DatasetSink,
     TrajectoryBuilder,
     seen_states,
-    skipped_episodes,
     updated_seen,
 )
 from rlmesh_stream.consumers.runtime.records import TP
@@ -53,9 +52,6 @@ class ShardedSink(DatasetSink):
         # shards taken back as this member left them at a revocation (`rewound`): read on
         # from their read offsets, not again from their resume offsets (`load_offsets`)
         self.resumed: set[int] = set()
-        # unused: each shard has its own
-        self.joiner = Joiner(self.options.filters, self.options.max_held_steps)
-        self.certificate = Certificate()
         # the re-delivery states of the held shards' partitions ("topic|partition"), as
         # committed or as the last batch left them; `_seen_of` reads a shard's in
         self.seen: dict[str, Any] = {}

@@ -28,7 +28,11 @@ from typing import Any, ClassVar
 
 from rlmesh_stream.consumers.builders.base import Builder, PartialRow
 from rlmesh_stream.consumers.datasets import DEFAULT_MAX_HELD_STEPS, state
-from rlmesh_stream.consumers.datasets.certificate import Certificate, header_sequence
+from rlmesh_stream.consumers.datasets.certificate import (
+    Certificate,
+    header_sequence,
+    skipped_episodes,
+)
 from rlmesh_stream.consumers.datasets.episodes import Episode, Filters, Joiner
 from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
 from rlmesh_stream.consumers.datasets.manifest import DatasetError, ManifestStore
@@ -329,12 +333,6 @@ class DatasetSink(Sink):
 
     def close(self) -> None:
         self.store.close()
-
-
-def skipped_episodes(skipped: Counter[str]) -> int:
-    """The episodes a joiner skipped, as the certificate's `episodes_skipped` counts them
-    (those exported before their session's caution advisory was read are no skip)."""
-    return skipped.total() - skipped["exported_before_their_caution_advisory"]
 
 
 def seen_states(values: dict[str, Any], source: str) -> dict[tuple[str, int], Seen]:
