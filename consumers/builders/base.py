@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from rlmesh_stream.consumers.builders.projection import Projections
 from rlmesh_stream.consumers.runtime.records import Record, epoch_ms
 from rlmesh_stream.consumers.table_model import Table, finish_row, merge_rows, tuple_merger
+from rlmesh_stream.schemas.codec.projection_items import Item
 from rlmesh_stream.schemas.contract.topics import EventType
 
 PartialRow = tuple[Table, dict[str, Any]]
@@ -54,6 +55,15 @@ class Builder:
     def packed(self) -> bool:
         """Every event type is a projection: rows are packed tuples (`_reduce_packed`)."""
         return bool(self.event_types) and self.event_types <= self.projections.keys()
+
+    def packed_items(self, event_type: EventType) -> tuple[Item, ...] | None:
+        """What the runtime reads straight from a payload of `event_type` for this builder,
+        into `Record.values` (one tuple, in this order), or None: whole events
+        (`Record.event`). A packed builder's: its projection's columns. A builder that
+        `checks_keys` names `session_id` first (the key is checked against it)."""
+        if not self.packed:
+            return None
+        return self.projections[event_type].items
 
     def rows(self, record: Record) -> Iterator[PartialRow]:
         """The projection's row of the record's event (override for other builders)."""

@@ -72,6 +72,17 @@ class Projection:
         return {names[i]: values[i] for i, c in enumerate(names) if c in self.columns}
 
 
+def packer_of(items: tuple[Item, ...]) -> Callable[[Any, Any], tuple[Any, ...]]:
+    """`(event, arg) -> values`: what the generated reader of `items` returns from a payload,
+    taken from a decoded event instead (a record decoded whole: another writer schema)."""
+    getters = tuple(_getter(i) for i in items)
+
+    def pack(event: Any, arg: Any) -> tuple[Any, ...]:
+        return tuple([get(event, arg) for get in getters])
+
+    return pack
+
+
 def _getter(item: Item) -> Callable[[Any, Any], Any]:
     if isinstance(item, str):
         get = _path_getter(item)

@@ -36,10 +36,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from rlmesh_stream.consumers.builders.projection import packer_of
 from rlmesh_stream.consumers.datasets import DEFAULT_MAX_HELD_STEPS
 from rlmesh_stream.consumers.datasets.certificate import LATE_CAUTION
 from rlmesh_stream.consumers.datasets.groups import GroupSession
 from rlmesh_stream.consumers.datasets.model import (
+    ROUTE_FIELDS,
     TP,
     Episode,
     Filters,
@@ -52,10 +54,49 @@ from rlmesh_stream.consumers.datasets.model import (
 )
 from rlmesh_stream.consumers.datasets.vector import all_read, release_session
 from rlmesh_stream.schemas.codec.leaves import LeafDecoder
+from rlmesh_stream.schemas.codec.projection_items import Call, Item
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.errors import ContractError
+from rlmesh_stream.schemas.contract.topics import EventType
 
 TOO_LONG = "too_long"  # the skip reason of an episode longer than `max_held_steps`
+
+
+def _space_bytes(spec: ev.SpaceSpec) -> bytes:
+    """A space as the joiner keeps it (compared between an episode's events)."""
+    return spec.SerializeToString(deterministic=True)
+
+
+_ROUTE: tuple[Item, ...] = tuple(f"route.{name}" for name in ROUTE_FIELDS)
+
+ITEMS: dict[EventType, tuple[Item, ...]] = {
+    EventType.OBSERVATION_EMITTED: (
+        "session_id", "episode_record_id", "episode_record_ids", "num_envs", "is_reset", "step",
+        "observation", Call(_space_bytes, "observation_space"), "infos", *_ROUTE),
+    EventType.ACTION_RECEIVED: (
+        "session_id", "episode_record_id", "episode_record_ids", "step", "action",
+        Call(_space_bytes, "action_space"), *_ROUTE),
+    EventType.STEP_COMPLETED: (
+        "session_id", "episode_record_id", "step", "rewards", "terminated", "truncated",
+        "autoreset_roll", "infos", *_ROUTE),
+    EventType.EPISODE_STARTED: (
+        "session_id", "episode_record_id", "episode_id", "episode_index", "env_index", "seed",
+        "trial_index", "started_from_auto_reset", *_ROUTE),
+    EventType.EPISODE_COMPLETED: (
+        "session_id", "episode_record_id", "episode_id", "step_count", "cumulative_reward",
+        "terminated", "truncated", "success", "seed", "episode_index", "env_index",
+        "trial_index", "duration_ms", *_ROUTE),
+    EventType.SESSION_ENDED: ("session_id", "total_steps", "total_episodes"),
+    EventType.SESSION_FAILED: ("session_id",),
+    EventType.RELAY_ADVISORY: ("session_id", "advisory.severity"),
+}
+"""What the joiner reads of each trajectory event, in this order: the runtime reads these
+straight from the payloads (`TrajectoryBuilder.packed_items`), with no event dataclass and
+no object per lane; the session id first (the key is checked against it)."""
+
+_PACKERS = {et: packer_of(items) for et, items in ITEMS.items()}
+_EPISODE_EVENTS = frozenset({EventType.EPISODE_STARTED, EventType.EPISODE_COMPLETED})
+_GROUP_EVENTS = frozenset({EventType.OBSERVATION_EMITTED, EventType.ACTION_RECEIVED})
 
 
 class Joiner:
@@ -156,8 +197,17 @@ class Joiner:
     # -- reading -------------------------------------------------------------------------------
 
     def add(self, event: Any, where: tuple[str, int, int] | None = None) -> None:
-        """One decoded event; `where` (topic, partition, offset) tracks the resume point."""
-        unit = _unit_of(event)
+        """One decoded event (`add_values` of its packed values)."""
+        event_type = EventType.of(event)
+        pack = _PACKERS.get(event_type)
+        if pack is not None:
+            self.add_values(event_type, pack(event, None), where)
+
+    def add_values(self, event_type: EventType, v: tuple[Any, ...],
+                   where: tuple[str, int, int] | None = None) -> None:
+        """One event's `ITEMS` (read straight from its payload, or packed from a decoded
+        event); `where` (topic, partition, offset) tracks the resume point."""
+        unit = _unit_of(event_type, v)
         if where is not None and unit is not None:
             tp = (where[0], where[1])
             if where[2] < self.frontier.get(tp, -1) and unit not in self.kept:
@@ -171,7 +221,12 @@ class Joiner:
                 first[tp] = where[2]
                 self._first_rows[unit] = _first_row(unit, first)
                 self._first_changed.add(unit)
-        self._add(event)
+        session_id = v[0]
+        self._touched.add(session_id)
+        self._dirty.add(session_id)
+        handle = _HANDLERS.get(event_type)
+        if handle is not None:
+            handle(self, v)
 
     def forget(self, unit: Unit) -> None:
         """A unit released or decided: no longer a resume point."""
@@ -183,46 +238,42 @@ class Joiner:
             else:
                 self._first_changed.add(unit)
 
-    def _add(self, event: Any) -> None:
-        session_id = getattr(event, "session_id", None)
-        if session_id is not None:
-            self._touched.add(session_id)
-            self._dirty.add(session_id)
-        if isinstance(event, ev.ObservationEmittedEvent):
-            self._observation(event)
-        elif isinstance(event, ev.ActionReceivedEvent):
-            self._action(event)
-        elif isinstance(event, ev.StepCompletedEvent):
-            self._step(event)
-        elif isinstance(event, ev.EpisodeStartedEvent):
-            ep = self._episode(event.session_id, event.episode_record_id, event.route)
-            ep.started = {"episode_id": event.episode_id, "episode_index": event.episode_index,
-                          "env_index": event.env_index, "seed": event.seed,
-                          "trial_index": event.trial_index,
-                          "started_from_auto_reset": event.started_from_auto_reset}
-        elif isinstance(event, ev.EpisodeCompletedEvent):
-            ep = self._episode(event.session_id, event.episode_record_id, event.route)
-            ep.completed = {"episode_id": event.episode_id, "step_count": event.step_count,
-                            "cumulative_reward": event.cumulative_reward,
-                            "terminated": event.terminated, "truncated": event.truncated,
-                            "success": event.success, "seed": event.seed,
-                            "episode_index": event.episode_index, "env_index": event.env_index,
-                            "trial_index": event.trial_index, "duration_ms": event.duration_ms}
-        elif isinstance(event, ev.SessionEndedEvent):
-            session = self._session(event.session_id)
-            session.ended = True
-            session.totals = (event.total_steps, event.total_episodes)
-        elif isinstance(event, ev.SessionFailedEvent):
-            session = self._session(event.session_id)
-            session.ended = session.failed = True
-        elif (isinstance(event, ev.RelayAdvisoryEvent)
-              and event.advisory.severity is ev.AdvisorySeverity.CAUTION):
-            session = self._session(event.session_id)
-            if not session.caution and session.exported:
-                # read after its session's episodes were written (other topics ran ahead):
-                # they went out untagged; say so in the certificate
-                self.skipped[LATE_CAUTION] += session.exported
-            session.caution = True
+    def _episode_started(self, v: tuple[Any, ...]) -> None:
+        (session_id, record, episode_id, episode_index, env_index, seed, trial_index,
+         from_auto_reset) = v[:8]
+        ep = self._episode(session_id, record, v[8:])
+        ep.started = {"episode_id": episode_id, "episode_index": episode_index,
+                      "env_index": env_index, "seed": seed, "trial_index": trial_index,
+                      "started_from_auto_reset": from_auto_reset}
+
+    def _episode_completed(self, v: tuple[Any, ...]) -> None:
+        (session_id, record, episode_id, step_count, cumulative_reward, terminated,
+         truncated, success, seed, episode_index, env_index, trial_index, duration_ms) = v[:13]
+        ep = self._episode(session_id, record, v[13:])
+        ep.completed = {"episode_id": episode_id, "step_count": step_count,
+                        "cumulative_reward": cumulative_reward, "terminated": terminated,
+                        "truncated": truncated, "success": success, "seed": seed,
+                        "episode_index": episode_index, "env_index": env_index,
+                        "trial_index": trial_index, "duration_ms": duration_ms}
+
+    def _session_ended(self, v: tuple[Any, ...]) -> None:
+        session = self._session(v[0])
+        session.ended = True
+        session.totals = (v[1], v[2])
+
+    def _session_failed(self, v: tuple[Any, ...]) -> None:
+        session = self._session(v[0])
+        session.ended = session.failed = True
+
+    def _advisory(self, v: tuple[Any, ...]) -> None:
+        if v[1] is not ev.AdvisorySeverity.CAUTION:
+            return
+        session = self._session(v[0])
+        if not session.caution and session.exported:
+            # read after its session's episodes were written (other topics ran ahead):
+            # they went out untagged; say so in the certificate
+            self.skipped[LATE_CAUTION] += session.exported
+        session.caution = True
 
     def _session(self, session_id: str) -> SessionState:
         state = self.sessions.get(session_id)
@@ -231,7 +282,7 @@ class Joiner:
         return state
 
     def _episode(self, session_id: str, record_id: str,
-                 route: ev.RuntimeEnvContext) -> PendingEpisode:
+                 route: tuple[Any, ...]) -> PendingEpisode:
         key = (session_id, record_id)
         ep = self.pending.get(key)
         if ep is None:
@@ -243,72 +294,80 @@ class Joiner:
         return ep
 
     def _groups(self, session_id: str, lanes: int, records: list[str],
-                route: ev.RuntimeEnvContext) -> GroupSession:
+                route: tuple[Any, ...]) -> GroupSession:
         session = self._session(session_id)
-        if session.groups is None:
-            session.groups = GroupSession(lanes)
-        for record in records:
-            if record:
-                self._episode(session_id, record, route)
-        return session.groups
+        groups = session.groups
+        if groups is None:
+            groups = session.groups = GroupSession(lanes)
+        if records and records != groups.known_records:  # most group steps name the same
+            for record in records:
+                if record:
+                    self._episode(session_id, record, route)
+            groups.known_records = records
+        return groups
 
-    def _observation(self, e: ev.ObservationEmittedEvent) -> None:
-        if max(e.num_envs, len(e.episode_record_ids)) > 1:
-            self._groups(e.session_id, e.num_envs, e.episode_record_ids, e.route
-                         ).add_observation(e)
+    def _observation(self, v: tuple[Any, ...]) -> None:
+        (session_id, record, records, num_envs, is_reset, step, leaves, spec,
+         infos) = v[:9]
+        if num_envs > 1 or len(records) > 1:
+            self._groups(session_id, num_envs, records, v[9:]).add_observation(
+                records, leaves, spec, is_reset)
             return
-        if not e.episode_record_id:
+        if not record:
             return
-        ep = self._episode(e.session_id, e.episode_record_id, e.route)
+        ep = self._episode(session_id, record, v[9:])
         if ep.problem == TOO_LONG:
             return
-        ep.note_spec("obs_spec", e.observation_space)
-        index = 0 if e.is_reset else e.step
-        if e.observation is None:
+        ep.note_spec("obs_spec", spec)
+        index = 0 if is_reset else step
+        if leaves is None:
             ep.problem = ep.problem or "observation_leaves_omitted"
             return
         if index in ep.observations:
             return
-        ep.observations[index] = list(e.observation)
+        ep.observations[index] = leaves
         self._bound(ep)
-        if e.is_reset and e.infos is not None:
-            infos = dict(e.infos)
-            spec = infos.pop(ev.ENV_SPEC_INFO, None)
-            ep.env_spec = spec if isinstance(spec, str) else None
+        if is_reset and infos is not None:
+            infos = dict(infos)
+            env_spec = infos.pop(ev.ENV_SPEC_INFO, None)
+            ep.env_spec = env_spec if isinstance(env_spec, str) else None
             ep.reset_infos = infos
 
-    def _action(self, e: ev.ActionReceivedEvent) -> None:
-        if len(e.episode_record_ids) > 1:
-            self._groups(e.session_id, len(e.episode_record_ids), e.episode_record_ids,
-                         e.route).add_action(e)
+    def _action(self, v: tuple[Any, ...]) -> None:
+        session_id, record, records, step, leaves, spec = v[:6]
+        if len(records) > 1:
+            self._groups(session_id, len(records), records, v[6:]).add_action(
+                record, step, records, leaves, spec)
             return
-        if not e.episode_record_id:
+        if not record:
             return
-        ep = self._episode(e.session_id, e.episode_record_id, e.route)
+        ep = self._episode(session_id, record, v[6:])
         if ep.problem == TOO_LONG:
             return
-        ep.note_spec("act_spec", e.action_space)
-        if e.action is None:
+        ep.note_spec("act_spec", spec)
+        if leaves is None:
             ep.problem = ep.problem or "action_leaves_omitted"
             return
-        ep.actions[e.step] = list(e.action)
+        ep.actions[step] = leaves
         self._bound(ep)
 
-    def _step(self, e: ev.StepCompletedEvent) -> None:
-        if len(e.rewards) > 1:
-            self._groups(e.session_id, len(e.rewards), [], e.route).add_step(e)
+    def _step(self, v: tuple[Any, ...]) -> None:
+        session_id, record, step, rewards, terminated, truncated, rolls, infos = v[:8]
+        if len(rewards) > 1:
+            self._groups(session_id, len(rewards), [], v[8:]).add_step(
+                record, step, rewards, terminated, truncated, rolls)
             return
-        if not e.episode_record_id:
+        if not record:
             return
-        ep = self._episode(e.session_id, e.episode_record_id, e.route)
-        if e.autoreset_roll and e.autoreset_roll[0]:
+        ep = self._episode(session_id, record, v[8:])
+        if rolls and rolls[0]:
             return  # a NEXT_STEP roll is not a step of any episode
         if ep.problem == TOO_LONG:
             return
-        if e.step not in ep.steps:
-            self._held[e.session_id] += 1
-        ep.steps[e.step] = StepRow(float(e.rewards[0]), bool(e.terminated[0]),
-                                   bool(e.truncated[0]), e.infos)
+        if step not in ep.steps:
+            self._held[session_id] += 1
+        ep.steps[step] = StepRow(float(rewards[0]), bool(terminated[0]), bool(truncated[0]),
+                                 infos)
         self._bound(ep)
 
     def _bound(self, ep: PendingEpisode) -> None:
@@ -457,18 +516,16 @@ class Joiner:
             caution=session.caution, reset_infos=ep.reset_infos, env_spec=ep.env_spec)
 
 
-def _unit_of(event: Any) -> Unit | None:
-    """The pending unit an event belongs to (None: session-level, kept in the state)."""
-    if isinstance(event, (ev.EpisodeStartedEvent, ev.EpisodeCompletedEvent)):
-        return ("e", event.session_id, event.episode_record_id)
-    if isinstance(event, ev.StepCompletedEvent):
-        if len(event.rewards) > 1:
-            return ("s", event.session_id)
-        return ("e", event.session_id, event.episode_record_id)
-    if isinstance(event, (ev.ObservationEmittedEvent, ev.ActionReceivedEvent)):
-        if len(event.episode_record_ids) > 1:
-            return ("s", event.session_id)
-        return ("e", event.session_id, event.episode_record_id)
+def _unit_of(event_type: EventType, v: tuple[Any, ...]) -> Unit | None:
+    """The pending unit an event belongs to (None: session-level, kept in the state), from
+    its `ITEMS`: the session id and episode record id first, a vector session's group
+    events told by their lanes."""
+    if event_type in _EPISODE_EVENTS:
+        return ("e", v[0], v[1])
+    if event_type is EventType.STEP_COMPLETED:
+        return ("s", v[0]) if len(v[3]) > 1 else ("e", v[0], v[1])
+    if event_type in _GROUP_EVENTS:
+        return ("s", v[0]) if len(v[2]) > 1 else ("e", v[0], v[1])
     return None
 
 
@@ -488,3 +545,15 @@ def _contiguous(*parts: dict[int, Any]) -> int:
     while all(t in p for p in parts):
         t += 1
     return t
+
+
+_HANDLERS: dict[EventType, Any] = {
+    EventType.OBSERVATION_EMITTED: Joiner._observation,
+    EventType.ACTION_RECEIVED: Joiner._action,
+    EventType.STEP_COMPLETED: Joiner._step,
+    EventType.EPISODE_STARTED: Joiner._episode_started,
+    EventType.EPISODE_COMPLETED: Joiner._episode_completed,
+    EventType.SESSION_ENDED: Joiner._session_ended,
+    EventType.SESSION_FAILED: Joiner._session_failed,
+    EventType.RELAY_ADVISORY: Joiner._advisory,
+}

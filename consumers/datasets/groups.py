@@ -65,11 +65,15 @@ class GroupSession:
     actions: dict[int, GroupAction] = field(default_factory=dict)
     steps: dict[int, GroupStep] = field(default_factory=dict)
     observations: dict[int, GroupObservation] = field(default_factory=dict)
+    # the lanes' records last made pending episodes of (the joiner's: a group step naming
+    # the same records as the one before makes none)
+    known_records: list[str] = field(default_factory=list)
 
-    def add_observation(self, e: ev.ObservationEmittedEvent) -> None:
-        obs = GroupObservation(list(e.episode_record_ids), _leaves(e.observation),
-                               e.observation_space.SerializeToString(deterministic=True))
-        if e.is_reset:
+    def add_observation(self, records: list[str], leaves: list[bytes] | None, spec: bytes,
+                        is_reset: bool) -> None:
+        """A group observation (`spec`: the space serialised)."""
+        obs = GroupObservation(records, leaves, spec)
+        if is_reset:
             self.resets.append(obs)
         else:
             self.observations[len(self.observations)] = obs
@@ -78,19 +82,16 @@ class GroupSession:
         """Group k's observation, or for k < 0 the (-1 - k)-th reset observation."""
         return self.resets[-1 - group] if group < 0 else self.observations[group]
 
-    def add_action(self, e: ev.ActionReceivedEvent) -> None:
-        self.actions[len(self.actions)] = GroupAction(
-            (e.episode_record_id, e.step), list(e.episode_record_ids), _leaves(e.action),
-            e.action_space.SerializeToString(deterministic=True))
+    def add_action(self, record: str, step: int, records: list[str],
+                   leaves: list[bytes] | None, spec: bytes) -> None:
+        """A group action: the primary lane's (record, step), every lane's record."""
+        self.actions[len(self.actions)] = GroupAction((record, step), records, leaves, spec)
 
-    def add_step(self, e: ev.StepCompletedEvent) -> None:
-        self.steps[len(self.steps)] = GroupStep(
-            (e.episode_record_id, e.step), [float(r) for r in e.rewards], list(e.terminated),
-            list(e.truncated), list(e.autoreset_roll))
-
-
-def _leaves(value: list[bytes] | None) -> list[bytes] | None:
-    return None if value is None else list(value)
+    def add_step(self, record: str, step: int, rewards: list[float], terminated: list[bool],
+                 truncated: list[bool], rolls: list[bool]) -> None:
+        """A group step: the primary lane's (record, step), every lane's outcome."""
+        self.steps[len(self.steps)] = GroupStep((record, step), rewards, terminated,
+                                                truncated, rolls)
 
 
 @dataclass

@@ -42,8 +42,8 @@ class PendingEpisode:
     reset_infos: dict[str, Any] | None = None  # the reset observation's, env spec taken out
     env_spec: str | None = None  # the producer's `EnvSpec` JSON (events.ENV_SPEC_INFO)
 
-    def note_spec(self, which: str, spec: ev.SpaceSpec) -> None:
-        raw = spec.SerializeToString(deterministic=True)
+    def note_spec(self, which: str, raw: bytes) -> None:
+        """A space read (serialised): the first kept, another one a problem."""
         old = getattr(self, which)
         if old is None:
             setattr(self, which, raw)
@@ -87,9 +87,12 @@ class Episode:
         return len(self.steps)
 
 
-def route_of(route: ev.RuntimeEnvContext) -> dict[str, Any]:
-    return {"env_id": route.env_id, "env_component_id": route.env_component_id,
-            "model_component_id": route.model_component_id, "lane": route.lane}
+ROUTE_FIELDS = ("env_id", "env_component_id", "model_component_id", "lane")
+
+
+def route_of(values: tuple[Any, ...]) -> dict[str, Any]:
+    """A route as the datasets keep it, from its `ROUTE_FIELDS` values."""
+    return dict(zip(ROUTE_FIELDS, values, strict=True))
 
 
 @dataclass

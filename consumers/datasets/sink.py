@@ -33,7 +33,7 @@ from rlmesh_stream.consumers.datasets.certificate import (
     header_sequence,
     skipped_episodes,
 )
-from rlmesh_stream.consumers.datasets.episodes import Episode, Filters, Joiner
+from rlmesh_stream.consumers.datasets.episodes import ITEMS, Episode, Filters, Joiner
 from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
 from rlmesh_stream.consumers.datasets.manifest import DatasetError, ManifestStore
 from rlmesh_stream.consumers.datasets.per_env import (
@@ -48,6 +48,7 @@ from rlmesh_stream.consumers.runtime.redelivery import Seen
 from rlmesh_stream.consumers.sinks import Sink, SinkBatch
 from rlmesh_stream.consumers.table_model import Table
 from rlmesh_stream.schemas.cli_values import STATE_DIR
+from rlmesh_stream.schemas.codec.projection_items import Item
 from rlmesh_stream.schemas.contract.topics import EventType
 
 TRAJECTORY_EVENTS = frozenset({
@@ -66,23 +67,31 @@ class TrajectoryBuilder(Builder):
         self.sink = sink
         self.checks_keys = sink.joins_per_partition
 
+    def packed_items(self, event_type: EventType) -> tuple[Item, ...] | None:
+        """What the joiner reads of each event (`episodes.ITEMS`), read straight from the
+        payloads: no event dataclass, no object per lane."""
+        return ITEMS.get(event_type)
+
     def rows(self, record: Record) -> Iterator[PartialRow]:
-        if record.event is not None:
-            self.sink.joiner_for(record.partition).add(
-                record.event, (record.topic, record.partition, record.offset))
+        self.take((record,))
         return iter(())
 
     def take(self, records: Iterable[Record]) -> None:
         """`rows` for a whole batch (what `reduce` calls): the joiner looked up once per
-        run of a partition's records, no generator per record."""
+        run of a partition's records, no generator per record. A record decoded whole
+        (another writer schema) is packed here; a dead-lettered one has neither."""
         joiner_for, partition, joiner = self.sink.joiner_for, None, None
         for record in records:
-            event = record.event
-            if event is None:
+            values = record.values
+            if values is None and record.event is None:
                 continue
             if record.partition != partition or joiner is None:
                 partition, joiner = record.partition, joiner_for(record.partition)
-            joiner.add(event, (record.topic, record.partition, record.offset))
+            where = (record.topic, record.partition, record.offset)
+            if values is None:
+                joiner.add(record.event, where)
+            else:
+                joiner.add_values(record.event_type, values, where)
 
 
 class CertificateBuilder(Builder):
@@ -120,7 +129,8 @@ class CertificateBuilder(Builder):
                 high = offset
             seen = header_sequence(record.headers)
             if seen is not None:
-                dead = record.event is None and record.event_type in TRAJECTORY_EVENTS
+                dead = (record.event is None and record.values is None
+                        and record.event_type in TRAJECTORY_EVENTS)
                 certificate.saw(seen[0], seen[1], dead)
         if certificate is not None:
             certificate.covered(topic, partition, low)

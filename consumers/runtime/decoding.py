@@ -13,8 +13,8 @@ import threading
 from typing import Any, Protocol
 
 from rlmesh_stream.consumers.builders import Builder
-from rlmesh_stream.consumers.builders.projection import Projection
 from rlmesh_stream.schemas.codec import wire
+from rlmesh_stream.schemas.codec.projection_items import Item
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract.errors import WrongEventTypeError, WrongKeyError
 from rlmesh_stream.schemas.contract.topics import (
@@ -26,9 +26,9 @@ from rlmesh_stream.schemas.contract.topics import (
 
 log = logging.getLogger(__name__)
 
-# per topic: (event type, decode?, read headers?, the projection its packed builder reads,
-# must a record be keyed by its event's session id?)
-Plan = tuple[EventType, bool, bool, Projection | None, bool]
+# per topic: (event type, decode?, read headers?, the items its decoding builder reads
+# packed (`Builder.packed_items`), must a record be keyed by its event's session id?)
+Plan = tuple[EventType, bool, bool, tuple[Item, ...] | None, bool]
 
 
 class Decoder(Protocol):
@@ -61,13 +61,17 @@ class Decoders:
         self.warming = False  # `warm_up` runs on a thread of its own
         self.warmed = threading.Event()  # what the first batch needs is made
 
-    def _packer(self, topic: str, builders: list[Builder]) -> Projection | None:
-        """The projection the runtime reads straight from the payloads of `topic`: when
-        its one decoding builder is packed (other builders read headers only)."""
+    def _packer(self, topic: str, builders: list[Builder]) -> tuple[Item, ...] | None:
+        """The items the runtime reads straight from the payloads of `topic`: when its one
+        decoding builder reads it packed (other builders read headers only)."""
         decoding = [b for b in builders if b.needs_decode]
-        if len(decoding) != 1 or not decoding[0].packed or decoding[0].checks_keys:
+        if len(decoding) != 1:
             return None
-        return decoding[0].projections[self.event_type[topic]]
+        items = decoding[0].packed_items(self.event_type[topic])
+        if items is not None and decoding[0].checks_keys and items[0] != "session_id":
+            raise ValueError(f"{decoding[0].name} checks keys: its packed items of {topic} "
+                             "must name session_id first")
+        return items
 
     def decoder(self) -> Decoder:
         if self._decoder is None:
@@ -76,8 +80,8 @@ class Decoders:
             self._decoder = EventDecoder(registry_client(self.config))
         return self._decoder
 
-    def projector(self, topic: str, value: bytes, projection: Projection) -> Any:
-        """The generated reader of `projection` for the schema id of `value` (cached per
+    def projector(self, topic: str, value: bytes, items: tuple[Item, ...]) -> Any:
+        """The generated reader of `items` for the schema id of `value` (cached per
         header), or None: the record is decoded whole (another writer schema or format,
         another event type than the topic's, or an id that does not resolve, whose error
         the whole decode then raises and handles)."""
@@ -85,7 +89,7 @@ class Decoders:
         if make is None:
             return None
         try:
-            event_type, project = make(value, list(projection.items))
+            event_type, project = make(value, list(items))
         except Exception:  # the whole decode raises it again, and handles it
             return None
         if event_type is not self.event_type[topic]:
@@ -113,7 +117,7 @@ class Decoders:
 
                 for topic, plan in self.plans.items():
                     if plan[3] is not None:
-                        warm_projection(self.event_type[topic], list(plan[3].items))
+                        warm_projection(self.event_type[topic], list(plan[3]))
                 self.warm_projectors()
         except Exception as exc:  # done again, and raised, where it is needed
             log.debug("warm-up failed: %s", exc)
@@ -170,11 +174,21 @@ def check_key(event: Any, key: bytes | None) -> None:
     session, where no member holds the session whole. It is a bad record, named, not an
     episode skipped as misaligned for no visible reason."""
     if key is None or key != record_key(event):
-        shown = "no key" if key is None else f"key {_shown(key)}"
-        raise WrongKeyError(
-            f"the record has {shown}, not its session id {_shown(event.session_id)}: every "
-            "event of a session must be keyed by its session id, or the session is "
-            "split over partitions that different members hold")
+        raise _wrong_key(event.session_id, key)
+
+
+def check_session_key(session_id: str, key: bytes | None) -> None:
+    """`check_key` for a packed row, whose first value is its event's session id."""
+    if key is None or key != session_id.encode("utf-8"):
+        raise _wrong_key(session_id, key)
+
+
+def _wrong_key(session_id: str, key: bytes | None) -> WrongKeyError:
+    shown = "no key" if key is None else f"key {_shown(key)}"
+    return WrongKeyError(
+        f"the record has {shown}, not its session id {_shown(session_id)}: every "
+        "event of a session must be keyed by its session id, or the session is "
+        "split over partitions that different members hold")
 
 
 def _shown(value: bytes | str, limit: int = 60) -> str:

@@ -14,7 +14,12 @@ from typing import Any
 from confluent_kafka import KafkaError, Message
 
 from rlmesh_stream.consumers.deadletter import DeadLetter
-from rlmesh_stream.consumers.runtime.decoding import Decoders, check_event_type, check_key
+from rlmesh_stream.consumers.runtime.decoding import (
+    Decoders,
+    check_event_type,
+    check_key,
+    check_session_key,
+)
 from rlmesh_stream.consumers.runtime.errors import ConsumerError, RegistryDown
 from rlmesh_stream.consumers.runtime.kafka_io import ConsumerErrors, header_dict, header_pairs
 from rlmesh_stream.consumers.runtime.offsets import Offsets
@@ -114,6 +119,8 @@ class Reader:
                     nxt[key] = offset + 1
                     try:
                         values = project(value, ts_ms)  # packed: timestamps in ms
+                        if keyed:  # the session id first (`Builder.packed_items`)
+                            check_session_key(values[0], message.key())
                     except DecodeError as exc:
                         append(dead_letter(message, exc))
                         values = None

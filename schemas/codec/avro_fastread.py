@@ -217,7 +217,7 @@ def _plan_fields(gen: _Gen, plan: Plan, t: dict[str, Any], prefix: str,
         ft = gen.define(f["type"])
         inner = {w for w in wanted if w.startswith(path + ".")}
         memo = plan.memo.get(path) if not prefix else None
-        if memo is not None and not inner and _is_meta_map(gen, ft):
+        if memo is not None and not inner and _is_memoised(gen, ft):
             plan.steps.append(Step(ft, path, convert=memo))
             continue
         if path in wanted or not inner:
@@ -234,11 +234,12 @@ def _plan_fields(gen: _Gen, plan: Plan, t: dict[str, Any], prefix: str,
             plan.derived += [(w, path, w[len(path) + 1:]) for w in sorted(inner)]
 
 
-def _is_meta_map(gen: _Gen, t: Any) -> bool:
-    """A MetaMap, or a nullable one."""
+def _is_memoised(gen: _Gen, t: Any) -> bool:
+    """A MetaMap or a SpaceSpec, or a nullable one: interpreted subtrees whose conversion
+    is memoised on their bytes (a session repeats its spaces in every step's events)."""
     node = gen.define(optional_branch(t)) if isinstance(t, list) else t
     return (isinstance(node, dict) and node.get("type") == "record"
-            and full_name(node) == bd.META_MAP)
+            and full_name(node) in (bd.META_MAP, bd.SPACE_SPEC))
 
 
 class _Projector(_Gen):
@@ -259,8 +260,8 @@ class _Projector(_Gen):
                 continue
             v = self.var("v")
             if step.convert is not None:
-                self.meta_map(step.type, step.convert, body)
-                body.append(f"{v} = c")  # meta_map left the converted value in `c`
+                self.memoised(step.type, step.convert, body)
+                body.append(f"{v} = c")  # memoised left the converted value in `c`
             else:
                 self.value(step.type, v, body)
             if step.path is not None:
@@ -300,9 +301,10 @@ class _Projector(_Gen):
                 f"    if len({table}) >= {self.MEMO_SIZE}:", f"        {table}.pop()",
                 f"    {table}.insert(0, (b[s:p], {value}))"]
 
-    def meta_map(self, t: Any, fn: Callable[[Any], Any], body: list[str]) -> None:
-        """`fn` of a (nullable) MetaMap field, memoised on its bytes (the episodes of a run
-        mostly repeat a few final_info values). Avro's encoding is prefix-free: bytes that
+    def memoised(self, t: Any, fn: Callable[[Any], Any], body: list[str]) -> None:
+        """`fn` of a (nullable) MetaMap or SpaceSpec field, memoised on its bytes (the
+        episodes of a run mostly repeat a few final_info values, a session its spaces in
+        every step's events). Avro's encoding is prefix-free: bytes that
         start with the complete encoding of a value already read hold that value, so a hit
         is a `startswith` of the last few values' bytes; a miss decodes it as the full
         decoder does. Leaves the result in `c`."""
