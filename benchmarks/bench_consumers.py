@@ -51,14 +51,13 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from processes import timed, timed_together
+from processes import bare_config, timed, timed_together
 
 from rlmesh_stream.consumers.builders import EpisodesBuilder
 from rlmesh_stream.consumers.runtime import (
     CheckpointInfo,
     ConsumerRuntime,
     RuntimeOptions,
-    kafka_io,
 )
 from rlmesh_stream.consumers.sinks import open_sink
 from rlmesh_stream.consumers.tables import EPISODES
@@ -212,19 +211,6 @@ while seen < total:  # as _take
     seen += sum(1 for m in c.consume(2000, 0) or c.consume(2000, 0.5) if m.error() is None)
 c.close()
 """
-
-
-# the runtime's fetch settings (runtime/kafka_io.py), which the bare loops use too: with
-# librdkafka's defaults a bare process idled up to 1 s whenever its 64 MB prefetch queue was
-# full (fetch.queue.backoff.ms), 2.7 to 3.7 s over 615 000 records instead of 0.8 to 0.9 s
-FETCH = ("fetch.wait.max.ms", "max.partition.fetch.bytes", "fetch.queue.backoff.ms",
-         "isolation.level")
-
-
-def bare_config(config: StreamConfig) -> dict[str, Any]:
-    """The stack's client settings with the runtime's fetch settings."""
-    tuned = kafka_io.kafka_config(config, RuntimeOptions(group_id="bare"), None)
-    return {**config.kafka_config(), **{k: tuned[k] for k in FETCH}}
 
 
 def bare_process(config: StreamConfig, topics: list[str], total: int) -> tuple[float, float]:

@@ -11,7 +11,8 @@ every thread):
             the export reads them all for its certificate) and partitions, reading
             each partition to the end offset it saw at start
   parquet   `export trajectories --format parquet --from-beginning --until-end`
-  minari    `export trajectories --format minari ...`
+  minari    `export trajectories --format minari ...`, and beside it h5py alone
+            writing the same episode groups (read back into memory first)
   iceberg   `export trajectories --format iceberg ...` (an SQLite catalog)
   2 members two iceberg exporters in one group (half of the partitions each), against
             two bare loops over the same halves and against one iceberg exporter,
@@ -31,6 +32,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +40,7 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
-from processes import timed, timed_together
+from processes import bare_config, timed, timed_together
 from topics import delete_topics
 
 from rlmesh_stream.consumers.datasets.export import TRAJECTORY_EVENTS
@@ -51,7 +53,7 @@ from rlmesh_stream.schemas.contract.topics import EventType
 PARTITIONS = 4  # --partitions
 
 # A bare loop over `partitions` of `topics`: assigned (no group wait), read to the end
-# offsets seen at start, as `--until-end` does.
+# offsets seen at start, as `--until-end` does, with the runtime's fetch settings.
 BARE_PROCESS = """
 import sys, uuid
 from confluent_kafka import Consumer, TopicPartition
@@ -66,12 +68,48 @@ for t in topics:
             ends[(t, p)] = high
 c.assign([TopicPartition(t, p, 0) for t, p in ends])
 left = dict(ends)
-while left:
-    for m in c.consume(2000, 0.5):
+while left:  # what is fetched already, or a wait for some (as the runtime takes records)
+    for m in c.consume(2000, 0) or c.consume(2000, 0.5):
         if m.error() is None and m.offset() + 1 >= left.get((m.topic(), m.partition()), 1 << 62):
             del left[(m.topic(), m.partition())]
 c.close()
 """
+
+
+# h5py's own cost of what a Minari export stores: every episode group of `main_data.hdf5`
+# (its datasets, sub-groups and attributes) read into memory, then written again into a new
+# file with h5py alone, the writing timed; prints the seconds and the episode count.
+H5PY_PROCESS = """
+import sys, time, h5py
+def load(group):
+    return ({k: dict(v.attrs) for k, v in [("", group)]}[""],
+            {k: (load(v) if isinstance(v, h5py.Group) else v[()]) for k, v in group.items()})
+with h5py.File(sys.argv[1], "r") as f:
+    episodes = {k: load(v) for k, v in f.items()}
+def store(group, loaded):
+    attrs, items = loaded
+    for k, v in attrs.items():
+        group.attrs[k] = v
+    for k, v in items.items():
+        if isinstance(v, tuple):
+            store(group.create_group(k), v)
+        else:
+            group.create_dataset(k, data=v)
+start = time.perf_counter()
+with h5py.File(sys.argv[2], "w") as f:
+    for k, v in episodes.items():
+        store(f.create_group(k), v)
+print(time.perf_counter() - start, len(episodes))
+"""
+
+
+def h5py_alone(out: Path) -> tuple[float, int]:
+    """h5py's own seconds writing the episode groups a Minari export wrote into `out`."""
+    source = next(out.rglob("main_data.hdf5"))
+    result = subprocess.run([sys.executable, "-c", H5PY_PROCESS, str(source),
+                             str(out / "h5py-alone.hdf5")],
+                            check=True, capture_output=True, text=True).stdout.split()
+    return float(result[0]), int(result[1])
 
 
 def load_text() -> str:
@@ -81,7 +119,7 @@ def load_text() -> str:
 
 def bare_argv(config: StreamConfig, partitions: list[int]) -> list[str]:
     topics = ",".join(sorted(et.topic(config.topic_prefix) for et in EventType))
-    return [sys.executable, "-c", BARE_PROCESS, repr(config.kafka_config()), topics,
+    return [sys.executable, "-c", BARE_PROCESS, repr(bare_config(config)), topics,
             repr(partitions)]
 
 
@@ -181,6 +219,7 @@ def measure(config: StreamConfig, steps: int, tmp: Path, rounds: int,
     runs: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     pair: dict[str, list[tuple[float, float]]] = {"bare": [], "members": []}
     sizes: dict[str, int] = {}
+    h5py_runs: list[tuple[float, int]] = []  # h5py alone writing the minari export's groups
     halves = [list(range(PARTITIONS // 2)), list(range(PARTITIONS // 2, PARTITIONS))]
     for r in range(rounds):
         runs["bare"].append(timed(bare_argv(config, list(range(PARTITIONS)))))
@@ -189,6 +228,8 @@ def measure(config: StreamConfig, steps: int, tmp: Path, rounds: int,
             runs[fmt].append(timed(export_argv(config, fmt, ["--out", str(out)],
                                                uuid.uuid4().hex)))
             sizes[fmt] = dataset_bytes(out)
+            if fmt == "minari":
+                h5py_runs.append(h5py_alone(out))
         if "iceberg" in formats:
             runs["iceberg"].append(timed(export_argv(config, "iceberg",
                                                      iceberg_where(tmp, f"one{r}"),
@@ -209,6 +250,12 @@ def measure(config: StreamConfig, steps: int, tmp: Path, rounds: int,
                                if p.is_file() and "/one0_" in str(p))
     floor_bytes = value_bytes(config)
     report(steps, runs, pair, sizes, floor_bytes, rounds)
+    if h5py_runs:
+        alone = statistics.median(t for t, _ in h5py_runs)
+        minari = statistics.median(w for w, _ in runs["minari"])
+        print(f"  h5py alone writing the minari export's {h5py_runs[0][1]} episode groups "
+              f"(datasets, sub-groups, attributes; data in memory): {alone:.2f} s, "
+              f"{alone / minari:.0%} of the minari export's wall")
     print(f"at the end: {load_text()}")
 
 
