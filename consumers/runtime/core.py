@@ -92,8 +92,6 @@ class ConsumerRuntime:
         if options.whole_sessions:  # the end of the partitions other members hold
             self.offsets.others_read = self.until_end.others_read_to_end
         self._admin: Any = None  # AdminClient for the end offsets at start, made when needed
-        # the watermarks at assignment, asked all at once (`Offsets.assign`)
-        self._plain = kafka_io.PlainConsumer(self._kafka_config())
         self._stopping = False
         self._sink_preparing = False  # `_prepare_sink` started (at most once)
         # --until-end: the run read everything to the end and its last checkpoint (and the
@@ -175,7 +173,6 @@ class ConsumerRuntime:
                 self.progress.update(self.events, self._lag())
                 self.progress.close()
             self.consumer.close()
-            self._plain.close()
             writer.close()
             self.dlq.close()
             for sig, handler in handlers.items():
@@ -346,8 +343,7 @@ class ConsumerRuntime:
             self.offsets.check_single_member((tp.topic, tp.partition) for tp in partitions)
         self._rewound(sorted((tp.topic, tp.partition) for tp in partitions))
         self.checkpoints.load_stored()
-        assign = self.offsets.assign(consumer, partitions, self._beyond_end,
-                                     self._plain.get())
+        assign = self.offsets.assign(consumer, partitions, self._beyond_end)
         consumer.assign(assign)  # eager (range): `partitions` is the whole new assignment
         # the sink's offsets, mirrored into the group for lag tools
         kafka_io.commit(consumer, [tp for tp in assign if tp.offset >= 0])

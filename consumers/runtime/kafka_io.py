@@ -205,52 +205,14 @@ def watermarks(
 
 def high_watermarks(consumer: Consumer, topics: list[str], timeout: float) -> dict[TP, int]:
     """Every partition of `topics` and its high watermark now (what the consumer can read
-    up to), asked all at once (`at_once`; not in a rebalance callback). The admin
-    client's list_offsets answered lower ends than this for records already acknowledged,
-    right after they were published: an --until-end run then decided on episodes it had
-    not read whole."""
-    tps = [TopicPartition(topic, p)
-           for topic, meta in existing_topics(consumer, topics, timeout).items()
-           for p in meta.partitions]
-    marks = at_once(lambda tp: watermarks(consumer, tp), tps)
-    return {(tp.topic, tp.partition): m[1] for tp, m in zip(tps, marks, strict=True)}
-
-
-def at_once(ask: Callable[[TopicPartition], Any], tps: list[TopicPartition]) -> list[Any]:
-    """`ask` of every partition, up to 16 in flight: each is one blocking round trip
-    (~3 ms), and an export reads ~13 topics of 12 partitions (0.5 s one after the other).
-    Never on the group consumer in its rebalance callback: librdkafka answers other
-    threads only once the callback returns (`PlainConsumer`)."""
-    if len(tps) < 4:
-        return [ask(tp) for tp in tps]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=16, thread_name_prefix="rlmesh-marks") as pool:
-        return list(pool.map(ask, tps))
-
-
-class PlainConsumer:
-    """A consumer of no group, made at first use, for what the group consumer cannot ask
-    from other threads while its rebalance callback runs (`at_once` at assignment)."""
-
-    def __init__(self, conf: dict[str, Any]) -> None:
-        self._conf = {k: v for k, v in conf.items() if k not in _GROUP_ONLY}
-        self._consumer: Consumer | None = None
-
-    def get(self) -> Consumer:
-        if self._consumer is None:
-            self._consumer = Consumer(self._conf)
-        return self._consumer
-
-    def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
-
-
-# settings of a group member a plain consumer does without (its group id is its own)
-_GROUP_ONLY = frozenset({"partition.assignment.strategy", "session.timeout.ms",
-                         "heartbeat.interval.ms", "group.instance.id"})
+    up to). The admin client's list_offsets answered lower ends than this for records
+    already acknowledged, right after they were published: an --until-end run then
+    decided on episodes it had not read whole."""
+    ends: dict[TP, int] = {}
+    for topic, meta in existing_topics(consumer, topics, timeout).items():
+        for p in meta.partitions:
+            ends[(topic, p)] = watermarks(consumer, TopicPartition(topic, p))[1]
+    return ends
 
 
 def end_offsets(consumer: Consumer, admin: Callable[[], Any], topics: list[str]

@@ -22,7 +22,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaExcepti
 
 from rlmesh_stream.consumers.builders import Builder
 from rlmesh_stream.consumers.runtime.errors import ConsumerError
-from rlmesh_stream.consumers.runtime.kafka_io import at_once, watermarks
+from rlmesh_stream.consumers.runtime.kafka_io import watermarks
 from rlmesh_stream.consumers.runtime.options import RuntimeOptions
 from rlmesh_stream.consumers.sinks import OffsetUpdate, Sink
 
@@ -120,28 +120,24 @@ class Offsets:
         return self.start_ends.get(key, OFFSET_BEGINNING)
 
     def assign(self, consumer: Consumer, partitions: list[TopicPartition],
-               beyond_end: Callable[[TP, int, tuple[int, int]], int],
-               plain: Consumer | None = None) -> list[TopicPartition]:
+               beyond_end: Callable[[TP, int, tuple[int, int]], int]
+               ) -> list[TopicPartition]:
         """Take `partitions`: each at its start offset (--until-end: its end noted).
 
         A stored offset above the partition's end (its high watermark) means the topic
         was deleted and recreated (or truncated) since it was stored: `beyond_end(key,
-        stored, (low, high))` says where to start instead, or raises. The watermarks are
-        asked through `plain` (a consumer of no group: all at once), else `consumer`."""
+        stored, (low, high))` says where to start instead, or raises."""
         assign = []
         # live: the watermarks are a check (a recreated topic) and a convenience (where a
         # partition with no stored offset starts), so they get a few seconds in all: during
         # a broker outage each partition it led would hold the rebalance callback (and
         # the whole group) for up to a minute
         budget = None if self.options.until_end else time.monotonic() + LIVE_MARKS_BUDGET_S
-        if plain is not None:
-            asker = plain
-            every = at_once(lambda tp: _marks_within(asker, tp, budget), partitions)
-        else:  # one round trip a partition (in the rebalance callback, asking the group
-            # consumer from other threads at once waits for it to return)
-            every = [_marks_within(consumer, tp, budget) for tp in partitions]
-        for tp, marks in zip(partitions, every, strict=True):
+        for tp in partitions:
             key = (tp.topic, tp.partition)
+            # one round trip a partition (in the rebalance callback, asking from other
+            # threads at once waits for it to return)
+            marks = _marks_within(consumer, tp, budget)
             start = self.start_offset(key)
             if marks is not None and start > marks[1]:
                 start = beyond_end(key, start, marks)
