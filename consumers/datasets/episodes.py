@@ -299,10 +299,13 @@ class Joiner:
         groups = session.groups
         if groups is None:
             groups = session.groups = GroupSession(lanes)
-        if records and records != groups.known_records:  # most group steps name the same
-            for record in records:
+        if records and records != groups.known_records:
+            # the records not seen before in this session, found at C speed: a lane starts
+            # an episode every few group steps, the others name the same ones
+            for record in set(records).difference(groups.known):
                 if record:
                     self._episode(session_id, record, route)
+                    groups.known.add(record)
             groups.known_records = records
         return groups
 

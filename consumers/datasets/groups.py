@@ -65,8 +65,9 @@ class GroupSession:
     actions: dict[int, GroupAction] = field(default_factory=dict)
     steps: dict[int, GroupStep] = field(default_factory=dict)
     observations: dict[int, GroupObservation] = field(default_factory=dict)
-    # the lanes' records last made pending episodes of (the joiner's: a group step naming
-    # the same records as the one before makes none)
+    # the joiner's: the records it made pending episodes of, and the last group step's
+    # lanes (a group step naming the same records as the one before makes none)
+    known: set[str] = field(default_factory=set)
     known_records: list[str] = field(default_factory=list)
 
     def add_observation(self, records: list[str], leaves: list[bytes] | None, spec: bytes,
