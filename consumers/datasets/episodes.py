@@ -28,7 +28,12 @@ step wins (a later one for the same step is a duplicate, or a 1-lane session's
 NEXT_STEP roll, which is not placed). A reset observation's infos may carry
 the env's spec (`events.ENV_SPEC_INFO`), kept with the episode. Events carrying several lanes are
 a vector-env session's group steps, split into lanes (groups.py, vector.py)
-once the session has ended. The data classes are in model.py.
+once the session has ended. The data classes are in model.py; what is read of each
+event, packed, is packed.py's.
+
+Size: one class whose reading, releasing and committed state share the pending episodes,
+the sessions' flags and the resume points, and change them together (a unit read, released
+or forgotten moves the resume point and the state's journal at once).
 """
 
 from __future__ import annotations
@@ -36,12 +41,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from rlmesh_stream.consumers.builders.projection import packer_of
 from rlmesh_stream.consumers.datasets import DEFAULT_MAX_HELD_STEPS
 from rlmesh_stream.consumers.datasets.certificate import LATE_CAUTION
 from rlmesh_stream.consumers.datasets.groups import GroupSession
 from rlmesh_stream.consumers.datasets.model import (
-    ROUTE_FIELDS,
     TP,
     Episode,
     Filters,
@@ -52,9 +55,9 @@ from rlmesh_stream.consumers.datasets.model import (
     Unit,
     route_of,
 )
+from rlmesh_stream.consumers.datasets.packed import PACKERS, unit_of
 from rlmesh_stream.consumers.datasets.vector import all_read, release_session
 from rlmesh_stream.schemas.codec.leaves import LeafDecoder
-from rlmesh_stream.schemas.codec.projection_items import Call, Item
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.errors import ContractError
 from rlmesh_stream.schemas.contract.topics import EventType
@@ -62,41 +65,6 @@ from rlmesh_stream.schemas.contract.topics import EventType
 TOO_LONG = "too_long"  # the skip reason of an episode longer than `max_held_steps`
 
 
-def _space_bytes(spec: ev.SpaceSpec) -> bytes:
-    """A space as the joiner keeps it (compared between an episode's events)."""
-    return spec.SerializeToString(deterministic=True)
-
-
-_ROUTE: tuple[Item, ...] = tuple(f"route.{name}" for name in ROUTE_FIELDS)
-
-ITEMS: dict[EventType, tuple[Item, ...]] = {
-    EventType.OBSERVATION_EMITTED: (
-        "session_id", "episode_record_id", "episode_record_ids", "num_envs", "is_reset", "step",
-        "observation", Call(_space_bytes, "observation_space"), "infos", *_ROUTE),
-    EventType.ACTION_RECEIVED: (
-        "session_id", "episode_record_id", "episode_record_ids", "step", "action",
-        Call(_space_bytes, "action_space"), *_ROUTE),
-    EventType.STEP_COMPLETED: (
-        "session_id", "episode_record_id", "step", "rewards", "terminated", "truncated",
-        "autoreset_roll", "infos", *_ROUTE),
-    EventType.EPISODE_STARTED: (
-        "session_id", "episode_record_id", "episode_id", "episode_index", "env_index", "seed",
-        "trial_index", "started_from_auto_reset", *_ROUTE),
-    EventType.EPISODE_COMPLETED: (
-        "session_id", "episode_record_id", "episode_id", "step_count", "cumulative_reward",
-        "terminated", "truncated", "success", "seed", "episode_index", "env_index",
-        "trial_index", "duration_ms", *_ROUTE),
-    EventType.SESSION_ENDED: ("session_id", "total_steps", "total_episodes"),
-    EventType.SESSION_FAILED: ("session_id",),
-    EventType.RELAY_ADVISORY: ("session_id", "advisory.severity"),
-}
-"""What the joiner reads of each trajectory event, in this order: the runtime reads these
-straight from the payloads (`TrajectoryBuilder.packed_items`), with no event dataclass and
-no object per lane; the session id first (the key is checked against it)."""
-
-_PACKERS = {et: packer_of(items) for et, items in ITEMS.items()}
-_EPISODE_EVENTS = frozenset({EventType.EPISODE_STARTED, EventType.EPISODE_COMPLETED})
-_GROUP_EVENTS = frozenset({EventType.OBSERVATION_EMITTED, EventType.ACTION_RECEIVED})
 
 
 class Joiner:
@@ -199,7 +167,7 @@ class Joiner:
     def add(self, event: Any, where: tuple[str, int, int] | None = None) -> None:
         """One decoded event (`add_values` of its packed values)."""
         event_type = EventType.of(event)
-        pack = _PACKERS.get(event_type)
+        pack = PACKERS.get(event_type)
         if pack is not None:
             self.add_values(event_type, pack(event, None), where)
 
@@ -207,7 +175,7 @@ class Joiner:
                    where: tuple[str, int, int] | None = None) -> None:
         """One event's `ITEMS` (read straight from its payload, or packed from a decoded
         event); `where` (topic, partition, offset) tracks the resume point."""
-        unit = _unit_of(event_type, v)
+        unit = unit_of(event_type, v)
         if where is not None and unit is not None:
             tp = (where[0], where[1])
             if where[2] < self.frontier.get(tp, -1) and unit not in self.kept:
@@ -517,19 +485,6 @@ class Joiner:
             actions=actions, steps=[ep.steps[t] for t in range(steps)], obs_spec=obs_spec,
             act_spec=act_spec, terminal_observation=terminal, abandoned=abandoned,
             caution=session.caution, reset_infos=ep.reset_infos, env_spec=ep.env_spec)
-
-
-def _unit_of(event_type: EventType, v: tuple[Any, ...]) -> Unit | None:
-    """The pending unit an event belongs to (None: session-level, kept in the state), from
-    its `ITEMS`: the session id and episode record id first, a vector session's group
-    events told by their lanes."""
-    if event_type in _EPISODE_EVENTS:
-        return ("e", v[0], v[1])
-    if event_type is EventType.STEP_COMPLETED:
-        return ("s", v[0]) if len(v[3]) > 1 else ("e", v[0], v[1])
-    if event_type in _GROUP_EVENTS:
-        return ("s", v[0]) if len(v[2]) > 1 else ("e", v[0], v[1])
-    return None
 
 
 def _session_row(s: SessionState) -> list[Any]:

@@ -33,9 +33,10 @@ from rlmesh_stream.consumers.datasets.certificate import (
     header_sequence,
     skipped_episodes,
 )
-from rlmesh_stream.consumers.datasets.episodes import ITEMS, Episode, Filters, Joiner
+from rlmesh_stream.consumers.datasets.episodes import Episode, Filters, Joiner
 from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
 from rlmesh_stream.consumers.datasets.manifest import DatasetError, ManifestStore
+from rlmesh_stream.consumers.datasets.packed import ITEMS
 from rlmesh_stream.consumers.datasets.per_env import (
     ENV_FIELD,
     MinariDatasets,
@@ -68,7 +69,7 @@ class TrajectoryBuilder(Builder):
         self.checks_keys = sink.joins_per_partition
 
     def packed_items(self, event_type: EventType) -> tuple[Item, ...] | None:
-        """What the joiner reads of each event (`episodes.ITEMS`), read straight from the
+        """What the joiner reads of each event (`packed.ITEMS`), read straight from the
         payloads: no event dataclass, no object per lane."""
         return ITEMS.get(event_type)
 

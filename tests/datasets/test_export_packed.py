@@ -1,4 +1,4 @@
-"""What the joiner reads of each trajectory event (`episodes.ITEMS`): read straight from a
+"""What the joiner reads of each trajectory event (`packed.ITEMS`): read straight from a
 payload by the generated reader, or taken from an event decoded whole (another writer
 schema), it is the same."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rlmesh_stream.consumers.builders.projection import packer_of
-from rlmesh_stream.consumers.datasets.episodes import ITEMS
+from rlmesh_stream.consumers.datasets.packed import ITEMS
 from rlmesh_stream.consumers.datasets.sink import TRAJECTORY_EVENTS
 from rlmesh_stream.schemas.codec.avro_reader import warm_projection
 from rlmesh_stream.schemas.codec.avro_writer import avro_writer
