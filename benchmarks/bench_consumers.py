@@ -63,6 +63,7 @@ from rlmesh_stream.consumers.runtime import (
 from rlmesh_stream.consumers.sinks import open_sink
 from rlmesh_stream.consumers.tables import EPISODES
 from rlmesh_stream.infra.topics import DEFAULT_PARTITIONS, ensure_topics
+from rlmesh_stream.producer.config import ProducerSettings
 from rlmesh_stream.schemas.codec.serde import EventSerializer
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
@@ -93,7 +94,11 @@ def _episode(session: str, n: int, route: ev.RuntimeEnvContext) -> tuple[Any, An
 def produce_dataset(config: StreamConfig, sessions: int, per_session: int) -> int:
     serializer = EventSerializer(SchemaRegistryClient(config.registry_config()),
                                  topic_prefix=config.topic_prefix)
+    # the producer's partitioner (murmur2_random), as `KafkaRuntimeHooks` publishes: with
+    # librdkafka's default (CRC32) a session lands elsewhere, and two members of a group
+    # on PostgreSQL lock overlapping buckets (builders/base.py's LOCK_BUCKETS)
     producer = Producer({**config.kafka_config(), "linger.ms": 20,
+                         "partitioner": ProducerSettings(stream=config).partitioner,
                          "queue.buffering.max.messages": 1_000_000})
     producer_id, seq = uuid.uuid4().hex.encode(), 0
 
