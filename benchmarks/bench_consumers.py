@@ -261,22 +261,19 @@ def bench_processes(config: StreamConfig, topics: list[str], total: int, builder
                     tmp: Path, repeats: int, pg: str | None = None
                     ) -> dict[str, list[tuple[float, float]]]:
     """Bare loop and `consume <builder>` processes (into DuckDB, and into a fresh PostgreSQL
-    database of the server `pg` names, by one process and by 2 of one group), interleaved
-    `repeats` times."""
+    database of the server `pg` names, by one process and by 2 of one group, their order
+    swapped every repeat), interleaved `repeats` times."""
     runs: dict[str, list[tuple[float, float]]] = {"bare": [], "ours": [], "pg": [], "pg2": []}
     for i in range(repeats):
         runs["bare"].append(bare_process(config, topics, total))
         sink = f"duckdb://{tmp / f'{builder}-{config.topic_prefix}-{i}.duckdb'}"
         runs["ours"].append(consume_process(config, builder, sink))
-        if pg:
+        # one member and two, in either order by turns (the machine's pace drifts)
+        for key in (("pg", "pg2") if i % 2 == 0 else ("pg2", "pg")) if pg else ():
             url, drop = _pg_database(pg)
             try:
-                runs["pg"].append(consume_process(config, builder, url))
-            finally:
-                drop()
-            url, drop = _pg_database(pg)
-            try:
-                runs["pg2"].append(group_processes(config, builder, url))
+                runs[key].append(consume_process(config, builder, url) if key == "pg"
+                                 else group_processes(config, builder, url))
             finally:
                 drop()
         load = os.getloadavg()
