@@ -62,6 +62,7 @@ from rlmesh_stream.consumers.runtime import (
 from rlmesh_stream.consumers.sinks import open_sink
 from rlmesh_stream.consumers.tables import EPISODES
 from rlmesh_stream.infra.topics import DEFAULT_PARTITIONS, ensure_topics
+from rlmesh_stream.producer.config import ProducerSettings
 from rlmesh_stream.schemas.codec.serde import EventSerializer
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
@@ -92,7 +93,11 @@ def _episode(session: str, n: int, route: ev.RuntimeEnvContext) -> tuple[Any, An
 def produce_dataset(config: StreamConfig, sessions: int, per_session: int) -> int:
     serializer = EventSerializer(SchemaRegistryClient(config.registry_config()),
                                  topic_prefix=config.topic_prefix)
+    # the producer's partitioner (murmur2_random), as `KafkaRuntimeHooks` publishes: with
+    # librdkafka's default (CRC32) a session lands elsewhere, and two members of a group
+    # on PostgreSQL lock overlapping buckets (builders/base.py's LOCK_BUCKETS)
     producer = Producer({**config.kafka_config(), "linger.ms": 20,
+                         "partitioner": ProducerSettings(stream=config).partitioner,
                          "queue.buffering.max.messages": 1_000_000})
     producer_id, seq = uuid.uuid4().hex.encode(), 0
 
@@ -242,22 +247,19 @@ def bench_processes(config: StreamConfig, topics: list[str], total: int, builder
                     tmp: Path, repeats: int, pg: str | None = None
                     ) -> dict[str, list[tuple[float, float]]]:
     """Bare loop and `consume <builder>` processes (into DuckDB, and into a fresh PostgreSQL
-    database of the server `pg` names, by one process and by 2 of one group), interleaved
-    `repeats` times."""
+    database of the server `pg` names, by one process and by 2 of one group, their order
+    swapped every repeat), interleaved `repeats` times."""
     runs: dict[str, list[tuple[float, float]]] = {"bare": [], "ours": [], "pg": [], "pg2": []}
     for i in range(repeats):
         runs["bare"].append(bare_process(config, topics, total))
         sink = f"duckdb://{tmp / f'{builder}-{config.topic_prefix}-{i}.duckdb'}"
         runs["ours"].append(consume_process(config, builder, sink))
-        if pg:
+        # one member and two, in either order by turns (the machine's pace drifts)
+        for key in (("pg", "pg2") if i % 2 == 0 else ("pg2", "pg")) if pg else ():
             url, drop = _pg_database(pg)
             try:
-                runs["pg"].append(consume_process(config, builder, url))
-            finally:
-                drop()
-            url, drop = _pg_database(pg)
-            try:
-                runs["pg2"].append(group_processes(config, builder, url))
+                runs[key].append(consume_process(config, builder, url) if key == "pg"
+                                 else group_processes(config, builder, url))
             finally:
                 drop()
         load = os.getloadavg()

@@ -20,9 +20,27 @@ from rlmesh_stream.consumers.builders.projection import Projections
 from rlmesh_stream.consumers.runtime.records import Record, epoch_ms
 from rlmesh_stream.consumers.table_model import Table, finish_row, merge_rows, tuple_merger
 from rlmesh_stream.schemas.codec.projection_items import Item
+from rlmesh_stream.schemas.contract.partitioning import partition_of, session_partition
 from rlmesh_stream.schemas.contract.topics import EventType
 
 PartialRow = tuple[Table, dict[str, Any]]
+
+# A builder's lock keys (`lock_keys`, `SinkBatch.locks`) name buckets, not sessions: a
+# backlog's batch holds thousands of sessions, more locks than PostgreSQL's lock table
+# holds (max_locks_per_transaction x max_connections, 6 400 by default), so a batch takes
+# at most LOCK_BUCKETS locks per builder. A session's bucket is the partition its id hashes
+# to under the producer's partitioner on a topic of LOCK_BUCKETS partitions. Two batches
+# touching one session take its one bucket, whatever partitions its records came from
+# (a bucket is coarser than a session: always safe). Every writer of a sink must compute
+# the same bucket or the locks exclude nothing, so the count is a constant of the code,
+# not anything a member learns at run time (a topic's partition count can grow, members
+# of one sink may read topics of different counts). It is a multiple of the usual
+# partition counts (every divisor of 960: 1 to 6, 8, 10, 12, 15, 16, 20, 24, 30, 32, 40,
+# 48, 60, 64, 80, 96, 120, ...): on a topic of P partitions, P dividing 960, a session's
+# bucket modulo P is its partition, so members owning disjoint partitions take disjoint
+# buckets and never wait on each other. Changing it changes the locking between writers:
+# processes of two versions must not write one sink at once.
+LOCK_BUCKETS = 960
 
 
 class Builder:
@@ -72,8 +90,19 @@ class Builder:
             yield projection.table, projection.row(record.event, record.timestamp)
 
     def lock_keys(self, reduced: Reduced) -> list[str]:
-        """Keys to lock while a batch is applied (see `SinkBatch.locks`); none by default."""
+        """Keys to lock while a batch is applied (see `SinkBatch.locks`), at most
+        LOCK_BUCKETS; none by default."""
         return []
+
+
+def session_bucket(session_id: str) -> int:
+    """The lock bucket of a session (see LOCK_BUCKETS)."""
+    return session_partition(session_id, LOCK_BUCKETS)
+
+
+def key_bucket(key: str) -> int:
+    """The lock bucket of any other key (a producer's id): its hash, LOCK_BUCKETS ways."""
+    return partition_of(key.encode("utf-8"), LOCK_BUCKETS)
 
 
 @dataclass

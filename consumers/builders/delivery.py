@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import ClassVar
 
-from rlmesh_stream.consumers.builders.base import Builder, PartialRow, Reduced
+from rlmesh_stream.consumers.builders.base import Builder, PartialRow, Reduced, key_bucket
 from rlmesh_stream.consumers.runtime.records import Record
 from rlmesh_stream.consumers.table_model import Table
 from rlmesh_stream.consumers.tables import DELIVERY_BATCH, DELIVERY_MERGE_SQL, INVALID_HEADERS
@@ -34,9 +34,10 @@ class DeliveryBuilder(Builder):
     after_sql = DELIVERY_MERGE_SQL
 
     def lock_keys(self, reduced: Reduced) -> list[str]:
-        """The batch's producers: merging into their ranges reads them."""
+        """The buckets of the batch's producers (`key_bucket`): merging into their ranges
+        reads them."""
         producers = {key[0] for key in reduced.rows.get(DELIVERY_BATCH.name, {})}
-        return [f"delivery:{p}" for p in sorted(producers)]
+        return [f"delivery:{b}" for b in sorted({key_bucket(p) for p in producers})]
 
     def rows(self, record: Record) -> Iterator[PartialRow]:
         stamp = h.delivery_stamp(record.headers)  # either version of the contract's headers

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, ClassVar, cast
 
-from rlmesh_stream.consumers.builders.base import Builder, PartialRow, Reduced
+from rlmesh_stream.consumers.builders.base import Builder, PartialRow, Reduced, session_bucket
 from rlmesh_stream.consumers.builders.projection import (
     TIMESTAMP,
     Call,
@@ -57,13 +57,16 @@ class EpisodesBuilder(Builder):
     after_sql = (ABANDON_SQL,)
 
     def lock_keys(self, reduced: Reduced) -> list[str]:
-        """The batch's sessions: the abandon rule reads a session's episodes and its end,
-        which two processes may write at once (the range assignment keeps a session's
-        partitions of all topics in one process, but a zombie's last checkpoint, a member
-        paused past its session timeout, may still commit beside the new owner's)."""
+        """The buckets of the batch's sessions (`session_bucket`): the abandon rule reads a
+        session's episodes and its end, which two processes may write at once (the range
+        assignment keeps a session's partitions of all topics in one process, but a
+        zombie's last checkpoint, a member paused past its session timeout, may still
+        commit beside the new owner's; and a session's records may sit in partitions of
+        different members: topics of different partition counts, a foreign producer's
+        partitioner, wrongly keyed records)."""
         sessions = {key[0] for table in (EPISODES, EPISODE_SESSION_ENDS)
                     for key in reduced.rows.get(table.name, {})}
-        return [f"episodes:{sid}" for sid in sessions]
+        return [f"episodes:{b}" for b in sorted({session_bucket(sid) for sid in sessions})]
 
     projections: ClassVar[Projections] = {
         EventType.EPISODE_STARTED: Projection(EPISODES, {

@@ -113,7 +113,8 @@ class SinkBatch:
     group_id: str = ""
     # keys whose rows other processes may change concurrently in a way a statement
     # of this batch reads (episodes of a session vs its end): locked for the
-    # transaction, in sorted order, so such transactions run one after the other
+    # transaction, in sorted order, so such transactions run one after the other; a
+    # builder names at most LOCK_BUCKETS (buckets of such rows, `builders.base`)
     locks: list[str] = field(default_factory=list)
     # per builder, per partition: what tells re-delivered records apart, as of the batch's
     # offsets (`runtime/redelivery.py`), for a sink that keeps it with its own state (an

@@ -25,13 +25,6 @@ from rlmesh_stream.consumers.sinks.url import SinkError, SinkUnavailable, connec
 from rlmesh_stream.consumers.table_model import Dialect, Table, column_defs, upsert_sql
 
 _MIGRATION_LOCK = 0x726C6D657368  # "rlmesh": pg_advisory_xact_lock key for migrations
-# Every batch with keys to lock takes this one first: shared, then one lock per key; a batch
-# of more than MAX_KEY_LOCKS keys takes it exclusively instead, alone. PostgreSQL's lock
-# table holds max_locks_per_transaction x max_connections locks in all (6 400 by default):
-# a backlog's checkpoint of 15 000 sessions failed with "out of shared memory"
-_ALL_KEYS_LOCK = 0x726C6D657369
-MAX_KEY_LOCKS = 256
-
 
 class PostgresSink(TableSink):
     dialect = Dialect.POSTGRES
@@ -89,12 +82,9 @@ class PostgresSink(TableSink):
         return self.query(sql, params)
 
     def _lock_keys(self, keys: list[str]) -> None:
-        # every batch takes _ALL_KEYS_LOCK first, then its keys in the sorted subquery's
-        # order: one acquisition order for all (no deadlocks)
-        if len(keys) > MAX_KEY_LOCKS:
-            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ALL_KEYS_LOCK,))
-            return
-        self.conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (_ALL_KEYS_LOCK,))
+        # in the sorted subquery's order: one acquisition order for all (no deadlocks). The
+        # builders' keys are buckets (`builders.base.LOCK_BUCKETS`), few enough for the lock
+        # table whatever the batch's size
         self.conn.execute(
             "SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT hashtextextended(key, 0) "
             "AS k FROM unnest(%s::text[]) AS key ORDER BY k) AS keys", (keys,))
