@@ -47,6 +47,7 @@ from rlmesh_stream.consumers.datasets.model import (
     PendingEpisode,
     SessionState,
     StepRow,
+    Steps,
     Unit,
     route_of,
 )
@@ -452,7 +453,8 @@ class Joiner:
         return Episode(
             session_id=ep.session_id, record_id=ep.record_id, route=ep.route,
             started=ep.started or {}, completed=ep.completed, observations=observations,
-            actions=actions, steps=[ep.steps[t] for t in range(steps)], obs_spec=obs_spec,
+            actions=actions, steps=Steps.of_rows([ep.steps[t] for t in range(steps)]),
+            obs_spec=obs_spec,
             act_spec=act_spec, terminal_observation=terminal, abandoned=abandoned,
             caution=session.caution, reset_infos=ep.reset_infos, env_spec=ep.env_spec)
 

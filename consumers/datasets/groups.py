@@ -23,7 +23,8 @@ some lanes in place names the new episodes of those lanes ("" elsewhere).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import chain
+from typing import Any, Literal
 
 import numpy as np
 
@@ -65,6 +66,10 @@ class GroupSession:
     actions: dict[int, GroupAction] = field(default_factory=dict)
     steps: dict[int, GroupStep] = field(default_factory=dict)
     observations: dict[int, GroupObservation] = field(default_factory=dict)
+    # `real_steps`'s running count: the groups counted so far (0..counted-1) and their
+    # lane steps; kept by that function alone, as the groups are looked at
+    counted: int = 0
+    real: int = 0
 
     def add_observation(self, e: ev.ObservationEmittedEvent) -> None:
         obs = GroupObservation(list(e.episode_record_ids), _leaves(e.observation),
@@ -100,7 +105,7 @@ class LaneEpisode:
     lane: int
     # (group k, or -1 - r for the session's r-th reset observation; lane)
     reset: tuple[int, int] | None = None
-    groups: list[int] = field(default_factory=list)
+    groups: Any = field(default_factory=list)  # its group steps k, ascending (a list or array)
 
 
 @dataclass
@@ -111,6 +116,25 @@ class Assembly:
     problem: str | None  # a reason every episode of the session is skipped
     bad_groups: set[int]
     values: Any  # (kind, group) -> per-lane decoded values
+
+
+def real_steps(session: GroupSession) -> int:
+    """The lane steps of the session's groups read so far with both their action and step:
+    the lanes naming an episode that did not roll (what `session_ended` counts in
+    `total_steps`). Counted once per group as the groups arrive (`counted`, `real`),
+    not again at every commit: a group's action and step never change once read."""
+    actions, steps = session.actions, session.steps
+    k, real = session.counted, session.real
+    while k in actions and k in steps:
+        records, rolls = actions[k].records, steps[k].rolls
+        m = min(len(records), len(rolls))
+        if m == len(records) and "" not in records:
+            real += m - sum(rolls[:m])
+        else:
+            real += sum(1 for lane in range(m) if records[lane] and not rolls[lane])
+        k += 1
+    session.counted, session.real = k, real
+    return real
 
 
 def assemble(session: GroupSession, lane_order: dict[int, list[str]]) -> Assembly:
@@ -130,31 +154,82 @@ def assemble(session: GroupSession, lane_order: dict[int, list[str]]) -> Assembl
                                    or (obs is not None and obs.records != action.records)):
             return Assembly({}, "misaligned", bad, None)
     episodes: dict[str, LaneEpisode] = {}
-
-    def episode(record: str, lane: int) -> LaneEpisode:
-        ep = episodes.get(record)
-        if ep is None:
-            ep = episodes[record] = LaneEpisode(lane)
-        return ep
-
     for r, reset in enumerate(session.resets):
         for lane, record in enumerate(reset.records):
-            if record and episode(record, lane).reset is None:
-                episode(record, lane).reset = (-1 - r, lane)
-    for k in range(total):
-        action, step = session.actions.get(k), session.steps.get(k)
-        if action is None or step is None:
-            continue
+            if record and record not in episodes:
+                episodes[record] = LaneEpisode(lane, (-1 - r, lane))
+            elif record and episodes[record].reset is None:
+                episodes[record].reset = (-1 - r, lane)
+    placed = [k for k in range(total) if k in session.actions and k in session.steps]
+    if not _placed_by_arrays(session, placed, lane_order, episodes):
+        _placed_one_by_one(session, placed, lane_order, episodes)
+    return Assembly(episodes, None, bad, None)
+
+
+def _placed_one_by_one(session: GroupSession, placed: list[int],
+                       lane_order: dict[int, list[str]],
+                       episodes: dict[str, LaneEpisode]) -> None:
+    """Each group's lanes placed in Python (groups of different widths)."""
+    for k in placed:
+        action, step = session.actions[k], session.steps[k]
         for lane, record in enumerate(action.records):
             if not record or lane >= len(step.rolls):
                 continue
             if step.rolls[lane]:
                 following = _next_on_lane(lane_order.get(lane, []), record)
                 if following is not None:
-                    episode(following, lane).reset = (k, lane)
+                    episodes.setdefault(following, LaneEpisode(lane)).reset = (k, lane)
                 continue
-            episode(record, lane).groups.append(k)
-    return Assembly(episodes, None, bad, None)
+            episodes.setdefault(record, LaneEpisode(lane)).groups.append(k)
+
+
+def _placed_by_arrays(session: GroupSession, placed: list[int],
+                      lane_order: dict[int, list[str]],
+                      episodes: dict[str, LaneEpisode]) -> bool:
+    """`_placed_one_by_one` over a (groups, lanes) array of record codes, for groups all
+    as wide as the first: numpy finds each record's groups (one sort), Python looks at
+    each record and roll once, not at each lane of each group. False: groups of
+    different widths (placed one by one)."""
+    if not placed:
+        return True
+    actions = [session.actions[k] for k in placed]
+    rolls_rows = [session.steps[k].rolls for k in placed]
+    lanes = len(actions[0].records)
+    if any(len(a.records) != lanes for a in actions) or any(
+            len(r) != lanes for r in rolls_rows):
+        return False
+    flat = list(chain.from_iterable(a.records for a in actions))
+    index = dict.fromkeys(flat)  # the records in order of first appearance
+    names = list(index)
+    for code, name in enumerate(names):
+        index[name] = code
+    codes = np.fromiter(map(index.__getitem__, flat), np.int64, len(flat))
+    rolls = np.fromiter(chain.from_iterable(rolls_rows), bool, len(flat))
+    named = codes != index[""] if "" in index else np.ones(len(flat), bool)
+    ks = np.asarray(placed, dtype=np.int64)
+    for at in np.flatnonzero(rolls & named).tolist():  # one roll per ended episode
+        lane = at % lanes
+        following = _next_on_lane(lane_order.get(lane, []), names[codes[at]])
+        if following is not None:
+            ep = episodes.get(following)
+            if ep is None:
+                ep = episodes[following] = LaneEpisode(lane)
+            ep.reset = (int(ks[at // lanes]), lane)  # the last roll naming it wins
+    steps_at = np.flatnonzero(~rolls & named)
+    by_record = np.argsort(codes[steps_at], kind="stable")  # each record's steps k-major
+    ordered = steps_at[by_record]
+    record_codes = codes[ordered]
+    bounds = np.flatnonzero(np.diff(record_codes)) + 1
+    starts = np.concatenate([[0], bounds]).tolist() if len(ordered) else []
+    ends = [*starts[1:], len(ordered)]
+    groups_of = ks[ordered // lanes]
+    for start, end in zip(starts, ends, strict=True):
+        record = names[record_codes[start]]
+        ep = episodes.get(record)
+        if ep is None:  # the lane it was first met on
+            ep = episodes[record] = LaneEpisode(int(ordered[start]) % lanes)
+        ep.groups = groups_of[start:end]
+    return True
 
 
 def _next_on_lane(order: list[str], record: str) -> str | None:
@@ -173,6 +248,8 @@ class LaneValues:
         self._cache: dict[tuple[str, int], list[Any]] = {}
         self._decoders: dict[bytes, LeafDecoder] = {}
         self._stacked: dict[str, np.ndarray | None] = {}
+        self._steps: tuple[np.ndarray, np.ndarray, np.ndarray] | Literal[False] | None = None
+        self._uniform: bool | None = None
 
     def _decoder(self, spec: bytes) -> LeafDecoder:
         decoder = self._decoders.get(spec)
@@ -182,6 +259,14 @@ class LaneValues:
             decoder = self._decoders[spec] = LeafDecoder(parsed)
         return decoder
 
+    def reset_observation(self, group: int, lane: int) -> Any:
+        """An episode's first observation: a roll's from the group steps' observations
+        read as one array (`stacked`), when they were, else decoded from its group."""
+        whole = self._stacked.get("obs")
+        if group >= 0 and whole is not None and lane < whole.shape[1]:
+            return whole[group, lane]
+        return self.observation(group, lane)
+
     def observation(self, group: int, lane: int) -> Any:
         obs = self.session.observation_at(group)
         return self._lane(("obs", group), obs.leaves, obs.spec, len(obs.records), lane)
@@ -190,7 +275,31 @@ class LaneValues:
         act = self.session.actions[group]
         return self._lane(("act", group), act.leaves, act.spec, len(act.records), lane)
 
-    def stacked(self, kind: str, groups: list[int], lane: int) -> np.ndarray | None:
+    def step_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The session's rewards (float64), terminated and truncated (bool) as (G, lanes)
+        arrays, group k in row k, built once; None when the groups are not numbered
+        0..G-1 or differ in width (each lane's steps then read group by group)."""
+        if self._steps is None:
+            steps = self.session.steps
+            rows = [steps[k] for k in range(len(steps)) if k in steps]
+            widths = {len(getattr(s, name)) for s in rows
+                      for name in ("rewards", "terminated", "truncated")}
+            self._steps = bool(rows) and len(rows) == len(steps) and len(widths) <= 1 and (
+                np.array([s.rewards for s in rows], np.float64).reshape(len(rows), -1),
+                np.array([s.terminated for s in rows], bool).reshape(len(rows), -1),
+                np.array([s.truncated for s in rows], bool).reshape(len(rows), -1))
+        return self._steps or None
+
+    def uniform_specs(self) -> bool:
+        """Every group step's action, and every observation, of one space (the spaces
+        need not be compared lane by lane)."""
+        if self._uniform is None:
+            s = self.session
+            self._uniform = (len({a.spec for a in s.actions.values()}) <= 1 and len(
+                {o.spec for o in (*s.observations.values(), *s.resets)}) <= 1)
+        return self._uniform
+
+    def stacked(self, kind: str, groups: Any, lane: int) -> np.ndarray | None:
         """One lane's values of `groups` (group steps, not resets) as one (T, *shape)
         array, for a space of one array leaf whose every group slab of `kind` ("obs" or
         "act") in the session is whole: the session's slabs are joined and read once, and
@@ -200,7 +309,7 @@ class LaneValues:
             self._stacked[kind] = self._stack(
                 self.session.observations if kind == "obs" else self.session.actions)
         whole = self._stacked[kind]
-        if whole is None or not groups or lane >= whole.shape[1]:
+        if whole is None or not len(groups) or lane >= whole.shape[1]:
             return None
         return whole[np.asarray(groups, dtype=np.intp), lane]
 

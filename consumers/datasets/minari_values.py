@@ -39,7 +39,10 @@ def reward_stats(rewards: np.ndarray) -> dict[str, float]:
 def episode_infos(e: Episode) -> dict[str, Any] | None:
     """The episode's T+1 infos (the reset's, then each step's) as DataCollector stacks them,
     when the producer sent every one of them with the same keys; None otherwise."""
-    values = [e.reset_infos, *(s.infos for s in e.steps)]
+    steps = e.steps.infos
+    if steps is None and len(e.steps):
+        return None
+    values = [e.reset_infos, *(steps or ())]
     if any(i is None for i in values):
         return None
     return stack_infos(values)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rlmesh_stream.consumers.datasets.groups import GroupSession
 from rlmesh_stream.consumers.runtime.records import TP as TP  # re-exported for the joiners
 from rlmesh_stream.schemas.contract import events as ev
@@ -22,6 +24,35 @@ class StepRow:
     terminated: bool
     truncated: bool
     infos: dict[str, Any] | None
+
+
+@dataclass
+class Steps:
+    """A released episode's T steps as columns (no object per step): what the writers
+    turn into Arrow columns and Minari's buffers as they are."""
+
+    rewards: np.ndarray  # float64 (T,)
+    terminated: np.ndarray  # bool (T,)
+    truncated: np.ndarray  # bool (T,)
+    infos: list[dict[str, Any] | None] | None = None  # None: no step carried infos
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    @classmethod
+    def of_rows(cls, rows: list[StepRow]) -> Steps:
+        """A single-lane episode's step rows as columns."""
+        infos: list[dict[str, Any] | None] | None = [r.infos for r in rows]
+        if rows and all(i is None for i in infos or ()):
+            infos = None
+        return cls(np.fromiter((r.reward for r in rows), np.float64, len(rows)),
+                   np.fromiter((r.terminated for r in rows), bool, len(rows)),
+                   np.fromiter((r.truncated for r in rows), bool, len(rows)), infos)
+
+    def total_reward(self) -> float:
+        """The rewards summed in step order (as a Python loop adds them: row for row the
+        figure the episode rows always held)."""
+        return float(sum(self.rewards.tolist()))
 
 
 @dataclass
@@ -73,7 +104,7 @@ class Episode:
     # a list of values, or one (T(+1), *shape) array for a space of one array leaf
     observations: Any
     actions: Any
-    steps: list[StepRow]
+    steps: Steps
     obs_spec: ev.SpaceSpec
     act_spec: ev.SpaceSpec
     terminal_observation: bool

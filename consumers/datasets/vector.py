@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from rlmesh_stream.consumers.datasets.groups import LaneValues, assemble
+from rlmesh_stream.consumers.datasets.groups import LaneValues, assemble, real_steps
 from rlmesh_stream.consumers.datasets.model import (
     Episode,
     Filters,
@@ -20,6 +20,7 @@ from rlmesh_stream.consumers.datasets.model import (
     PendingEpisode,
     SessionState,
     StepRow,
+    Steps,
     Unit,
 )
 from rlmesh_stream.schemas.contract import events as ev
@@ -95,7 +96,7 @@ def _build_lane(joiner: JoinerView, ep: PendingEpisode, session: SessionState, l
         return None
     abandoned = ep.completed is None
     steps = len(lane_ep.groups) if ep.completed is None else int(ep.completed["step_count"])
-    if len(lane_ep.groups) != steps or any(k in bad for k in lane_ep.groups):
+    if len(lane_ep.groups) != steps or (bad and any(int(k) in bad for k in lane_ep.groups)):
         joiner._skip("incomplete", ep)
         return None
     if steps == 0:
@@ -104,28 +105,41 @@ def _build_lane(joiner: JoinerView, ep: PendingEpisode, session: SessionState, l
     if lane_ep.reset is None:
         joiner._skip("no_reset_observation", ep)
         return None
-    specs = {groups.actions[k].spec for k in lane_ep.groups}
-    obs_specs = {groups.observations[k].spec for k in lane_ep.groups}
-    obs_specs.add(groups.observation_at(lane_ep.reset[0]).spec)
+    ks = np.asarray(lane_ep.groups, dtype=np.intp)
+    first = int(ks[0])
+    if values.uniform_specs():  # one space for the whole session: nothing to compare
+        specs = {groups.actions[first].spec}
+        obs_specs = {groups.observations[first].spec}
+    else:
+        specs = {groups.actions[k].spec for k in ks.tolist()}
+        obs_specs = {groups.observations[k].spec for k in ks.tolist()}
+        obs_specs.add(groups.observation_at(lane_ep.reset[0]).spec)
     if len(specs) > 1 or len(obs_specs) > 1:
         joiner._skip("space_changed", ep)
         return None
     lane = lane_ep.lane
     try:
-        observations: Any = values.stacked("obs", lane_ep.groups, lane)
-        actions: Any = values.stacked("act", lane_ep.groups, lane)
-        reset = values.observation(lane_ep.reset[0], lane)
+        observations: Any = values.stacked("obs", ks, lane)
+        actions: Any = values.stacked("act", ks, lane)
         if observations is not None and actions is not None:  # one array each
+            reset = values.reset_observation(lane_ep.reset[0], lane)
             observations = np.concatenate([np.asarray(reset)[None], observations])
         else:  # value by value (several leaves, text, or a bad slab somewhere)
-            observations = [reset] + [values.observation(k, lane) for k in lane_ep.groups]
-            actions = [values.action(k, lane) for k in lane_ep.groups]
+            reset = values.observation(lane_ep.reset[0], lane)
+            observations = [reset] + [values.observation(k, lane) for k in ks.tolist()]
+            actions = [values.action(k, lane) for k in ks.tolist()]
     except ContractError as exc:
         joiner._skip("bad_leaves", ep)
         joiner.skip_examples.setdefault("bad_leaves_error", str(exc))
         return None
-    rows = [StepRow(groups.steps[k].rewards[lane], groups.steps[k].terminated[lane],
-                    groups.steps[k].truncated[lane], None) for k in lane_ep.groups]
+    columns = values.step_columns()
+    if columns is not None and lane < columns[0].shape[1]:
+        rewards, terminated, truncated = columns
+        steps_of = Steps(rewards[ks, lane], terminated[ks, lane], truncated[ks, lane])
+    else:  # groups of different widths: group by group
+        rows = [StepRow(groups.steps[k].rewards[lane], groups.steps[k].terminated[lane],
+                        groups.steps[k].truncated[lane], None) for k in ks.tolist()]
+        steps_of = Steps.of_rows(rows)
     obs_spec, act_spec = ev.SpaceSpec(), ev.SpaceSpec()
     obs_spec.ParseFromString(obs_specs.pop())
     if specs:
@@ -133,7 +147,7 @@ def _build_lane(joiner: JoinerView, ep: PendingEpisode, session: SessionState, l
     return Episode(
         session_id=ep.session_id, record_id=ep.record_id, route=ep.route,
         started=ep.started, completed=ep.completed, observations=observations,
-        actions=actions, steps=rows, obs_spec=obs_spec, act_spec=act_spec,
+        actions=actions, steps=steps_of, obs_spec=obs_spec, act_spec=act_spec,
         terminal_observation=True, abandoned=abandoned, caution=session.caution)
 
 
@@ -147,18 +161,11 @@ def all_read(session: SessionState, pending: dict[Key, PendingEpisode], session_
     total_steps, total_episodes = session.totals
     if not len(groups.actions) == len(groups.steps) == len(groups.observations):
         return False
+    if real_steps(groups) != total_steps:  # first: counted as the groups arrive
+        return False
     # every episode completed, and started: each event type is a topic of its own, so a
     # checkpoint can come before the episode_started events are read (the session was
     # released then, its episodes skipped as incomplete)
     completed = [ep for (sid, _), ep in pending.items()
                  if sid == session_id and ep.completed is not None]
-    if len(completed) != total_episodes or any(ep.started is None for ep in completed):
-        return False  # first: cheaper than counting the steps
-    real = 0
-    for k, step in groups.steps.items():
-        action = groups.actions.get(k)
-        if action is None:
-            return False
-        real += sum(1 for lane, roll in enumerate(step.rolls)
-                    if not roll and lane < len(action.records) and action.records[lane])
-    return real == total_steps
+    return len(completed) == total_episodes and all(ep.started is not None for ep in completed)

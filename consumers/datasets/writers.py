@@ -101,7 +101,7 @@ def _episode_row(e: Episode) -> dict[str, Any]:
         "model_component_id": e.route["model_component_id"], "lane": e.route["lane"],
         "env_index": e.started.get("env_index"), "seed": e.started.get("seed"),
         "trial_index": e.started.get("trial_index"), "steps": e.length,
-        "total_reward": float(sum(s.reward for s in e.steps)),
+        "total_reward": e.steps.total_reward(),
         "terminated": done.get("terminated"), "truncated": done.get("truncated"),
         "success": done.get("success"), "terminal_observation": e.terminal_observation,
         "abandoned": e.abandoned, "caution": e.caution,
@@ -160,41 +160,54 @@ def _by_spaces(episodes: list[Episode]) -> list[list[Episode]]:
 
 
 def _steps_table(episodes: list[Episode]) -> pa.Table:
-    """One row per step, built per episode: the scalar columns as repeated or listed
-    values, the observations and actions as one array per column when every episode
-    holds them as arrays (vector sessions of one-leaf spaces), else value by value."""
-    cols: dict[str, list[Any]] = {k: [] for k in (
-        "session_id", "episode_record_id", "model_component_id", "reward",
-        "terminated", "truncated", "infos")}
+    """One row per step: the scalar columns from the episodes' step arrays (concatenated,
+    the per-episode ids repeated by Arrow), the observations and actions as one array
+    per column when every episode holds them as arrays (vector sessions of one-leaf
+    spaces), else value by value."""
     lengths = [e.length for e in episodes]
-    for e, n in zip(episodes, lengths, strict=True):
-        cols["session_id"] += [e.session_id] * n
-        cols["episode_record_id"] += [e.record_id] * n
-        cols["model_component_id"] += [e.route["model_component_id"]] * n
-        cols["reward"] += [s.reward for s in e.steps]
-        cols["terminated"] += [s.terminated for s in e.steps]
-        cols["truncated"] += [s.truncated for s in e.steps]
-        cols["infos"] += [meta_json(s.infos) for s in e.steps]
-    # infos typed string even when every row is null (vector-env group steps have none)
-    data = {k: pa.array(v, pa.string() if k == "infos" else None) for k, v in cols.items()}
-    steps = (np.concatenate([np.arange(n, dtype=np.int64) for n in lengths]) if lengths
-             else np.zeros(0, np.int64))
+    if not sum(lengths):  # no step at all: untyped columns, infos typed string
+        empty = {k: pa.array([]) for k in ("session_id", "episode_record_id",
+                                           "model_component_id", "step", "reward",
+                                           "terminated", "truncated")}
+        return _with_shapes(pa.table({**empty, "infos": pa.array([], pa.string())}),
+                            episodes[0])
+    where = pa.array(np.repeat(np.arange(len(episodes), dtype=np.int64), lengths))
+
+    def repeated(values: list[str]) -> pa.Array:
+        return pa.array(values, pa.string()).take(where)
+
+    def joined(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
+        return np.concatenate(arrays) if arrays else np.zeros(0, dtype)
+
+    data: dict[str, Any] = {
+        "session_id": repeated([e.session_id for e in episodes]),
+        "episode_record_id": repeated([e.record_id for e in episodes]),
+        "model_component_id": repeated([e.route["model_component_id"] for e in episodes]),
+        "reward": pa.array(joined([e.steps.rewards for e in episodes], np.float64)),
+        "terminated": pa.array(joined([e.steps.terminated for e in episodes], bool)),
+        "truncated": pa.array(joined([e.steps.truncated for e in episodes], bool)),
+        # typed string even when every row is null (vector-env group steps have none)
+        "infos": _infos_column(episodes, sum(lengths)),
+    }
+    starts = np.cumsum([0, *lengths[:-1]], dtype=np.int64)
+    steps = np.arange(sum(lengths), dtype=np.int64) - np.repeat(starts, lengths)
     data = {"session_id": data["session_id"], "episode_record_id": data["episode_record_id"],
-            "model_component_id": data["model_component_id"],
-            "step": pa.array(steps) if sum(lengths) else pa.array([]),
+            "model_component_id": data["model_component_id"], "step": pa.array(steps),
             **{k: data[k] for k in ("reward", "terminated", "truncated", "infos")}}
-    if sum(lengths):
-        if all(isinstance(e.observations, np.ndarray) and isinstance(e.actions, np.ndarray)
-               for e in episodes):
-            obs, acts, nxt, has_next = _stacked_columns(episodes, lengths)
-        else:
-            obs, acts, nxt, has_next = _value_columns(episodes)
-        data["observation"] = obs
-        data["action"] = acts
-        mask = pa.array(~has_next)
-        data["next_observation"] = pc.if_else(mask, pa.nulls(len(has_next), nxt.type), nxt)
-    table = pa.table(data)
-    spec = episodes[0]
+    if all(isinstance(e.observations, np.ndarray) and isinstance(e.actions, np.ndarray)
+           for e in episodes):
+        obs, acts, nxt, has_next = _stacked_columns(episodes, lengths)
+    else:
+        obs, acts, nxt, has_next = _value_columns(episodes)
+    data["observation"] = obs
+    data["action"] = acts
+    mask = pa.array(~has_next)
+    data["next_observation"] = pc.if_else(mask, pa.nulls(len(has_next), nxt.type), nxt)
+    return _with_shapes(pa.table(data), episodes[0])
+
+
+def _with_shapes(table: pa.Table, spec: Episode) -> pa.Table:
+    """The steps table with the spaces' leaf shapes in its schema metadata."""
     meta = {b"rlmesh.observation_shapes": json.dumps(
         {"/".join(map(str, leaf.path)): list(leaf.shape)
          for leaf in leaves_of(spec.obs_spec)}).encode(),
@@ -202,6 +215,17 @@ def _steps_table(episodes: list[Episode]) -> pa.Table:
         {"/".join(map(str, leaf.path)): list(leaf.shape)
          for leaf in leaves_of(spec.act_spec)}).encode()}
     return table.replace_schema_metadata(meta)
+
+
+def _infos_column(episodes: list[Episode], rows: int) -> pa.Array:
+    """Each step's infos as JSON text (null where the producer sent none)."""
+    if all(e.steps.infos is None for e in episodes):
+        return pa.nulls(rows, pa.string())
+    text: list[str | None] = []
+    for e in episodes:
+        infos = e.steps.infos
+        text += [None] * e.length if infos is None else [meta_json(i) for i in infos]
+    return pa.array(text, pa.string())
 
 
 def _stacked_columns(episodes: list[Episode], lengths: list[int]
@@ -381,13 +405,13 @@ class MinariWriter:
         for e in episodes:
             if not e.terminal_observation:
                 raise DatasetError("internal: a Minari episode needs its T+1 observations")
-            rewards = np.asarray([s.reward for s in e.steps], np.float64)
+            rewards = np.asarray(e.steps.rewards, np.float64)
             buffers.append(EpisodeBuffer(
                 id=start + len(buffers), seed=e.started.get("seed"),
                 observations=stack(e.observations, obs_space),
                 actions=stack(e.actions, act_space), rewards=list(rewards),
-                terminations=[s.terminated for s in e.steps],
-                truncations=[s.truncated for s in e.steps], infos=episode_infos(e) or {}))
+                terminations=e.steps.terminated.tolist(),
+                truncations=e.steps.truncated.tolist(), infos=episode_infos(e) or {}))
             extra.append({**{k: v for k, v in _episode_row(e).items()
                              if k not in ("observation_space", "action_space")
                              and v is not None}, **reward_stats(rewards)})
