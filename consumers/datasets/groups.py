@@ -23,7 +23,7 @@ some lanes in place names the new episodes of those lanes ("" elsewhere).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, pairwise
 from typing import Any, Literal
 
 import numpy as np
@@ -125,14 +125,23 @@ def real_steps(session: GroupSession) -> int:
     not again at every commit: a group's action and step never change once read."""
     actions, steps = session.actions, session.steps
     k, real = session.counted, session.real
+    new = []
     while k in actions and k in steps:
-        records, rolls = actions[k].records, steps[k].rolls
-        m = min(len(records), len(rolls))
-        if m == len(records) and "" not in records:
-            real += m - sum(rolls[:m])
-        else:
-            real += sum(1 for lane in range(m) if records[lane] and not rolls[lane])
+        new.append(k)
         k += 1
+    if new:
+        records = [actions[g].records for g in new]
+        rolls = [steps[g].rolls for g in new]
+        lanes = len(records[0])
+        if all(len(r) == lanes for r in records) and all(len(r) == lanes for r in rolls):
+            size = lanes * len(new)
+            named = np.fromiter(map(bool, chain.from_iterable(records)), bool, size)
+            rolled = np.fromiter(chain.from_iterable(rolls), bool, size)
+            real += int(np.count_nonzero(named & ~rolled))
+        else:  # groups of different widths
+            for names, rolled_of in zip(records, rolls, strict=True):
+                real += sum(1 for lane in range(min(len(names), len(rolled_of)))
+                            if names[lane] and not rolled_of[lane])
     session.counted, session.real = k, real
     return real
 
@@ -161,13 +170,16 @@ def assemble(session: GroupSession, lane_order: dict[int, list[str]]) -> Assembl
             elif record and episodes[record].reset is None:
                 episodes[record].reset = (-1 - r, lane)
     placed = [k for k in range(total) if k in session.actions and k in session.steps]
-    if not _placed_by_arrays(session, placed, lane_order, episodes):
-        _placed_one_by_one(session, placed, lane_order, episodes)
+    # per lane, the episode started after each (a roll's observation is its reset one)
+    following = {(lane, a): b for lane, order in lane_order.items()
+                 for a, b in pairwise(order)}
+    if not _placed_by_arrays(session, placed, following, episodes):
+        _placed_one_by_one(session, placed, following, episodes)
     return Assembly(episodes, None, bad, None)
 
 
 def _placed_one_by_one(session: GroupSession, placed: list[int],
-                       lane_order: dict[int, list[str]],
+                       following: dict[tuple[int, str], str],
                        episodes: dict[str, LaneEpisode]) -> None:
     """Each group's lanes placed in Python (groups of different widths)."""
     for k in placed:
@@ -176,15 +188,15 @@ def _placed_one_by_one(session: GroupSession, placed: list[int],
             if not record or lane >= len(step.rolls):
                 continue
             if step.rolls[lane]:
-                following = _next_on_lane(lane_order.get(lane, []), record)
-                if following is not None:
-                    episodes.setdefault(following, LaneEpisode(lane)).reset = (k, lane)
+                after = following.get((lane, record))
+                if after is not None:
+                    episodes.setdefault(after, LaneEpisode(lane)).reset = (k, lane)
                 continue
             episodes.setdefault(record, LaneEpisode(lane)).groups.append(k)
 
 
 def _placed_by_arrays(session: GroupSession, placed: list[int],
-                      lane_order: dict[int, list[str]],
+                      following: dict[tuple[int, str], str],
                       episodes: dict[str, LaneEpisode]) -> bool:
     """`_placed_one_by_one` over a (groups, lanes) array of record codes, for groups all
     as wide as the first: numpy finds each record's groups (one sort), Python looks at
@@ -209,11 +221,11 @@ def _placed_by_arrays(session: GroupSession, placed: list[int],
     ks = np.asarray(placed, dtype=np.int64)
     for at in np.flatnonzero(rolls & named).tolist():  # one roll per ended episode
         lane = at % lanes
-        following = _next_on_lane(lane_order.get(lane, []), names[codes[at]])
-        if following is not None:
-            ep = episodes.get(following)
+        after = following.get((lane, names[codes[at]]))
+        if after is not None:
+            ep = episodes.get(after)
             if ep is None:
-                ep = episodes[following] = LaneEpisode(lane)
+                ep = episodes[after] = LaneEpisode(lane)
             ep.reset = (int(ks[at // lanes]), lane)  # the last roll naming it wins
     steps_at = np.flatnonzero(~rolls & named)
     by_record = np.argsort(codes[steps_at], kind="stable")  # each record's steps k-major
@@ -232,12 +244,11 @@ def _placed_by_arrays(session: GroupSession, placed: list[int],
     return True
 
 
-def _next_on_lane(order: list[str], record: str) -> str | None:
-    try:
-        at = order.index(record)
-    except ValueError:
-        return None
-    return order[at + 1] if at + 1 < len(order) else None
+# The spaces' parsed SpaceSpecs and decoders, by their bytes, for every session (a fleet's
+# sessions share a few spaces: made once, not per session); emptied past this many
+_KEPT_SPACES = 256
+_SPACES: dict[bytes, ev.SpaceSpec] = {}
+_DECODERS: dict[bytes, LeafDecoder] = {}
 
 
 class LaneValues:
@@ -246,17 +257,17 @@ class LaneValues:
     def __init__(self, session: GroupSession) -> None:
         self.session = session
         self._cache: dict[tuple[str, int], list[Any]] = {}
-        self._decoders: dict[bytes, LeafDecoder] = {}
         self._stacked: dict[str, np.ndarray | None] = {}
         self._steps: tuple[np.ndarray, np.ndarray, np.ndarray] | Literal[False] | None = None
         self._uniform: bool | None = None
+        self._space_bytes: dict[tuple[bytes, bytes], tuple[bytes, bytes]] = {}
 
     def _decoder(self, spec: bytes) -> LeafDecoder:
-        decoder = self._decoders.get(spec)
+        decoder = _DECODERS.get(spec)
         if decoder is None:
-            parsed = ev.SpaceSpec()
-            parsed.ParseFromString(spec)
-            decoder = self._decoders[spec] = LeafDecoder(parsed)
+            if len(_DECODERS) >= _KEPT_SPACES:
+                _DECODERS.clear()
+            decoder = _DECODERS[spec] = LeafDecoder(self.space(spec))
         return decoder
 
     def reset_observation(self, group: int, lane: int) -> Any:
@@ -282,12 +293,17 @@ class LaneValues:
         if self._steps is None:
             steps = self.session.steps
             rows = [steps[k] for k in range(len(steps)) if k in steps]
-            widths = {len(getattr(s, name)) for s in rows
-                      for name in ("rewards", "terminated", "truncated")}
-            self._steps = bool(rows) and len(rows) == len(steps) and len(widths) <= 1 and (
-                np.array([s.rewards for s in rows], np.float64).reshape(len(rows), -1),
-                np.array([s.terminated for s in rows], bool).reshape(len(rows), -1),
-                np.array([s.truncated for s in rows], bool).reshape(len(rows), -1))
+            self._steps = False
+            if rows and len(rows) == len(steps):
+                try:  # ragged (groups of different widths): a ValueError
+                    columns = tuple(np.array([getattr(s, name) for s in rows], dtype)
+                                    for name, dtype in (("rewards", np.float64),
+                                                        ("terminated", bool),
+                                                        ("truncated", bool)))
+                except ValueError:
+                    columns = ()
+                if columns and len({c.shape for c in columns}) == 1 and columns[0].ndim == 2:
+                    self._steps = columns  # type: ignore[assignment]
         return self._steps or None
 
     def uniform_specs(self) -> bool:
@@ -298,6 +314,38 @@ class LaneValues:
             self._uniform = (len({a.spec for a in s.actions.values()}) <= 1 and len(
                 {o.spec for o in (*s.observations.values(), *s.resets)}) <= 1)
         return self._uniform
+
+    def space(self, spec: bytes) -> ev.SpaceSpec:
+        """A space's SpaceSpec, parsed once (the episodes of every session share it: read,
+        never changed)."""
+        parsed = _SPACES.get(spec)
+        if parsed is None:
+            if len(_SPACES) >= _KEPT_SPACES:
+                _SPACES.clear()
+            parsed = _SPACES[spec] = ev.SpaceSpec()
+            parsed.ParseFromString(spec)
+        return parsed
+
+    def space_bytes(self, obs: bytes, act: bytes) -> tuple[bytes, bytes]:
+        """`space(obs)` and `space(act)` serialized as `Episode.space_bytes` makes them,
+        once per session."""
+        key = (obs, act)
+        pair = self._space_bytes.get(key)
+        if pair is None:
+            pair = self._space_bytes[key] = (
+                self.space(obs).SerializeToString(deterministic=True),
+                self.space(act).SerializeToString(deterministic=True))
+        return pair
+
+    def whole(self, kind: str) -> np.ndarray | None:
+        """Every group step's values of `kind` ("obs" or "act") as one (G, lanes, *shape)
+        array, for a space of one array leaf whose every group slab of `kind` in the
+        session is whole: the session's slabs joined and read once. None: read value by
+        value (the per-value path names a bad slab)."""
+        if kind not in self._stacked:
+            self._stacked[kind] = self._stack(
+                self.session.observations if kind == "obs" else self.session.actions)
+        return self._stacked[kind]
 
     def stacked(self, kind: str, groups: Any, lane: int) -> np.ndarray | None:
         """One lane's values of `groups` (group steps, not resets) as one (T, *shape)

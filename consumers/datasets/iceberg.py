@@ -598,8 +598,7 @@ class IcebergWriter:
         spaces: dict[tuple[str, Any], Spaces] = {}
         types: dict[Spaces, Any] = {}
         for e in episodes:
-            pair = (e.obs_spec.SerializeToString(deterministic=True),
-                    e.act_spec.SerializeToString(deterministic=True))
+            pair = e.space_bytes()
             key = (e.route["env_id"], types.setdefault(pair, column_types(*pair)))
             groups.setdefault(key, []).append(e)
             spaces.setdefault(key, pair)

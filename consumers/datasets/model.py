@@ -112,10 +112,20 @@ class Episode:
     caution: bool
     reset_infos: dict[str, Any] | None = None  # None: the producer sent none
     env_spec: str | None = None  # the env as it ran (`EnvSpec` JSON), when the producer said
+    # `obs_spec` and `act_spec` serialized (deterministic), when the releaser has them
+    # already (a vector session's episodes share theirs); else made by `space_bytes`
+    spaces: tuple[bytes, bytes] | None = field(default=None, repr=False)
 
     @property
     def length(self) -> int:
         return len(self.steps)
+
+    def space_bytes(self) -> tuple[bytes, bytes]:
+        """The observation and action SpaceSpecs' deterministic bytes (made once)."""
+        if self.spaces is None:
+            self.spaces = (self.obs_spec.SerializeToString(deterministic=True),
+                           self.act_spec.SerializeToString(deterministic=True))
+        return self.spaces
 
 
 def route_of(route: ev.RuntimeEnvContext) -> dict[str, Any]:

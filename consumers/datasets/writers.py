@@ -105,8 +105,7 @@ def _episode_row(e: Episode) -> dict[str, Any]:
         "terminated": done.get("terminated"), "truncated": done.get("truncated"),
         "success": done.get("success"), "terminal_observation": e.terminal_observation,
         "abandoned": e.abandoned, "caution": e.caution,
-        "observation_space": e.obs_spec.SerializeToString(deterministic=True),
-        "action_space": e.act_spec.SerializeToString(deterministic=True),
+        "observation_space": e.space_bytes()[0], "action_space": e.space_bytes()[1],
     }
 
 
@@ -153,8 +152,7 @@ class ParquetWriter:
 def _by_spaces(episodes: list[Episode]) -> list[list[Episode]]:
     groups: dict[tuple[bytes, bytes], list[Episode]] = {}
     for e in episodes:
-        key = (e.obs_spec.SerializeToString(deterministic=True),
-               e.act_spec.SerializeToString(deterministic=True))
+        key = e.space_bytes()
         groups.setdefault(key, []).append(e)
     return list(groups.values())
 
