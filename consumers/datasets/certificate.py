@@ -135,6 +135,10 @@ class Certificate:
         self._runs = {}
         return {"producers": producers, "offsets": offsets}
 
+    def stored_whole(self) -> None:
+        """The certificate was stored whole (no journal): nothing changed since then."""
+        self._changed, self._moved, self._runs = set(), set(), {}
+
     def seen(self, producer: str) -> int:
         """How many distinct sequences of `producer` were seen (kept up by `merge`)."""
         count = self._seen.get(producer)

@@ -125,6 +125,11 @@ class Joiner:
         self._rows_changed, self._first_changed, self._fresh = set(), set(), set()
         return {"sessions": sessions, "first": first}
 
+    def stored_whole(self) -> None:
+        """`state()` was stored whole (no journal): nothing changed since then (what
+        `changes` would say is forgotten; `resume_offsets` has read it)."""
+        self._rows_changed, self._first_changed, self._fresh = set(), set(), set()
+
     def _encode_dirty(self) -> None:
         rows = self._session_rows
         for sid in self._dirty:
