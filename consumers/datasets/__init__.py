@@ -2,10 +2,11 @@
 
 `rlmesh-stream export trajectories` (export_cli.py) runs the consumers' runtime with
 the dataset as its sink (export.py). The joiner (episodes.py, its data in
-model.py) assembles episodes from the step, action, observation and episode
-events; a vector-env session's group steps are split into lanes by groups.py
-and vector.py. The writers (writers.py; Minari's values in minari_values.py, one
-dataset per env in per_env.py) append the episodes in the chosen format, and the
+model.py; what it reads of each event, packed, in packed.py) assembles episodes from the
+step, action, observation and episode events; a vector-env session's group steps are
+split into lanes by groups.py and vector.py. The writers (writers.py for Parquet,
+minari_writer.py for Minari with its values in minari_values.py, one dataset per env in
+per_env.py) append the episodes in the chosen format, and the
 manifest (manifest.py) commits offsets, state and the completeness certificate (certificate.py)
 atomically with each batch. offline_rl.py loads a Minari dataset into d3rlpy and
 TorchRL (`to_d3rlpy`, `to_torchrl`).

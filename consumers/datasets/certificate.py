@@ -9,10 +9,12 @@ per-producer ranges are part of the resume state (state.py).
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
+
+import numpy as np
 
 from rlmesh_stream.schemas.contract import headers as h
 
@@ -60,6 +62,9 @@ class Certificate:
     # what changed since `changes` was last called: producers merged, offsets covered
     _changed: set[str] = field(default_factory=set, repr=False)
     _moved: set[str] = field(default_factory=set, repr=False)
+    # per producer, the runs its ranges took in since `changes` (what a commit journals)
+    _runs: dict[str, list[list[int]]] = field(default_factory=dict, repr=False)
+    _seen: dict[str, int] = field(default_factory=dict, repr=False)  # `seen`'s counts
 
     def saw(self, producer: str, seq: int, dead_letter: bool) -> None:
         """One record's (producer, sequence); merged into the ranges by `merge` (per batch:
@@ -80,49 +85,67 @@ class Certificate:
     def merge(self) -> None:
         """Fold the batch's sequences into each producer's sorted, disjoint ranges.
 
-        The batch's runs are placed by bisection and the ranges between them copied whole
-        (`_with_runs`), so the Python work is the batch's: records of different topics are
-        read at different paces, so one producer's ranges are many while a backlog is
-        read, and a merge that sorted and walked all of them at each commit grew with the
-        history."""
+        The batch's sequences are sorted and placed among the ranges by numpy
+        (`searchsorted`) and its runs put in between them (`_with_runs`, which copies
+        the ranges between two runs by slicing), so the Python work is the batch's runs,
+        not its records nor the ranges: records of different topics are read at
+        different paces, so one producer's ranges are many while a backlog is read
+        (160 000 over a 16-lane fleet's 490 000 records)."""
         for producer, seqs in self._batch.items():
             p = self.producers.setdefault(producer, {"ranges": [], "duplicates": 0,
                                                      "dead_letters": 0})
             p["dead_letters"] += self._dead.get(producer, 0)
             ranges: list[list[int]] = p["ranges"]
-            starts = [r[0] for r in ranges]
-            new: list[list[int]] = []  # the batch's runs, none inside a range seen before
-            last = None
-            for seq in sorted(seqs):
-                if seq == last:
-                    p["duplicates"] += 1
-                    continue
-                last = seq
-                at = bisect.bisect_right(starts, seq) - 1
-                if at >= 0 and ranges[at][0] <= seq <= ranges[at][1]:
-                    p["duplicates"] += 1
-                    continue
-                if new and new[-1][1] + 1 == seq:
-                    new[-1][1] = seq
-                else:
-                    new.append([seq, seq])
-            if new:
-                p["ranges"] = _with_runs(ranges, starts, new)
+            fresh = np.unique(np.asarray(seqs, dtype=np.int64))
+            duplicates = len(seqs) - len(fresh)
+            bounds = np.fromiter(chain.from_iterable(ranges), np.int64, 2 * len(ranges))
+            starts, ends = bounds[0::2], bounds[1::2]
+            if len(ranges):
+                at = np.searchsorted(starts, fresh, side="right") - 1
+                inside = (at >= 0) & (fresh <= ends[np.maximum(at, 0)])
+                duplicates += int(inside.sum())
+                fresh = fresh[~inside]
+            p["duplicates"] += duplicates
+            if len(fresh):
+                cut = np.flatnonzero(np.diff(fresh) != 1) + 1
+                firsts = fresh[np.concatenate([[0], cut])]
+                lasts = fresh[np.concatenate([cut - 1, [len(fresh) - 1]])]
+                runs = np.stack([firsts, lasts], axis=1).tolist()
+                places = np.searchsorted(starts, firsts, side="left").tolist()
+                p["ranges"] = _with_runs(ranges, places, runs)
+                self._runs.setdefault(producer, []).extend(runs)
+                if producer in self._seen:
+                    self._seen[producer] += len(fresh)
         self._changed.update(self._batch)
         self._batch = {}
         self._dead = {}
         self._fresh = 0
 
     def changes(self) -> dict[str, Any]:
-        """The producers and offsets changed since the last call (JSON-ready copies, as
-        state.py's `dump` writes them): a commit journals these, not every producer."""
-        producers = {k: {"ranges": list(map(list, p["ranges"])),
-                         "duplicates": p["duplicates"], "dead_letters": p["dead_letters"]}
+        """The producers and offsets changed since the last call (JSON-ready copies): per
+        producer changed, the runs of sequences its ranges took in since (state.py's
+        `replay` puts them in, as `merge` did) and its counts; a commit journals these,
+        not every producer's ranges."""
+        producers = {k: {"runs": self._runs.get(k, []), "duplicates": p["duplicates"],
+                         "dead_letters": p["dead_letters"]}
                      for k in sorted(self._changed) if (p := self.producers.get(k)) is not None}
         offsets = {k: list(self.offsets[k]) for k in sorted(self._moved) if k in self.offsets}
         self._changed = set()
         self._moved = set()
+        self._runs = {}
         return {"producers": producers, "offsets": offsets}
+
+    def stored_whole(self) -> None:
+        """The certificate was stored whole (no journal): nothing changed since then."""
+        self._changed, self._moved, self._runs = set(), set(), {}
+
+    def seen(self, producer: str) -> int:
+        """How many distinct sequences of `producer` were seen (kept up by `merge`)."""
+        count = self._seen.get(producer)
+        if count is None:
+            count = self._seen[producer] = sum(
+                b - a + 1 for a, b in self.producers[producer]["ranges"])
+        return count
 
     def covered(self, topic: str, partition: int, offset: int) -> None:
         key = f"{topic}[{partition}]"
@@ -140,7 +163,7 @@ class Certificate:
         producers = {}
         for pid, p in sorted(self.producers.items()):
             ranges = p["ranges"]
-            seen = sum(b - a + 1 for a, b in ranges)
+            seen = self.seen(pid)
             top = ranges[-1][1] if ranges else -1
             producers[pid] = {"sequences_seen": seen, "first_seq": ranges[0][0] if ranges else None,
                               "last_seq": top, "gaps": top + 1 - seen,
@@ -172,15 +195,16 @@ class Certificate:
         }
 
 
-def _with_runs(ranges: list[list[int]], starts: list[int],
+def _with_runs(ranges: list[list[int]], places: list[int],
                runs: list[list[int]]) -> list[list[int]]:
-    """Sorted, disjoint `ranges` (`starts`: their first sequences) with sorted `runs` put
-    in, each run in a gap between two ranges: joined to a range it touches, else a range
-    of its own. The ranges between two runs are copied by slicing, not looked at."""
+    """Sorted, disjoint `ranges` with sorted `runs` put in, each run in a gap between two
+    ranges (`places`: the index of the first range after it): joined to a range it
+    touches, else a range of its own. The ranges between two runs are copied by slicing,
+    not looked at."""
     out: list[list[int]] = []
     done = 0  # ranges[:done] are in `out`
-    for a, b in runs:
-        at = bisect.bisect_left(starts, a, done)
+    for (a, b), at in zip(runs, places, strict=True):
+        at = max(at, done)
         out.extend(ranges[done:at])
         done = at
         if out and out[-1][1] + 1 == a:
@@ -191,6 +215,18 @@ def _with_runs(ranges: list[list[int]], starts: list[int],
             out[-1] = [out[-1][0], ranges[at][1]]
             done = at + 1
     out.extend(ranges[done:])
+    return out
+
+
+def with_runs(ranges: list[list[int]], runs: list[list[int]]) -> list[list[int]]:
+    """`ranges` (sorted, disjoint, none touching) with `runs` (disjoint from them and from
+    each other, in any order) in: the ranges `merge` made of them, run by run."""
+    out: list[list[int]] = []
+    for a, b in sorted([*ranges, *runs]):
+        if out and out[-1][1] + 1 == a:
+            out[-1] = [out[-1][0], b]
+        else:
+            out.append([a, b])
     return out
 
 

@@ -38,7 +38,9 @@ or forgotten moves the resume point and the state's journal at once).
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
+from itertools import islice
 from typing import Any
 
 from rlmesh_stream.consumers.datasets import DEFAULT_MAX_HELD_STEPS
@@ -52,6 +54,7 @@ from rlmesh_stream.consumers.datasets.model import (
     PendingEpisode,
     SessionState,
     StepRow,
+    Steps,
     Unit,
     route_of,
 )
@@ -103,6 +106,11 @@ class Joiner:
         self._rows_changed: set[str] = set()
         self._first_changed: set[Unit] = set()
         self._fresh: set[Unit] = set()
+        # `resume_offsets`'s heaps of the pending units' first offsets per partition (None:
+        # to be built), how many of each unit's offsets are in them, and their sum
+        self._heaps: dict[TP, list[tuple[int, Unit]]] | None = None
+        self._pushed: dict[Unit, int] = {}
+        self._live = 0
 
     # -- state, for the manifest ---------------------------------------------------------------
 
@@ -125,6 +133,11 @@ class Joiner:
                  for unit in sorted(self._first_changed)]
         self._rows_changed, self._first_changed, self._fresh = set(), set(), set()
         return {"sessions": sessions, "first": first}
+
+    def stored_whole(self) -> None:
+        """`state()` was stored whole (no journal): nothing changed since then (what
+        `changes` would say is forgotten; `resume_offsets` has read it)."""
+        self._rows_changed, self._first_changed, self._fresh = set(), set(), set()
 
     def _encode_dirty(self) -> None:
         rows = self._session_rows
@@ -151,15 +164,42 @@ class Joiner:
         self._session_rows = {sid: _session_row(s) for sid, s in self.sessions.items()}
         self._first_rows = {unit: _first_row(unit, where) for unit, where in self._first.items()}
         self._rows_changed, self._first_changed, self._fresh = set(), set(), set()
+        self._heaps = None
 
     def resume_offsets(self, read: dict[TP, int]) -> dict[TP, int]:
         """Per partition, where a restart must read again from: the first record of any unit
-        still pending, else everything read (`read`: the next offset read per partition)."""
+        still pending, else everything read (`read`: the next offset read per partition).
+
+        Per partition, a heap of the pending units' first offsets: a call pushes the
+        offsets added since (the units `add` marked in `_first_changed`) and pops those
+        of units released, so a commit's work is what changed, not every pending unit
+        (52 000 of them over a 16-lane fleet whose sessions all run at once)."""
+        heaps = self._heaps
+        if heaps is None:  # at first, or after a restore: every pending unit
+            heaps = self._heaps = {}
+            self._pushed, self._live = {}, 0
+            todo: Any = self._first.keys()
+        else:
+            todo = self._first_changed
+        for unit in todo:
+            first = self._first.get(unit)
+            done = self._pushed.get(unit, 0)
+            if first is None or done == len(first):
+                continue
+            # a unit's offsets are only ever added to (in order), never changed
+            for tp, offset in islice(first.items(), done, None):
+                heapq.heappush(heaps.setdefault(tp, []), (offset, unit))
+            self._pushed[unit] = len(first)
+            self._live += len(first) - done
+        if sum(map(len, heaps.values())) > 4 * self._live + 4096:
+            self._heaps = None  # mostly released units' offsets: pushed again, live only
+            return self.resume_offsets(read)
         out = dict(read)
-        for first in self._first.values():
-            for tp, offset in first.items():
-                if offset < out.get(tp, offset + 1):
-                    out[tp] = offset
+        for tp, heap in heaps.items():
+            while heap and self._first.get(heap[0][1], {}).get(tp) != heap[0][0]:
+                heapq.heappop(heap)  # its unit released since
+            if heap and heap[0][0] < out.get(tp, heap[0][0] + 1):
+                out[tp] = heap[0][0]
         return out
 
     # -- reading -------------------------------------------------------------------------------
@@ -200,6 +240,7 @@ class Joiner:
         """A unit released or decided: no longer a resume point."""
         if self._first.pop(unit, None) is not None:
             del self._first_rows[unit]
+            self._live -= self._pushed.pop(unit, 0)
             if unit in self._fresh:  # made and released between two commits
                 self._fresh.discard(unit)
                 self._first_changed.discard(unit)
@@ -387,13 +428,14 @@ class Joiner:
 
     def _release_single(self, final: bool, sessions: list[str]) -> list[Episode]:
         out: list[Episode] = []
-        keys = sorted(self.pending) if final else sorted(
-            key for sid in sessions for key in self._by_session.get(sid, {}))
+        # a vector-env session's episodes are released as a whole, in `release`: not
+        # looked at here (all of them pending until their session ends)
+        single = [sid for sid in (self._by_session if final else sessions)
+                  if (s := self.sessions.get(sid)) is None or s.groups is None]
+        keys = sorted(key for sid in single for key in self._by_session.get(sid, {}))
         for key in keys:
             ep = self.pending[key]
             session = self.sessions.get(ep.session_id) or SessionState()
-            if session.groups is not None:
-                continue  # a vector-env session: released as a whole, above
             verdict = self._verdict(ep, session, final)
             if verdict is None:
                 continue
@@ -482,7 +524,8 @@ class Joiner:
         return Episode(
             session_id=ep.session_id, record_id=ep.record_id, route=ep.route,
             started=ep.started or {}, completed=ep.completed, observations=observations,
-            actions=actions, steps=[ep.steps[t] for t in range(steps)], obs_spec=obs_spec,
+            actions=actions, steps=Steps.of_rows([ep.steps[t] for t in range(steps)]),
+            obs_spec=obs_spec,
             act_spec=act_spec, terminal_observation=terminal, abandoned=abandoned,
             caution=session.caution, reset_infos=ep.reset_infos, env_spec=ep.env_spec)
 

@@ -23,7 +23,8 @@ some lanes in place names the new episodes of those lanes ("" elsewhere).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import chain, pairwise
+from typing import Any, Literal
 
 import numpy as np
 
@@ -69,6 +70,10 @@ class GroupSession:
     # lanes (a group step naming the same records as the one before makes none)
     known: set[str] = field(default_factory=set)
     known_records: list[str] = field(default_factory=list)
+    # `real_steps`'s running count: the groups counted so far (0..counted-1) and their
+    # lane steps; kept by that function alone, as the groups are looked at
+    counted: int = 0
+    real: int = 0
 
     def add_observation(self, records: list[str], leaves: list[bytes] | None, spec: bytes,
                         is_reset: bool) -> None:
@@ -102,7 +107,7 @@ class LaneEpisode:
     lane: int
     # (group k, or -1 - r for the session's r-th reset observation; lane)
     reset: tuple[int, int] | None = None
-    groups: list[int] = field(default_factory=list)
+    groups: Any = field(default_factory=list)  # its group steps k, ascending (a list or array)
 
 
 @dataclass
@@ -113,6 +118,34 @@ class Assembly:
     problem: str | None  # a reason every episode of the session is skipped
     bad_groups: set[int]
     values: Any  # (kind, group) -> per-lane decoded values
+
+
+def real_steps(session: GroupSession) -> int:
+    """The lane steps of the session's groups read so far with both their action and step:
+    the lanes naming an episode that did not roll (what `session_ended` counts in
+    `total_steps`). Counted once per group as the groups arrive (`counted`, `real`),
+    not again at every commit: a group's action and step never change once read."""
+    actions, steps = session.actions, session.steps
+    k, real = session.counted, session.real
+    new = []
+    while k in actions and k in steps:
+        new.append(k)
+        k += 1
+    if new:
+        records = [actions[g].records for g in new]
+        rolls = [steps[g].rolls for g in new]
+        lanes = len(records[0])
+        if all(len(r) == lanes for r in records) and all(len(r) == lanes for r in rolls):
+            size = lanes * len(new)
+            named = np.fromiter(map(bool, chain.from_iterable(records)), bool, size)
+            rolled = np.fromiter(chain.from_iterable(rolls), bool, size)
+            real += int(np.count_nonzero(named & ~rolled))
+        else:  # groups of different widths
+            for names, rolled_of in zip(records, rolls, strict=True):
+                real += sum(1 for lane in range(min(len(names), len(rolled_of)))
+                            if names[lane] and not rolled_of[lane])
+    session.counted, session.real = k, real
+    return real
 
 
 def assemble(session: GroupSession, lane_order: dict[int, list[str]]) -> Assembly:
@@ -132,39 +165,92 @@ def assemble(session: GroupSession, lane_order: dict[int, list[str]]) -> Assembl
                                    or (obs is not None and obs.records != action.records)):
             return Assembly({}, "misaligned", bad, None)
     episodes: dict[str, LaneEpisode] = {}
-
-    def episode(record: str, lane: int) -> LaneEpisode:
-        ep = episodes.get(record)
-        if ep is None:
-            ep = episodes[record] = LaneEpisode(lane)
-        return ep
-
     for r, reset in enumerate(session.resets):
         for lane, record in enumerate(reset.records):
-            if record and episode(record, lane).reset is None:
-                episode(record, lane).reset = (-1 - r, lane)
-    for k in range(total):
-        action, step = session.actions.get(k), session.steps.get(k)
-        if action is None or step is None:
-            continue
+            if record and record not in episodes:
+                episodes[record] = LaneEpisode(lane, (-1 - r, lane))
+            elif record and episodes[record].reset is None:
+                episodes[record].reset = (-1 - r, lane)
+    placed = [k for k in range(total) if k in session.actions and k in session.steps]
+    # per lane, the episode started after each (a roll's observation is its reset one)
+    following = {(lane, a): b for lane, order in lane_order.items()
+                 for a, b in pairwise(order)}
+    if not _placed_by_arrays(session, placed, following, episodes):
+        _placed_one_by_one(session, placed, following, episodes)
+    return Assembly(episodes, None, bad, None)
+
+
+def _placed_one_by_one(session: GroupSession, placed: list[int],
+                       following: dict[tuple[int, str], str],
+                       episodes: dict[str, LaneEpisode]) -> None:
+    """Each group's lanes placed in Python (groups of different widths)."""
+    for k in placed:
+        action, step = session.actions[k], session.steps[k]
         for lane, record in enumerate(action.records):
             if not record or lane >= len(step.rolls):
                 continue
             if step.rolls[lane]:
-                following = _next_on_lane(lane_order.get(lane, []), record)
-                if following is not None:
-                    episode(following, lane).reset = (k, lane)
+                after = following.get((lane, record))
+                if after is not None:
+                    episodes.setdefault(after, LaneEpisode(lane)).reset = (k, lane)
                 continue
-            episode(record, lane).groups.append(k)
-    return Assembly(episodes, None, bad, None)
+            episodes.setdefault(record, LaneEpisode(lane)).groups.append(k)
 
 
-def _next_on_lane(order: list[str], record: str) -> str | None:
-    try:
-        at = order.index(record)
-    except ValueError:
-        return None
-    return order[at + 1] if at + 1 < len(order) else None
+def _placed_by_arrays(session: GroupSession, placed: list[int],
+                      following: dict[tuple[int, str], str],
+                      episodes: dict[str, LaneEpisode]) -> bool:
+    """`_placed_one_by_one` over a (groups, lanes) array of record codes, for groups all
+    as wide as the first: numpy finds each record's groups (one sort), Python looks at
+    each record and roll once, not at each lane of each group. False: groups of
+    different widths (placed one by one)."""
+    if not placed:
+        return True
+    actions = [session.actions[k] for k in placed]
+    rolls_rows = [session.steps[k].rolls for k in placed]
+    lanes = len(actions[0].records)
+    if any(len(a.records) != lanes for a in actions) or any(
+            len(r) != lanes for r in rolls_rows):
+        return False
+    flat = list(chain.from_iterable(a.records for a in actions))
+    index = dict.fromkeys(flat)  # the records in order of first appearance
+    names = list(index)
+    for code, name in enumerate(names):
+        index[name] = code
+    codes = np.fromiter(map(index.__getitem__, flat), np.int64, len(flat))
+    rolls = np.fromiter(chain.from_iterable(rolls_rows), bool, len(flat))
+    named = codes != index[""] if "" in index else np.ones(len(flat), bool)
+    ks = np.asarray(placed, dtype=np.int64)
+    for at in np.flatnonzero(rolls & named).tolist():  # one roll per ended episode
+        lane = at % lanes
+        after = following.get((lane, names[codes[at]]))
+        if after is not None:
+            ep = episodes.get(after)
+            if ep is None:
+                ep = episodes[after] = LaneEpisode(lane)
+            ep.reset = (int(ks[at // lanes]), lane)  # the last roll naming it wins
+    steps_at = np.flatnonzero(~rolls & named)
+    by_record = np.argsort(codes[steps_at], kind="stable")  # each record's steps k-major
+    ordered = steps_at[by_record]
+    record_codes = codes[ordered]
+    bounds = np.flatnonzero(np.diff(record_codes)) + 1
+    starts = np.concatenate([[0], bounds]).tolist() if len(ordered) else []
+    ends = [*starts[1:], len(ordered)]
+    groups_of = ks[ordered // lanes]
+    for start, end in zip(starts, ends, strict=True):
+        record = names[record_codes[start]]
+        ep = episodes.get(record)
+        if ep is None:  # the lane it was first met on
+            ep = episodes[record] = LaneEpisode(int(ordered[start]) % lanes)
+        ep.groups = groups_of[start:end]
+    return True
+
+
+# The spaces' parsed SpaceSpecs and decoders, by their bytes, for every session (a fleet's
+# sessions share a few spaces: made once, not per session); emptied past this many
+_KEPT_SPACES = 256
+_SPACES: dict[bytes, ev.SpaceSpec] = {}
+_DECODERS: dict[bytes, LeafDecoder] = {}
 
 
 class LaneValues:
@@ -173,16 +259,26 @@ class LaneValues:
     def __init__(self, session: GroupSession) -> None:
         self.session = session
         self._cache: dict[tuple[str, int], list[Any]] = {}
-        self._decoders: dict[bytes, LeafDecoder] = {}
         self._stacked: dict[str, np.ndarray | None] = {}
+        self._steps: tuple[np.ndarray, np.ndarray, np.ndarray] | Literal[False] | None = None
+        self._uniform: bool | None = None
+        self._space_bytes: dict[tuple[bytes, bytes], tuple[bytes, bytes]] = {}
 
     def _decoder(self, spec: bytes) -> LeafDecoder:
-        decoder = self._decoders.get(spec)
+        decoder = _DECODERS.get(spec)
         if decoder is None:
-            parsed = ev.SpaceSpec()
-            parsed.ParseFromString(spec)
-            decoder = self._decoders[spec] = LeafDecoder(parsed)
+            if len(_DECODERS) >= _KEPT_SPACES:
+                _DECODERS.clear()
+            decoder = _DECODERS[spec] = LeafDecoder(self.space(spec))
         return decoder
+
+    def reset_observation(self, group: int, lane: int) -> Any:
+        """An episode's first observation: a roll's from the group steps' observations
+        read as one array (`stacked`), when they were, else decoded from its group."""
+        whole = self._stacked.get("obs")
+        if group >= 0 and whole is not None and lane < whole.shape[1]:
+            return whole[group, lane]
+        return self.observation(group, lane)
 
     def observation(self, group: int, lane: int) -> Any:
         obs = self.session.observation_at(group)
@@ -192,7 +288,68 @@ class LaneValues:
         act = self.session.actions[group]
         return self._lane(("act", group), act.leaves, act.spec, len(act.records), lane)
 
-    def stacked(self, kind: str, groups: list[int], lane: int) -> np.ndarray | None:
+    def step_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The session's rewards (float64), terminated and truncated (bool) as (G, lanes)
+        arrays, group k in row k, built once; None when the groups are not numbered
+        0..G-1 or differ in width (each lane's steps then read group by group)."""
+        if self._steps is None:
+            steps = self.session.steps
+            rows = [steps[k] for k in range(len(steps)) if k in steps]
+            self._steps = False
+            if rows and len(rows) == len(steps):
+                try:  # ragged (groups of different widths): a ValueError
+                    columns = tuple(np.array([getattr(s, name) for s in rows], dtype)
+                                    for name, dtype in (("rewards", np.float64),
+                                                        ("terminated", bool),
+                                                        ("truncated", bool)))
+                except ValueError:
+                    columns = ()
+                if columns and len({c.shape for c in columns}) == 1 and columns[0].ndim == 2:
+                    self._steps = columns  # type: ignore[assignment]
+        return self._steps or None
+
+    def uniform_specs(self) -> bool:
+        """Every group step's action, and every observation, of one space (the spaces
+        need not be compared lane by lane)."""
+        if self._uniform is None:
+            s = self.session
+            self._uniform = (len({a.spec for a in s.actions.values()}) <= 1 and len(
+                {o.spec for o in (*s.observations.values(), *s.resets)}) <= 1)
+        return self._uniform
+
+    def space(self, spec: bytes) -> ev.SpaceSpec:
+        """A space's SpaceSpec, parsed once (the episodes of every session share it: read,
+        never changed)."""
+        parsed = _SPACES.get(spec)
+        if parsed is None:
+            if len(_SPACES) >= _KEPT_SPACES:
+                _SPACES.clear()
+            parsed = _SPACES[spec] = ev.SpaceSpec()
+            parsed.ParseFromString(spec)
+        return parsed
+
+    def space_bytes(self, obs: bytes, act: bytes) -> tuple[bytes, bytes]:
+        """`space(obs)` and `space(act)` serialized as `Episode.space_bytes` makes them,
+        once per session."""
+        key = (obs, act)
+        pair = self._space_bytes.get(key)
+        if pair is None:
+            pair = self._space_bytes[key] = (
+                self.space(obs).SerializeToString(deterministic=True),
+                self.space(act).SerializeToString(deterministic=True))
+        return pair
+
+    def whole(self, kind: str) -> np.ndarray | None:
+        """Every group step's values of `kind` ("obs" or "act") as one (G, lanes, *shape)
+        array, for a space of one array leaf whose every group slab of `kind` in the
+        session is whole: the session's slabs joined and read once. None: read value by
+        value (the per-value path names a bad slab)."""
+        if kind not in self._stacked:
+            self._stacked[kind] = self._stack(
+                self.session.observations if kind == "obs" else self.session.actions)
+        return self._stacked[kind]
+
+    def stacked(self, kind: str, groups: Any, lane: int) -> np.ndarray | None:
         """One lane's values of `groups` (group steps, not resets) as one (T, *shape)
         array, for a space of one array leaf whose every group slab of `kind` ("obs" or
         "act") in the session is whole: the session's slabs are joined and read once, and
@@ -202,7 +359,7 @@ class LaneValues:
             self._stacked[kind] = self._stack(
                 self.session.observations if kind == "obs" else self.session.actions)
         whole = self._stacked[kind]
-        if whole is None or not groups or lane >= whole.shape[1]:
+        if whole is None or not len(groups) or lane >= whole.shape[1]:
             return None
         return whole[np.asarray(groups, dtype=np.intp), lane]
 

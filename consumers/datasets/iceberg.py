@@ -66,9 +66,9 @@ from rlmesh_stream.consumers.datasets.model import Episode
 from rlmesh_stream.consumers.datasets.per_env import column_types
 from rlmesh_stream.consumers.datasets.writers import (
     EPISODE_SCHEMA,
-    _episode_row,
     _safe,
     _steps_table,
+    episode_row,
 )
 from rlmesh_stream.consumers.sinks.base import OffsetConflict
 
@@ -598,8 +598,7 @@ class IcebergWriter:
         spaces: dict[tuple[str, Any], Spaces] = {}
         types: dict[Spaces, Any] = {}
         for e in episodes:
-            pair = (e.obs_spec.SerializeToString(deterministic=True),
-                    e.act_spec.SerializeToString(deterministic=True))
+            pair = e.space_bytes()
             key = (e.route["env_id"], types.setdefault(pair, column_types(*pair)))
             groups.setdefault(key, []).append(e)
             spaces.setdefault(key, pair)
@@ -614,6 +613,6 @@ class IcebergWriter:
                 steps = steps.set_column(steps.schema.get_field_index("infos"), "infos",
                                          steps.column("infos").cast(pa.string()))
             staged.append(StepRows(key[0], spaces[key], steps))
-        rows = pa.Table.from_pylist([_episode_row(e) for e in episodes], schema=EPISODE_SCHEMA)
+        rows = pa.Table.from_pylist([episode_row(e) for e in episodes], schema=EPISODE_SCHEMA)
         self.store.stage(staged, rows)
         return {}

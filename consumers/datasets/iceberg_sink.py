@@ -197,6 +197,9 @@ class ShardedSink(DatasetSink):
             mine = {tp: o for tp, o in read.items() if tp[1] == n and tp[0] in trajectory}
             resume.update(joiner.resume_offsets(mine))
             states[n] = state.dump(joiner.state(), certificate)
+            # stored whole, never journaled: what changed need not be kept for a journal
+            joiner.stored_whole()
+            certificate.stored_whole()
             self._seen_of(n)
         self.seen = updated_seen(self.seen, batch or SinkBatch(), resume)
         for n in states:

@@ -1,7 +1,7 @@
 """An exported episode's values as Minari's storage takes them: observations and actions
 stacked per space, the infos as `DataCollector` stacks them, the per-episode reward
 statistics it writes, and the dataset metadata options (authors as sets, reference scores
-as floats). Apart from writers.py, which appends them through Minari's storage API.
+as floats). Apart from minari_writer.py, which appends them through Minari's storage API.
 """
 
 from __future__ import annotations
@@ -39,7 +39,10 @@ def reward_stats(rewards: np.ndarray) -> dict[str, float]:
 def episode_infos(e: Episode) -> dict[str, Any] | None:
     """The episode's T+1 infos (the reset's, then each step's) as DataCollector stacks them,
     when the producer sent every one of them with the same keys; None otherwise."""
-    values = [e.reset_infos, *(s.infos for s in e.steps)]
+    steps = e.steps.infos
+    if steps is None and len(e.steps):
+        return None
+    values = [e.reset_infos, *(steps or ())]
     if any(i is None for i in values):
         return None
     return stack_infos(values)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rlmesh_stream.consumers.datasets.groups import GroupSession
 from rlmesh_stream.consumers.runtime.records import TP as TP  # re-exported for the joiners
 from rlmesh_stream.schemas.contract import events as ev
@@ -22,6 +24,35 @@ class StepRow:
     terminated: bool
     truncated: bool
     infos: dict[str, Any] | None
+
+
+@dataclass
+class Steps:
+    """A released episode's T steps as columns (no object per step): what the writers
+    turn into Arrow columns and Minari's buffers as they are."""
+
+    rewards: np.ndarray  # float64 (T,)
+    terminated: np.ndarray  # bool (T,)
+    truncated: np.ndarray  # bool (T,)
+    infos: list[dict[str, Any] | None] | None = None  # None: no step carried infos
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    @classmethod
+    def of_rows(cls, rows: list[StepRow]) -> Steps:
+        """A single-lane episode's step rows as columns."""
+        infos: list[dict[str, Any] | None] | None = [r.infos for r in rows]
+        if rows and all(i is None for i in infos or ()):
+            infos = None
+        return cls(np.fromiter((r.reward for r in rows), np.float64, len(rows)),
+                   np.fromiter((r.terminated for r in rows), bool, len(rows)),
+                   np.fromiter((r.truncated for r in rows), bool, len(rows)), infos)
+
+    def total_reward(self) -> float:
+        """The rewards summed in step order (as a Python loop adds them: row for row the
+        figure the episode rows always held)."""
+        return float(sum(self.rewards.tolist()))
 
 
 @dataclass
@@ -73,7 +104,7 @@ class Episode:
     # a list of values, or one (T(+1), *shape) array for a space of one array leaf
     observations: Any
     actions: Any
-    steps: list[StepRow]
+    steps: Steps
     obs_spec: ev.SpaceSpec
     act_spec: ev.SpaceSpec
     terminal_observation: bool
@@ -81,10 +112,20 @@ class Episode:
     caution: bool
     reset_infos: dict[str, Any] | None = None  # None: the producer sent none
     env_spec: str | None = None  # the env as it ran (`EnvSpec` JSON), when the producer said
+    # `obs_spec` and `act_spec` serialized (deterministic), when the releaser has them
+    # already (a vector session's episodes share theirs); else made by `space_bytes`
+    spaces: tuple[bytes, bytes] | None = field(default=None, repr=False)
 
     @property
     def length(self) -> int:
         return len(self.steps)
+
+    def space_bytes(self) -> tuple[bytes, bytes]:
+        """The observation and action SpaceSpecs' deterministic bytes (made once)."""
+        if self.spaces is None:
+            self.spaces = (self.obs_spec.SerializeToString(deterministic=True),
+                           self.act_spec.SerializeToString(deterministic=True))
+        return self.spaces
 
 
 ROUTE_FIELDS = ("env_id", "env_component_id", "model_component_id", "lane")

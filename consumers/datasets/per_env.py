@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from rlmesh_stream.consumers.datasets.manifest import DatasetError
+from rlmesh_stream.consumers.datasets.minari_writer import MinariWriter, creating_markers
 from rlmesh_stream.consumers.datasets.model import Episode
-from rlmesh_stream.consumers.datasets.writers import MinariWriter, creating_markers
 from rlmesh_stream.schemas.codec.leaves import leaves_of
 from rlmesh_stream.schemas.contract import events as ev
 

@@ -36,6 +36,7 @@ from rlmesh_stream.consumers.datasets.certificate import (
 from rlmesh_stream.consumers.datasets.episodes import Episode, Filters, Joiner
 from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
 from rlmesh_stream.consumers.datasets.manifest import DatasetError, ManifestStore
+from rlmesh_stream.consumers.datasets.minari_writer import MinariWriter
 from rlmesh_stream.consumers.datasets.packed import ITEMS
 from rlmesh_stream.consumers.datasets.per_env import (
     ENV_FIELD,
@@ -43,7 +44,7 @@ from rlmesh_stream.consumers.datasets.per_env import (
     dataset_id_for,
     one_env,
 )
-from rlmesh_stream.consumers.datasets.writers import MinariWriter, ParquetWriter
+from rlmesh_stream.consumers.datasets.writers import ParquetWriter
 from rlmesh_stream.consumers.runtime.records import TP, Record
 from rlmesh_stream.consumers.runtime.redelivery import Seen
 from rlmesh_stream.consumers.sinks import Sink, SinkBatch

@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlmesh_stream.consumers.datasets.certificate import Certificate
+from rlmesh_stream.consumers.datasets.certificate import Certificate, with_runs
 from rlmesh_stream.consumers.datasets.manifest import (
     STATE_DIR,
     DatasetError,
@@ -172,6 +172,7 @@ def replay(base: Any, lines: list[dict[str, Any]], source: str) -> Any:
         cert = dict(state["certificate"])
         producers, offsets = dict(cert["producers"]), dict(cert["offsets"])
         seen = dict(state.get("seen", {}))
+        runs: dict[str, list[list[int]]] = {}  # per producer, the runs its lines add
         for line in lines:
             _merge(sessions, line.get("sessions", {}))
             for unit, where in line.get("first", []):
@@ -182,7 +183,7 @@ def replay(base: Any, lines: list[dict[str, Any]], source: str) -> Any:
             skipped.update(line.get("skipped", {}))
             examples.update(line.get("skip_examples", {}))
             changed = dict(line.get("certificate", {}))
-            _merge(producers, changed.pop("producers", {}))
+            _merge_producers(producers, runs, changed.pop("producers", {}))
             _merge(offsets, changed.pop("offsets", {}))
             cert.update(changed)
             for key, value in line.get("seen", {}).items():
@@ -193,6 +194,9 @@ def replay(base: Any, lines: list[dict[str, Any]], source: str) -> Any:
                 _merge(marks, value["producers"])
                 seen[key] = {"until": value["until"], "dropped": value["dropped"],
                              "producers": marks}
+        for producer, added in runs.items():
+            p = producers[producer]
+            producers[producer] = {**p, "ranges": with_runs(p["ranges"], added)}
         return {**state, "sessions": sessions,
                 "first": [[list(unit), where] for unit, where in first.items()],
                 "skipped": skipped, "skip_examples": examples,
@@ -201,6 +205,25 @@ def replay(base: Any, lines: list[dict[str, Any]], source: str) -> Any:
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise DatasetError(f"{source} is not a valid export state ({type(exc).__name__}: "
                            f"{exc}); remove the dataset and export again") from None
+
+
+def _merge_producers(producers: dict[str, Any], runs: dict[str, list[list[int]]],
+                     changes: dict[str, Any]) -> None:
+    """A line's producers: each with the runs of sequences its ranges took in (put in
+    once, after the last line: `runs`) and its counts, or (an older journal's) its
+    ranges whole."""
+    for producer, value in changes.items():
+        if value is None:
+            producers.pop(producer, None)
+            runs.pop(producer, None)
+        elif "runs" in value:
+            p = producers.get(producer) or {"ranges": [], "duplicates": 0, "dead_letters": 0}
+            producers[producer] = {**p, "duplicates": value["duplicates"],
+                                   "dead_letters": value["dead_letters"]}
+            runs.setdefault(producer, []).extend(value["runs"])
+        else:
+            producers[producer] = value
+            runs.pop(producer, None)
 
 
 def _merge(into: dict[str, Any], changes: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from rlmesh_stream.consumers.datasets.groups import LaneValues, assemble
+from rlmesh_stream.consumers.datasets.groups import LaneValues, assemble, real_steps
 from rlmesh_stream.consumers.datasets.model import (
     Episode,
     Filters,
@@ -20,9 +20,9 @@ from rlmesh_stream.consumers.datasets.model import (
     PendingEpisode,
     SessionState,
     StepRow,
+    Steps,
     Unit,
 )
-from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.errors import ContractError
 
 
@@ -56,7 +56,7 @@ def release_session(joiner: JoinerView, session_id: str, session: SessionState,
             lane_order.setdefault(int(ep.started["env_index"]), []).append(record)
     found = assemble(groups, lane_order)
     values = LaneValues(groups)
-    out = []
+    whole: list[tuple[PendingEpisode, Any, np.ndarray]] = []
     for record, ep in sorted(mine.items()):
         del joiner.pending[(session_id, record)]
         joiner.forget(("e", session_id, record))
@@ -65,12 +65,14 @@ def release_session(joiner: JoinerView, session_id: str, session: SessionState,
             joiner._skip(verdict, ep)
             continue
         lane_ep = found.episodes.get(record)
-        built = _build_lane(joiner, ep, session, lane_ep, found.bad_groups, values)
-        if built is not None:
-            out.append(built)
+        ks = _checked(joiner, ep, lane_ep, found.bad_groups, values)
+        if ks is not None:
+            whole.append((ep, lane_ep, ks))
+    out = _built(joiner, session, values, whole)
     session.groups = None
     joiner.forget(("s", session_id))
     return out
+
 
 def _verdict(joiner: JoinerView, ep: PendingEpisode, session: SessionState,
                    problem: str | None) -> str | None:
@@ -86,16 +88,15 @@ def _verdict(joiner: JoinerView, ep: PendingEpisode, session: SessionState,
         return "caution"
     return None
 
-def _build_lane(joiner: JoinerView, ep: PendingEpisode, session: SessionState, lane_ep: Any,
-                bad: set[int], values: LaneValues) -> Episode | None:
-    groups = session.groups
-    assert groups is not None
+def _checked(joiner: JoinerView, ep: PendingEpisode, lane_ep: Any, bad: set[int],
+             values: LaneValues) -> np.ndarray | None:
+    """The group steps of an episode whole in the groups, or None (skipped, counted)."""
+    groups = values.session
     if lane_ep is None or ep.route is None or ep.started is None:
         joiner._skip("incomplete", ep)
         return None
-    abandoned = ep.completed is None
     steps = len(lane_ep.groups) if ep.completed is None else int(ep.completed["step_count"])
-    if len(lane_ep.groups) != steps or any(k in bad for k in lane_ep.groups):
+    if len(lane_ep.groups) != steps or (bad and any(int(k) in bad for k in lane_ep.groups)):
         joiner._skip("incomplete", ep)
         return None
     if steps == 0:
@@ -104,37 +105,79 @@ def _build_lane(joiner: JoinerView, ep: PendingEpisode, session: SessionState, l
     if lane_ep.reset is None:
         joiner._skip("no_reset_observation", ep)
         return None
-    specs = {groups.actions[k].spec for k in lane_ep.groups}
-    obs_specs = {groups.observations[k].spec for k in lane_ep.groups}
-    obs_specs.add(groups.observation_at(lane_ep.reset[0]).spec)
-    if len(specs) > 1 or len(obs_specs) > 1:
-        joiner._skip("space_changed", ep)
-        return None
-    lane = lane_ep.lane
-    try:
-        observations: Any = values.stacked("obs", lane_ep.groups, lane)
-        actions: Any = values.stacked("act", lane_ep.groups, lane)
-        reset = values.observation(lane_ep.reset[0], lane)
-        if observations is not None and actions is not None:  # one array each
-            observations = np.concatenate([np.asarray(reset)[None], observations])
-        else:  # value by value (several leaves, text, or a bad slab somewhere)
-            observations = [reset] + [values.observation(k, lane) for k in lane_ep.groups]
-            actions = [values.action(k, lane) for k in lane_ep.groups]
-    except ContractError as exc:
-        joiner._skip("bad_leaves", ep)
-        joiner.skip_examples.setdefault("bad_leaves_error", str(exc))
-        return None
-    rows = [StepRow(groups.steps[k].rewards[lane], groups.steps[k].terminated[lane],
-                    groups.steps[k].truncated[lane], None) for k in lane_ep.groups]
-    obs_spec, act_spec = ev.SpaceSpec(), ev.SpaceSpec()
-    obs_spec.ParseFromString(obs_specs.pop())
-    if specs:
-        act_spec.ParseFromString(specs.pop())
-    return Episode(
-        session_id=ep.session_id, record_id=ep.record_id, route=ep.route,
-        started=ep.started, completed=ep.completed, observations=observations,
-        actions=actions, steps=rows, obs_spec=obs_spec, act_spec=act_spec,
-        terminal_observation=True, abandoned=abandoned, caution=session.caution)
+    ks = np.asarray(lane_ep.groups, dtype=np.intp)
+    if not values.uniform_specs():  # else one space for the whole session
+        specs = {groups.actions[k].spec for k in ks.tolist()}
+        obs_specs = {groups.observations[k].spec for k in ks.tolist()}
+        obs_specs.add(groups.observation_at(lane_ep.reset[0]).spec)
+        if len(specs) > 1 or len(obs_specs) > 1:
+            joiner._skip("space_changed", ep)
+            return None
+    return ks
+
+
+def _built(joiner: JoinerView, session: SessionState, values: LaneValues,
+           whole: list[tuple[PendingEpisode, Any, np.ndarray]]) -> list[Episode]:
+    """The episodes `_checked` found whole, in that order. For one-leaf spaces every
+    episode's observations, actions and steps are cut from the session's arrays by one
+    indexing per array for the whole session, split per episode (views); else lane by
+    lane, value by value."""
+    if not whole:
+        return []
+    groups = values.session
+    lanes = [lane_ep.lane for _, lane_ep, _ in whole]
+    ks = np.concatenate([k for _, _, k in whole])
+    at = np.repeat(np.asarray(lanes, dtype=np.intp), [len(k) for _, _, k in whole])
+    ends = np.cumsum([len(k) for _, _, k in whole]).tolist()
+    bounds = list(zip([0, *ends[:-1]], ends, strict=True))
+
+    def split(array: np.ndarray) -> list[np.ndarray]:
+        return [array[a:b] for a, b in bounds]
+
+    obs_all, act_all = values.whole("obs"), values.whole("act")
+    if obs_all is not None and act_all is not None and max(lanes) < min(
+            obs_all.shape[1], act_all.shape[1]):
+        obs_parts: Any = split(obs_all[ks, at])
+        act_parts: Any = split(act_all[ks, at])
+    else:
+        obs_parts = act_parts = [None] * len(whole)
+    columns = values.step_columns()
+    if columns is not None and max(lanes) < columns[0].shape[1]:
+        rewards, terminated, truncated = (split(c[ks, at]) for c in columns)
+        steps_of = [Steps(*row) for row in zip(rewards, terminated, truncated, strict=True)]
+    else:  # groups of different widths: group by group
+        steps_of = [Steps.of_rows([
+            StepRow(groups.steps[k].rewards[lane], groups.steps[k].terminated[lane],
+                    groups.steps[k].truncated[lane], None) for k in k_of.tolist()])
+            for (_, lane_ep, k_of), lane in zip(whole, lanes, strict=True)]
+    out = []
+    for (ep, lane_ep, k_of), obs, act, steps in zip(whole, obs_parts, act_parts, steps_of,
+                                                    strict=True):
+        lane = lane_ep.lane
+        try:
+            if obs is not None:  # one array each
+                reset = values.reset_observation(lane_ep.reset[0], lane)
+                observations: Any = np.concatenate([np.asarray(reset)[None], obs])
+                actions: Any = act
+            else:  # value by value (several leaves, text, or a bad slab somewhere)
+                observations = [values.observation(lane_ep.reset[0], lane)] + [
+                    values.observation(k, lane) for k in k_of.tolist()]
+                actions = [values.action(k, lane) for k in k_of.tolist()]
+        except ContractError as exc:
+            joiner._skip("bad_leaves", ep)
+            joiner.skip_examples.setdefault("bad_leaves_error", str(exc))
+            continue
+        first = int(k_of[0])
+        obs_spec, act_spec = groups.observations[first].spec, groups.actions[first].spec
+        assert ep.route is not None and ep.started is not None  # `_checked`
+        out.append(Episode(
+            session_id=ep.session_id, record_id=ep.record_id, route=ep.route,
+            started=ep.started, completed=ep.completed, observations=observations,
+            actions=actions, steps=steps, obs_spec=values.space(obs_spec),
+            act_spec=values.space(act_spec), terminal_observation=True,
+            abandoned=ep.completed is None, caution=session.caution,
+            spaces=values.space_bytes(obs_spec, act_spec)))
+    return out
 
 
 def all_read(session: SessionState, pending: dict[Key, PendingEpisode], session_id: str) -> bool:
@@ -147,18 +190,11 @@ def all_read(session: SessionState, pending: dict[Key, PendingEpisode], session_
     total_steps, total_episodes = session.totals
     if not len(groups.actions) == len(groups.steps) == len(groups.observations):
         return False
+    if real_steps(groups) != total_steps:  # first: counted as the groups arrive
+        return False
     # every episode completed, and started: each event type is a topic of its own, so a
     # checkpoint can come before the episode_started events are read (the session was
     # released then, its episodes skipped as incomplete)
     completed = [ep for (sid, _), ep in pending.items()
                  if sid == session_id and ep.completed is not None]
-    if len(completed) != total_episodes or any(ep.started is None for ep in completed):
-        return False  # first: cheaper than counting the steps
-    real = 0
-    for k, step in groups.steps.items():
-        action = groups.actions.get(k)
-        if action is None:
-            return False
-        real += sum(1 for lane, roll in enumerate(step.rolls)
-                    if not roll and lane < len(action.records) and action.records[lane])
-    return real == total_steps
+    return len(completed) == total_episodes and all(ep.started is not None for ep in completed)

@@ -143,7 +143,7 @@ def test_a_vector_session_is_split_into_its_lanes_episodes_as_the_manifest_says(
         joiner.add(e)
     released = joiner.release()
 
-    assert sorted((e.record_id, e.length, sum(s.reward for s in e.steps)) for e in released) == (
+    assert sorted((e.record_id, e.length, e.steps.total_reward()) for e in released) == (
         sorted((m.episode_record_id, m.steps, m.reward) for m in manifest.episodes))
 
 

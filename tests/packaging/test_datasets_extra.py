@@ -18,8 +18,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlmesh_stream.consumers.datasets.model import Episode, StepRow
-from rlmesh_stream.consumers.datasets.writers import MinariWriter
+from rlmesh_stream.consumers.datasets.minari_writer import MinariWriter
+from rlmesh_stream.consumers.datasets.model import Episode, StepRow, Steps
 from rlmesh_stream.producer.leaves import LeafCodec
 from tests.packaging.test_wheel import _copy_sources
 
@@ -38,7 +38,7 @@ def _episode() -> Episode:
         started={"seed": 5}, completed=None,
         observations=[np.full(3, t / 4, np.float32) for t in range(4)],
         actions=[np.int64(t % 2) for t in range(3)],
-        steps=[StepRow(1.0, t == 2, False, {}) for t in range(3)],
+        steps=Steps.of_rows([StepRow(1.0, t == 2, False, {}) for t in range(3)]),
         obs_spec=OBS.spec, act_spec=ACT.spec, terminal_observation=True, abandoned=False,
         caution=False, reset_infos={})
 
