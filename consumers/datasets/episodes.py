@@ -58,7 +58,7 @@ from rlmesh_stream.consumers.datasets.model import (
     Unit,
     route_of,
 )
-from rlmesh_stream.consumers.datasets.packed import PACKERS, unit_of
+from rlmesh_stream.consumers.datasets.packed import NO_UNIT, PACKERS, UNIT_KINDS, unit_of
 from rlmesh_stream.consumers.datasets.vector import all_read, release_session
 from rlmesh_stream.schemas.codec.leaves import LeafDecoder
 from rlmesh_stream.schemas.contract import events as ev
@@ -215,7 +215,14 @@ class Joiner:
                    where: tuple[str, int, int] | None = None) -> None:
         """One event's `ITEMS` (read straight from its payload, or packed from a decoded
         event); `where` (topic, partition, offset) tracks the resume point."""
-        unit = unit_of(event_type, v)
+        self.add_planned(plan_of(event_type), v, where)
+
+    def add_planned(self, plan: Plan, v: tuple[Any, ...],
+                    where: tuple[str, int, int] | None = None) -> None:
+        """`add_values` with its event type's `plan_of` looked up by the caller, once per
+        run of one type's records (an enum's hash is a Python call)."""
+        handle, kind = plan
+        unit = unit_of(kind, v)
         if where is not None and unit is not None:
             tp = (where[0], where[1])
             if where[2] < self.frontier.get(tp, -1) and unit not in self.kept:
@@ -232,7 +239,6 @@ class Joiner:
         session_id = v[0]
         self._touched.add(session_id)
         self._dirty.add(session_id)
-        handle = _HANDLERS.get(event_type)
         if handle is not None:
             handle(self, v)
 
@@ -558,3 +564,11 @@ _HANDLERS: dict[EventType, Any] = {
     EventType.SESSION_FAILED: Joiner._session_failed,
     EventType.RELAY_ADVISORY: Joiner._advisory,
 }
+
+
+Plan = tuple[Any, int]  # an event type's handler (None: none) and its UNIT_KINDS kind
+
+
+def plan_of(event_type: EventType) -> Plan:
+    """What the joiner does with an event type's values (`add_planned`)."""
+    return _HANDLERS.get(event_type), UNIT_KINDS.get(event_type, NO_UNIT)

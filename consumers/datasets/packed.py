@@ -52,18 +52,25 @@ straight from the payloads (`TrajectoryBuilder.packed_items`), with no event dat
 no object per lane; the session id first (the key is checked against it)."""
 
 PACKERS = {et: packer_of(items) for et, items in ITEMS.items()}
-_EPISODE_EVENTS = frozenset({EventType.EPISODE_STARTED, EventType.EPISODE_COMPLETED})
-_GROUP_EVENTS = frozenset({EventType.OBSERVATION_EMITTED, EventType.ACTION_RECEIVED})
 
 
-def unit_of(event_type: EventType, v: tuple[Any, ...]) -> Unit | None:
+# how an event type's values name their pending unit (`unit_of`)
+EPISODE_UNIT, STEP_UNIT, GROUP_UNIT, NO_UNIT = 1, 2, 3, 0
+UNIT_KINDS: dict[EventType, int] = {
+    EventType.EPISODE_STARTED: EPISODE_UNIT, EventType.EPISODE_COMPLETED: EPISODE_UNIT,
+    EventType.STEP_COMPLETED: STEP_UNIT,
+    EventType.OBSERVATION_EMITTED: GROUP_UNIT, EventType.ACTION_RECEIVED: GROUP_UNIT,
+}
+
+
+def unit_of(kind: int, v: tuple[Any, ...]) -> Unit | None:
     """The pending unit an event belongs to (None: session-level, kept in the state), from
-    its `ITEMS`: the session id and episode record id first, a vector session's group
-    events told by their lanes."""
-    if event_type in _EPISODE_EVENTS:
+    its `ITEMS` and its type's `UNIT_KINDS`: the session id and episode record id first, a
+    vector session's group events told by their lanes."""
+    if kind == EPISODE_UNIT:
         return ("e", v[0], v[1])
-    if event_type is EventType.STEP_COMPLETED:
+    if kind == STEP_UNIT:
         return ("s", v[0]) if len(v[3]) > 1 else ("e", v[0], v[1])
-    if event_type in _GROUP_EVENTS:
+    if kind == GROUP_UNIT:
         return ("s", v[0]) if len(v[2]) > 1 else ("e", v[0], v[1])
     return None

@@ -33,7 +33,7 @@ from rlmesh_stream.consumers.datasets.certificate import (
     header_sequence,
     skipped_episodes,
 )
-from rlmesh_stream.consumers.datasets.episodes import Episode, Filters, Joiner
+from rlmesh_stream.consumers.datasets.episodes import Episode, Filters, Joiner, plan_of
 from rlmesh_stream.consumers.datasets.iceberg import IcebergTarget
 from rlmesh_stream.consumers.datasets.manifest import DatasetError, ManifestStore
 from rlmesh_stream.consumers.datasets.minari_writer import MinariWriter
@@ -83,6 +83,7 @@ class TrajectoryBuilder(Builder):
         run of a partition's records, no generator per record. A record decoded whole
         (another writer schema) is packed here; a dead-lettered one has neither."""
         joiner_for, partition, joiner = self.sink.joiner_for, None, None
+        last_type, plan = None, None
         for record in records:
             values = record.values
             if values is None and record.event is None:
@@ -92,8 +93,11 @@ class TrajectoryBuilder(Builder):
             where = (record.topic, record.partition, record.offset)
             if values is None:
                 joiner.add(record.event, where)
-            else:
-                joiner.add_values(record.event_type, values, where)
+                continue
+            if record.event_type is not last_type or plan is None:
+                # records come in runs of one type: an enum's hash is a Python call
+                last_type, plan = record.event_type, plan_of(record.event_type)
+            joiner.add_planned(plan, values, where)
 
 
 class CertificateBuilder(Builder):
