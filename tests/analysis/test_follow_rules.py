@@ -76,6 +76,14 @@ def setup(tmp_path: Path, rule: Rule | None = None
     return Store(tmp_path / "follow.duckdb"), follower, tmp_path / "eval", lines
 
 
+def add_one_done_one_open(store: Store) -> None:
+    """Session "s" ran two episodes of ckpt-1000: the first completed (reward 10), the
+    second marked abandoned by the builder (its episode_completed not read, or never)."""
+    store.add(episode("s", 1, model_component_id="ckpt-1000"),
+              episode("s", 2, model_component_id="ckpt-1000", status="abandoned",
+                      cumulative_reward=None))
+
+
 def test_a_checkpoint_is_written_once_every_session_that_ran_it_has_ended(
         tmp_path: Path) -> None:
     store, follower, out, lines = setup(tmp_path)
@@ -127,10 +135,7 @@ def test_eval_episodes_waits_for_n_episodes_though_every_session_seen_has_ended(
 def test_a_session_end_read_before_its_last_completion_keeps_the_checkpoint_waiting(
         tmp_path: Path) -> None:
     store, follower, out, lines = setup(tmp_path)
-    store.add(episode("s", 1, model_component_id="ckpt-1000"),
-              # its episode_completed not read yet: the builder marked it abandoned
-              episode("s", 2, model_component_id="ckpt-1000", status="abandoned",
-                      cumulative_reward=None))
+    add_one_done_one_open(store)  # the second's episode_completed not read yet
     store.end_session("s", total_episodes=2)
     assert store.step(follower) == 0
     assert ("ckpt-1000: 2 episodes (1 abandoned, session not all read, "
@@ -145,9 +150,7 @@ def test_a_session_end_read_before_its_last_completion_keeps_the_checkpoint_wait
 def test_eval_episodes_counts_no_episode_abandoned_before_its_session_is_all_read(
         tmp_path: Path) -> None:
     store, follower, out, _ = setup(tmp_path, Rule(eval_episodes=2))
-    store.add(episode("s", 1, model_component_id="ckpt-1000"),
-              episode("s", 2, model_component_id="ckpt-1000", status="abandoned",
-                      cumulative_reward=None))
+    add_one_done_one_open(store)
     store.end_session("s", total_episodes=2)
     assert store.step(follower) == 0
     store.complete("s", 2, 30.0)
@@ -158,9 +161,7 @@ def test_eval_episodes_counts_no_episode_abandoned_before_its_session_is_all_rea
 
 def test_an_episode_its_ended_session_never_completed_is_final(tmp_path: Path) -> None:
     store, follower, out, _ = setup(tmp_path)
-    store.add(episode("s", 1, model_component_id="ckpt-1000"),
-              episode("s", 2, model_component_id="ckpt-1000", status="abandoned",
-                      cumulative_reward=None))
+    add_one_done_one_open(store)
     store.end_session("s", total_episodes=1)  # it ended mid-episode: all of it is read
     assert store.step(follower) == 1
     follower.close()
@@ -171,9 +172,7 @@ def test_an_episode_its_ended_session_never_completed_is_final(tmp_path: Path) -
 def test_quiet_seconds_writes_a_checkpoint_whose_sessions_episodes_never_all_arrive(
         tmp_path: Path) -> None:
     store, follower, out, _ = setup(tmp_path, Rule(quiet_s=5.0))
-    store.add(episode("s", 1, model_component_id="ckpt-1000"),
-              episode("s", 2, model_component_id="ckpt-1000", status="abandoned",
-                      cumulative_reward=None))
+    add_one_done_one_open(store)
     store.end_session("s", total_episodes=2)  # its second completion was never published
     assert store.step(follower, now=10.0) == 0
     assert store.step(follower, now=15.0) == 1
