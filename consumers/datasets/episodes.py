@@ -68,8 +68,6 @@ from rlmesh_stream.schemas.contract.topics import EventType
 TOO_LONG = "too_long"  # the skip reason of an episode longer than `max_held_steps`
 
 
-
-
 class Joiner:
     """Events in, whole episodes out; its state is plain data, kept as JSON (state.py)."""
 
@@ -205,22 +203,18 @@ class Joiner:
     # -- reading -------------------------------------------------------------------------------
 
     def add(self, event: Any, where: tuple[str, int, int] | None = None) -> None:
-        """One decoded event (`add_values` of its packed values)."""
+        """One decoded event: `add_planned` of its packed values."""
         event_type = EventType.of(event)
         pack = PACKERS.get(event_type)
         if pack is not None:
-            self.add_values(event_type, pack(event, None), where)
-
-    def add_values(self, event_type: EventType, v: tuple[Any, ...],
-                   where: tuple[str, int, int] | None = None) -> None:
-        """One event's `ITEMS` (read straight from its payload, or packed from a decoded
-        event); `where` (topic, partition, offset) tracks the resume point."""
-        self.add_planned(plan_of(event_type), v, where)
+            self.add_planned(plan_of(event_type), pack(event, None), where)
 
     def add_planned(self, plan: Plan, v: tuple[Any, ...],
                     where: tuple[str, int, int] | None = None) -> None:
-        """`add_values` with its event type's `plan_of` looked up by the caller, once per
-        run of one type's records (an enum's hash is a Python call)."""
+        """One event's `ITEMS` (read straight from its payload, or packed from a decoded
+        event), with its type's `plan_of` (the caller looks it up once per run of one
+        type's records: an enum's hash is a Python call); `where` (topic, partition,
+        offset) tracks the resume point."""
         handle, kind = plan
         unit = unit_of(kind, v)
         if where is not None and unit is not None:

@@ -274,8 +274,8 @@ class LaneValues:
 
     def reset_observation(self, group: int, lane: int) -> Any:
         """An episode's first observation: a roll's from the group steps' observations
-        read as one array (`stacked`), when they were, else decoded from its group."""
-        whole = self._stacked.get("obs")
+        read as one array (`whole`), when they can be, else decoded from its group."""
+        whole = self.whole("obs")
         if group >= 0 and whole is not None and lane < whole.shape[1]:
             return whole[group, lane]
         return self.observation(group, lane)
@@ -355,10 +355,7 @@ class LaneValues:
         "act") in the session is whole: the session's slabs are joined and read once, and
         each episode is one indexing (no value per step). None: read value by value (the
         per-value path names a bad slab)."""
-        if kind not in self._stacked:
-            self._stacked[kind] = self._stack(
-                self.session.observations if kind == "obs" else self.session.actions)
-        whole = self._stacked[kind]
+        whole = self.whole(kind)
         if whole is None or not len(groups) or lane >= whole.shape[1]:
             return None
         return whole[np.asarray(groups, dtype=np.intp), lane]

@@ -20,7 +20,6 @@ from rlmesh_stream.schemas.contract.errors import WrongEventTypeError, WrongKeyE
 from rlmesh_stream.schemas.contract.topics import (
     EventType,
     event_type_of_topic,
-    record_key,
     subject_name,
 )
 
@@ -173,19 +172,16 @@ def check_key(event: Any, key: bytes | None) -> None:
     its session id (`record_key`) may sit in another partition than the rest of its
     session, where no member holds the session whole. It is a bad record, named, not an
     episode skipped as misaligned for no visible reason."""
-    if key is None or key != record_key(event):
-        raise _wrong_key(event.session_id, key)
+    check_session_key(event.session_id, key)
 
 
 def check_session_key(session_id: str, key: bytes | None) -> None:
-    """`check_key` for a packed row, whose first value is its event's session id."""
-    if key is None or key != session_id.encode("utf-8"):
-        raise _wrong_key(session_id, key)
-
-
-def _wrong_key(session_id: str, key: bytes | None) -> WrongKeyError:
+    """`check_key` of an event by its session id (a packed row's first value): the key
+    must be `record_key`'s, the id as UTF-8."""
+    if key is not None and key == session_id.encode("utf-8"):
+        return
     shown = "no key" if key is None else f"key {_shown(key)}"
-    return WrongKeyError(
+    raise WrongKeyError(
         f"the record has {shown}, not its session id {_shown(session_id)}: every "
         "event of a session must be keyed by its session id, or the session is "
         "split over partitions that different members hold")
