@@ -18,6 +18,7 @@ from rlmesh_stream.schemas.contract.topics import EventType
 
 # (topic, key, partition) of a record -> the key and partition its copy is written with
 Change = Callable[[str, bytes, int], tuple[bytes, int]]
+Revalue = Callable[[str, bytes], bytes]  # (the original's topic, value) -> the copy's value
 
 
 def new_prefix(stack: Any) -> StreamConfig:
@@ -54,11 +55,13 @@ def read_records(config: StreamConfig, topics: list[str]) -> list[Any]:
 
 
 def copy_records(original: StreamConfig, copy: StreamConfig, *,
-                 change: Change | None = None, transactions: int = 0,
+                 change: Change | None = None, revalue: Revalue | None = None,
+                 transactions: int = 0,
                  repeat_every: int = 0, repeat_later: int = 0,
                  part: slice | None = None) -> list[Any]:
     """Write every event record of `original` into `copy`'s topics, in order per partition:
-    key and partition as `change` says (unchanged without it); with `transactions`, in
+    key and partition as `change` says (unchanged without it), the value as `revalue`
+    says (given the original's topic); with `transactions`, in
     that many committed transactions, each followed by an aborted one holding copies of
     its first records (which no read-committed consumer sees); with `repeat_every` n,
     the records are written in the order their producer published them (by sequence
@@ -83,7 +86,8 @@ def copy_records(original: StreamConfig, copy: StreamConfig, *,
             key, partition = m.key(), m.partition()
             if change is not None:
                 key, partition = change(m.topic(), key, partition)
-            producer.produce(copy.topic_prefix + m.topic().removeprefix(prefix), m.value(),
+            value = m.value() if revalue is None else revalue(m.topic(), m.value())
+            producer.produce(copy.topic_prefix + m.topic().removeprefix(prefix), value,
                              key, partition, headers=m.headers(), timestamp=m.timestamp()[1])
 
     if not transactions:
