@@ -148,7 +148,8 @@ class _Session:
         truncate = target >= self.sim.max_episode_steps
         episode_id = _uuid7_like(rng)
         m = EpisodeManifest(
-            session_id=self.sid, episode_record_id=f"ep-{index:06d}", episode_id=episode_id,
+            session_id=self.sid, episode_record_id=ev.episode_record_id(index),
+            episode_id=episode_id,
             episode_index=index, env_index=lane, steps=0, reward=0.0, status="running",
             seed=seed, trial_index=trial, started_from_auto_reset=auto)
         self.sim.manifest.episodes.append(m)

@@ -24,9 +24,19 @@ Single-lane events (the SDK bridge publishes every lane of a vector env as
 its own lane) place themselves (runtime-events.md §3, "Step numbers"): an
 observation's `step` is the number of steps its episode had taken (the reset
 one 0, with `is_reset`; the terminal one T). The first observation read for a
-step wins (a later one for the same step is a duplicate, or a 1-lane session's
-NEXT_STEP roll, which is not placed). A reset observation's infos may carry
-the env's spec (`events.ENV_SPEC_INFO`), kept with the episode. Events carrying several lanes are
+step wins (a later one for the same step is a duplicate). A reset observation's infos may
+carry the env's spec (`events.ENV_SPEC_INFO`), kept with the episode.
+
+A one-lane session under NEXT_STEP autoreset rolls after each episode: one more action,
+step (`autoreset_roll`) and observation attributed to the ended episode, the observation
+being the next episode's reset observation (runtime-events.md §3). An episode's records of
+one type sit in one partition in publishing order, so the roll's observation is the one
+read after the episode's last (again at step T), or any non-reset observation of an
+episode already decided; it is held by the next episode (`events.next_episode_record_id`)
+and becomes its reset observation once that episode's start says it began from a roll.
+The roll's observation is then part of the next episode's resume point. Any other record
+of an episode already decided (its roll's action and step) is dropped, not made pending
+again. Events carrying several lanes are
 a vector-env session's group steps, split into lanes (groups.py, vector.py)
 once the session has ended. The data classes are in model.py; what is read of each
 event, packed, is packed.py's.
@@ -86,6 +96,11 @@ class Joiner:
         # units still pending at that commit (`kept`) are read again
         self.frontier: dict[TP, int] = {}
         self.kept: set[Unit] = set()
+        # the kept units' first records: below the frontier, one of these that names
+        # another unit is a NEXT_STEP roll's observation, its next episode's (read again)
+        self._kept_at: set[tuple[TP, int]] = set()
+        # where the record being handled was read (topic, partition) and its offset
+        self._at: tuple[TP, int] | None = None
         # Per commit, the work is the commit's, not the history's: a commit looks only at
         # the sessions read since the last one (`_touched`: no other verdict can have
         # changed), finds their pending episodes by session (`_by_session`), and
@@ -155,6 +170,8 @@ class Joiner:
         self.sessions = state["sessions"]
         self._first = state["first"]  # still the resume point until they are released
         self.kept = set(self._first)
+        self._kept_at = {(tp, offset) for where in self._first.values()
+                         for tp, offset in where.items()}
         self.skipped = state["skipped"]
         self.skip_examples = state["skip_examples"]
         self.frontier = frontier
@@ -217,24 +234,31 @@ class Joiner:
         offset) tracks the resume point."""
         handle, kind = plan
         unit = unit_of(kind, v)
+        self._at = None
         if where is not None and unit is not None:
             tp = (where[0], where[1])
-            if where[2] < self.frontier.get(tp, -1) and unit not in self.kept:
+            if (where[2] < self.frontier.get(tp, -1) and unit not in self.kept
+                    and (tp, where[2]) not in self._kept_at):
                 return  # read and released before the last restart
-            first = self._first.get(unit)
-            if first is None:
-                first = self._first[unit] = {}
-                if unit not in self._first_changed:  # else committed, released since
-                    self._fresh.add(unit)
-            if tp not in first:
-                first[tp] = where[2]
-                self._first_rows[unit] = _first_row(unit, first)
-                self._first_changed.add(unit)
+            self._at = (tp, where[2])
+            self._note_first(unit, tp, where[2])
         session_id = v[0]
         self._touched.add(session_id)
         self._dirty.add(session_id)
         if handle is not None:
             handle(self, v)
+
+    def _note_first(self, unit: Unit, tp: TP, offset: int) -> None:
+        """`unit` has a record at `offset` of `tp`: its first there is a resume point."""
+        first = self._first.get(unit)
+        if first is None:
+            first = self._first[unit] = {}
+            if unit not in self._first_changed:  # else committed, released since
+                self._fresh.add(unit)
+        if tp not in first:
+            first[tp] = offset
+            self._first_rows[unit] = _first_row(unit, first)
+            self._first_changed.add(unit)
 
     def forget(self, unit: Unit) -> None:
         """A unit released or decided: no longer a resume point."""
@@ -327,6 +351,10 @@ class Joiner:
             return
         if not record:
             return
+        if not is_reset and step > 0 and (session_id, record) not in self.pending:
+            self._decided_already(session_id, record)  # its NEXT_STEP roll's observation
+            self._roll(session_id, record, leaves, spec, v[9:])
+            return
         ep = self._episode(session_id, record, v[9:])
         if ep.problem == TOO_LONG:
             return
@@ -336,6 +364,8 @@ class Joiner:
             ep.problem = ep.problem or "observation_leaves_omitted"
             return
         if index in ep.observations:
+            if not is_reset and index == max(ep.observations):  # read after the last
+                self._roll(session_id, record, leaves, spec, v[9:])
             return
         ep.observations[index] = leaves
         self._bound(ep)
@@ -352,6 +382,9 @@ class Joiner:
                 record, step, records, leaves, spec)
             return
         if not record:
+            return
+        if step > 0 and (session_id, record) not in self.pending:
+            self._decided_already(session_id, record)  # its NEXT_STEP roll's action
             return
         ep = self._episode(session_id, record, v[6:])
         if ep.problem == TOO_LONG:
@@ -371,9 +404,13 @@ class Joiner:
             return
         if not record:
             return
-        ep = self._episode(session_id, record, v[8:])
+        key = (session_id, record)
+        if key not in self.pending and (step > 0 or (rolls and rolls[0])):
+            self._decided_already(session_id, record)
+            return
         if rolls and rolls[0]:
             return  # a NEXT_STEP roll is not a step of any episode
+        ep = self._episode(session_id, record, v[8:])
         if ep.problem == TOO_LONG:
             return
         if step not in ep.steps:
@@ -381,6 +418,24 @@ class Joiner:
         ep.steps[step] = StepRow(float(rewards[0]), bool(terminated[0]), bool(truncated[0]),
                                  infos)
         self._bound(ep)
+
+    def _decided_already(self, session_id: str, record: str) -> None:
+        """A later record of an episode released or skipped: nothing to hold, and no resume
+        point (`add_planned` made it one)."""
+        self.forget(("e", session_id, record))
+
+    def _roll(self, session_id: str, record: str, leaves: list[bytes] | None, spec: bytes,
+              route: tuple[Any, ...]) -> None:
+        """A NEXT_STEP roll's observation, attributed to the ended episode `record`: the next
+        episode holds it (the first read wins), and its record is that episode's resume point."""
+        following = ev.next_episode_record_id(record)
+        if following is None or leaves is None:
+            return
+        ep = self._episode(session_id, following, route)
+        if ep.roll_reset is None:
+            ep.roll_reset = (leaves, spec)
+            if self._at is not None:
+                self._note_first(("e", session_id, following), *self._at)
 
     def _bound(self, ep: PendingEpisode) -> None:
         """An episode longer than `max_held_steps` (by any of its parts: the topics are
@@ -442,6 +497,8 @@ class Joiner:
             del self.pending[key]
             del self._by_session[key[0]][key]
             self.forget(("e", *key))
+            if verdict == "forget":
+                continue
             if verdict.startswith("skip:"):
                 self._drop_values(ep)
                 self._skip(verdict[5:], ep)
@@ -458,11 +515,20 @@ class Joiner:
         dropped at its first batch, its later events made it pending again (counted once
         per batch: 37 filtered of 30 episodes)."""
         verdict = self._decide(ep, session, final)
-        if verdict is not None and ep.route is not None and not self.filters.wants(ep.route):
+        if verdict not in (None, "forget") and ep.route is not None and not self.filters.wants(
+                ep.route):
             return "skip:filtered"
         return verdict
 
     def _decide(self, ep: PendingEpisode, session: SessionState, final: bool) -> str | None:
+        if ep.roll_reset is not None:
+            if 0 not in ep.observations and ep.rolled_into():
+                leaves, spec = ep.roll_reset
+                ep.observations[0] = leaves
+                ep.note_spec("obs_spec", spec)
+            elif ep.holds_only_a_roll() and ((final and session.ended) or _past_the_last(
+                    ep.record_id, session.totals)):
+                return "forget"  # the roll after the session's last episode: no episode
         if ep.problem == TOO_LONG:  # decided once, when its session ends
             return f"skip:{TOO_LONG}" if session.ended else None
         if ep.problem is not None:
@@ -538,6 +604,12 @@ def _session_row(s: SessionState) -> list[Any]:
 def _first_row(unit: Unit, where: dict[TP, int]) -> list[Any]:
     """A pending unit and its first offsets, as the state's JSON holds them."""
     return [list(unit), [[t, p, o] for (t, p), o in sorted(where.items())]]
+
+
+def _past_the_last(record_id: str, totals: tuple[int, int] | None) -> bool:
+    """An episode record id past its ended session's episode count."""
+    index = ev.episode_index_of(record_id)
+    return totals is not None and index is not None and index > totals[1]
 
 
 def _contiguous(*parts: dict[int, Any]) -> int:

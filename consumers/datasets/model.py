@@ -72,6 +72,20 @@ class PendingEpisode:
     problem: str | None = None  # a reason this episode can never be released
     reset_infos: dict[str, Any] | None = None  # the reset observation's, env spec taken out
     env_spec: str | None = None  # the producer's `EnvSpec` JSON (events.ENV_SPEC_INFO)
+    # the previous episode's NEXT_STEP roll observation (leaves, space): this episode's reset
+    # observation once its start says it began from a roll (`rolled_into`)
+    roll_reset: tuple[list[bytes], bytes] | None = None
+
+    def rolled_into(self) -> bool:
+        """Its start says it began from a NEXT_STEP roll (auto-reset, no trial ordinal)."""
+        s = self.started
+        return s is not None and s["trial_index"] is None and bool(s["started_from_auto_reset"])
+
+    def holds_only_a_roll(self) -> bool:
+        """Made by a roll observation alone: the episode after a session's last one, which
+        never began (a NEXT_STEP lane rolls once more after its last episode)."""
+        return (self.roll_reset is not None and self.started is None and self.completed is None
+                and not self.steps and not self.actions and not self.observations)
 
     def note_spec(self, which: str, raw: bytes) -> None:
         """A space read (serialised): the first kept, another one a problem."""

@@ -95,8 +95,8 @@ class SessionPublisher:
 
     def episode_start(self, episode: int, seed: int | None, slot: int) -> None:
         state = self._run_state()
-        ep = _Episode(index=episode, episode_id=uuid7(), record_id=f"ep-{episode + 1:06d}",
-                      slot=slot, seed=seed)
+        ep = _Episode(index=episode, episode_id=uuid7(),
+                      record_id=ev.episode_record_id(episode + 1), slot=slot, seed=seed)
         state.episodes[episode] = ep
         if not state.logged_first_reset:
             state.logged_first_reset = True
@@ -144,7 +144,8 @@ class SessionPublisher:
         ep = state.episodes.pop(result.index, None)
         if ep is None:
             ep = _Episode(index=result.index, episode_id=uuid7(),
-                          record_id=f"ep-{result.index + 1:06d}", slot=0, seed=result.seed)
+                          record_id=ev.episode_record_id(result.index + 1), slot=0,
+                          seed=result.seed)
         state.total_episodes += 1
         if terminal is not None and spec is not None:
             # The observation after the episode's last step (index T), from the wrapped env.

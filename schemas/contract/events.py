@@ -41,6 +41,27 @@ MetaMap: TypeAlias = dict[str, MetaValue]
 ENV_SPEC_INFO = "rlmesh.env_spec"
 
 
+def episode_record_id(index: int) -> str:
+    """An episode's record id from its 1-based `episode_index` (`ep-000001`, ...; the
+    runtime assigns them in order of first sight within a session, runtime-events.md §2)."""
+    return f"ep-{index:06d}"
+
+
+def episode_index_of(record_id: str) -> int | None:
+    """The `episode_index` a record id spells (`ep-000002` -> 2); None for an id not of the
+    runtime's form."""
+    prefix, _, digits = record_id.rpartition("-")
+    return int(digits) if prefix == "ep" and digits.isdigit() else None
+
+
+def next_episode_record_id(record_id: str) -> str | None:
+    """The record id that follows `record_id` (`ep-000001` -> `ep-000002`); None for an id
+    not of the runtime's form. In a one-lane session it names the episode that began next:
+    a NEXT_STEP roll's observation is that episode's reset observation."""
+    index = episode_index_of(record_id)
+    return None if index is None else episode_record_id(index + 1)
+
+
 class LogLevel(enum.Enum):
     DEBUG = "Debug"
     INFO = "Info"

@@ -34,22 +34,41 @@ class Fleet:
 
 
 class _Recording:
+    """Publishes through `hooks`, noting each episode's reset observation as emitted: a
+    reset observation's lanes, or a NEXT_STEP roll's (the observation after a step that
+    rolled a lane is that lane's next episode's)."""
+
     def __init__(self, hooks: KafkaRuntimeHooks) -> None:
         self.hooks = hooks
         self.resets: dict[tuple[str, str], np.ndarray] = {}
+        self._rolled: dict[str, list[int]] = {}  # session -> lanes its last step rolled
+        self._rolls: dict[tuple[str, int], np.ndarray] = {}  # (session, lane) -> roll's
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self.hooks, name)
 
         def call(event: Any) -> None:
-            if isinstance(event, ev.ObservationEmittedEvent) and event.is_reset:
-                slab = np.frombuffer(event.observation[0], "<f4").reshape(event.num_envs, 4)
-                for lane, record in enumerate(event.episode_record_ids):
-                    if record:
-                        self.resets[(event.session_id, record)] = slab[lane]
+            self._note(event)
             target(event)
 
         return call
+
+    def _note(self, event: Any) -> None:
+        sid = getattr(event, "session_id", "")
+        if isinstance(event, ev.StepCompletedEvent):
+            self._rolled[sid] = [lane for lane, r in enumerate(event.autoreset_roll) if r]
+        elif isinstance(event, ev.ObservationEmittedEvent):
+            slab = np.frombuffer(event.observation[0], "<f4").reshape(event.num_envs, 4)
+            if event.is_reset:
+                for lane, record in enumerate(event.episode_record_ids):
+                    if record:
+                        self.resets[(sid, record)] = slab[lane]
+            for lane in self._rolled.pop(sid, []) if not event.is_reset else []:
+                self._rolls[(sid, lane)] = slab[lane]
+        elif isinstance(event, ev.EpisodeStartedEvent):
+            roll = self._rolls.pop((sid, event.env_index), None)
+            if roll is not None:
+                self.resets[(sid, event.episode_record_id)] = roll
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +152,8 @@ def test_minari_episodes_start_from_their_lanes_reset_observation(fleet, tmp_pat
         e = expected[(meta["session_id"], meta["episode_record_id"])]
         assert episode.observations.shape == (e.steps + 1, 4)
         assert float(np.sum(episode.rewards)) == e.reward
-        reset = fleet.resets.get((e.session_id, e.episode_record_id))
-        if reset is not None:  # else a NEXT_STEP roll's observation
-            assert episode.observations[0].tobytes() == reset.tobytes()
+        reset = fleet.resets[(e.session_id, e.episode_record_id)]
+        assert episode.observations[0].tobytes() == reset.tobytes()
 
 
 def test_every_session_kind_exports_every_episode_skipping_only_failed_sessions_open_ones(
@@ -195,3 +213,33 @@ def test_lane_driven_one_lane_sessions_export_every_episode(stack, tmp_path):
     cert = sink.store.committed.certificate
     assert cert["episodes_skipped"] == {}
     assert cert["episodes_exported"] == len(manifest.episodes) == 6
+
+
+def test_one_lane_next_step_sessions_export_every_episode_from_its_roll_observation(
+    stack, tmp_path, monkeypatch,
+):
+    """A one-lane env under NEXT_STEP autoreset: each episode after the first begins from
+    the previous one's roll, whose observation is attributed to the ended episode."""
+    import minari
+
+    config = StreamConfig.from_env(env={}, bootstrap=stack.bootstrap,
+                                   registry_url=stack.registry_url,
+                                   topic_prefix=f"t{uuid.uuid4().hex[:10]}.rlmesh.runtime")
+    ensure_topics(config, partitions=2)
+    recording = _Recording(KafkaRuntimeHooks(config=config, install_exit_handlers=False))
+    manifest = simulate_fleet(recording, sessions=3, lanes=1, episodes=4, seed=4,
+                              failure_rate=0.0, next_step_fraction=1.0)
+    close_delivered(recording.hooks)
+    assert {s.autoreset for s in manifest.sessions} == {"next_step"}
+
+    sink = _export(Fleet(config, manifest, recording.resets), tmp_path / "ds", "minari")
+
+    cert = sink.store.committed.certificate
+    assert cert["episodes_skipped"] == {}
+    assert cert["episodes_exported"] == len(manifest.episodes) == 12
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "ds"))
+    dataset = minari.load_dataset("rlmesh/fleet-v0")
+    metas = dataset.storage.get_episode_metadata(range(dataset.total_episodes))
+    for episode, meta in zip(dataset.iterate_episodes(), metas, strict=True):
+        reset = recording.resets[(meta["session_id"], meta["episode_record_id"])]
+        assert episode.observations[0].tobytes() == reset.tobytes()
