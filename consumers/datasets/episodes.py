@@ -24,22 +24,24 @@ Single-lane events (the SDK bridge publishes every lane of a vector env as
 its own lane) place themselves (runtime-events.md §3, "Step numbers"): an
 observation's `step` is the number of steps its episode had taken (the reset
 one 0, with `is_reset`; the terminal one T). The first observation read for a
-step wins (a later one for the same step is a duplicate). A reset observation's infos may
-carry the env's spec (`events.ENV_SPEC_INFO`), kept with the episode.
+step wins (a later one for the same step is a duplicate, or a roll's, below). A reset
+observation's infos may carry the env's spec (`events.ENV_SPEC_INFO`), kept with the episode.
 
 A one-lane session under NEXT_STEP autoreset rolls after each episode: one more action,
 step (`autoreset_roll`) and observation attributed to the ended episode, the observation
 being the next episode's reset observation (runtime-events.md §3). An episode's records of
 one type sit in one partition in publishing order, so the roll's observation is the one
-read after the episode's last (again at step T), or any non-reset observation of an
-episode already decided; it is held by the next episode (`events.next_episode_record_id`)
-and becomes its reset observation once that episode's start says it began from a roll.
-The roll's observation is then part of the next episode's resume point. Any other record
-of an episode already decided (its roll's action and step) is dropped, not made pending
-again. Events carrying several lanes are
-a vector-env session's group steps, split into lanes (groups.py, vector.py)
-once the session has ended. The data classes are in model.py; what is read of each
-event, packed, is packed.py's.
+read after the episode's terminal one, at the same step T and with other bytes (equal
+bytes: the same observation sent again). The next episode (`events.next_episode_record_id`)
+holds it, and takes it as its reset observation once its start says it began from a roll;
+its offset is that episode's resume point. A session remembers the episodes it decided
+(released or skipped) whose records may still come (`SessionState.decided`, in its state
+row): their later records are dropped, never made pending again (counted twice, or holding
+a live run's resume point), except a roll's observation, found by its step and bytes.
+
+Events carrying several lanes are a vector-env session's group steps, split into lanes
+(groups.py, vector.py) once the session has ended. The data classes are in model.py; what
+is read of each event, packed, is packed.py's.
 
 Size: one class whose reading, releasing and committed state share the pending episodes,
 the sessions' flags and the resume points, and change them together (a unit read, released
@@ -49,6 +51,7 @@ or forgotten moves the resume point and the state's journal at once).
 from __future__ import annotations
 
 import heapq
+import zlib
 from collections import Counter
 from itertools import islice
 from typing import Any
@@ -58,6 +61,7 @@ from rlmesh_stream.consumers.datasets.certificate import LATE_CAUTION
 from rlmesh_stream.consumers.datasets.groups import GroupSession
 from rlmesh_stream.consumers.datasets.model import (
     TP,
+    Decided,
     Episode,
     Filters,
     Key,
@@ -76,6 +80,7 @@ from rlmesh_stream.schemas.contract.errors import ContractError
 from rlmesh_stream.schemas.contract.topics import EventType
 
 TOO_LONG = "too_long"  # the skip reason of an episode longer than `max_held_steps`
+DECIDED_KEPT = 64  # decided episodes a session remembers (`_remember_decided`)
 
 
 class Joiner:
@@ -99,8 +104,10 @@ class Joiner:
         # the kept units' first records: below the frontier, one of these that names
         # another unit is a NEXT_STEP roll's observation, its next episode's (read again)
         self._kept_at: set[tuple[TP, int]] = set()
-        # where the record being handled was read (topic, partition) and its offset
+        # where the record being handled was read (topic, partition) and its offset, and
+        # whether it is read again only as a kept unit's first record (`_kept_at`)
         self._at: tuple[TP, int] | None = None
+        self._roll_again = False
         # Per commit, the work is the commit's, not the history's: a commit looks only at
         # the sessions read since the last one (`_touched`: no other verdict can have
         # changed), finds their pending episodes by session (`_by_session`), and
@@ -234,12 +241,13 @@ class Joiner:
         offset) tracks the resume point."""
         handle, kind = plan
         unit = unit_of(kind, v)
-        self._at = None
+        self._at, self._roll_again = None, False
         if where is not None and unit is not None:
             tp = (where[0], where[1])
-            if (where[2] < self.frontier.get(tp, -1) and unit not in self.kept
-                    and (tp, where[2]) not in self._kept_at):
-                return  # read and released before the last restart
+            if where[2] < self.frontier.get(tp, -1) and unit not in self.kept:
+                if (tp, where[2]) not in self._kept_at:
+                    return  # read and released before the last restart
+                self._roll_again = True
             self._at = (tp, where[2])
             self._note_first(unit, tp, where[2])
         session_id = v[0]
@@ -275,6 +283,8 @@ class Joiner:
         (session_id, record, episode_id, episode_index, env_index, seed, trial_index,
          from_auto_reset) = v[:8]
         ep = self._episode(session_id, record, v[8:])
+        if ep is None:
+            return
         ep.started = {"episode_id": episode_id, "episode_index": episode_index,
                       "env_index": env_index, "seed": seed, "trial_index": trial_index,
                       "started_from_auto_reset": from_auto_reset}
@@ -283,6 +293,8 @@ class Joiner:
         (session_id, record, episode_id, step_count, cumulative_reward, terminated,
          truncated, success, seed, episode_index, env_index, trial_index, duration_ms) = v[:13]
         ep = self._episode(session_id, record, v[13:])
+        if ep is None:
+            return
         ep.completed = {"episode_id": episode_id, "step_count": step_count,
                         "cumulative_reward": cumulative_reward, "terminated": terminated,
                         "truncated": truncated, "success": success, "seed": seed,
@@ -315,13 +327,18 @@ class Joiner:
         return state
 
     def _episode(self, session_id: str, record_id: str,
-                 route: tuple[Any, ...]) -> PendingEpisode:
+                 route: tuple[Any, ...]) -> PendingEpisode | None:
+        """The pending episode of a record, made at its first; None for an episode decided
+        already (a later record of it: dropped, and no resume point, which `add_planned`
+        made it)."""
         key = (session_id, record_id)
         ep = self.pending.get(key)
         if ep is None:
+            if record_id in self._session(session_id).decided:
+                self.forget(("e", session_id, record_id))
+                return None
             ep = self.pending[key] = PendingEpisode(session_id, record_id)
             self._by_session.setdefault(session_id, {})[key] = ep
-            self._session(session_id)
         if ep.route is None:
             ep.route = route_of(route)
         return ep
@@ -351,12 +368,24 @@ class Joiner:
             return
         if not record:
             return
-        if not is_reset and step > 0 and (session_id, record) not in self.pending:
-            self._decided_already(session_id, record)  # its NEXT_STEP roll's observation
+        if self._roll_again:  # read again after a restart, for the episode it began
+            self.forget(("e", session_id, record))
             self._roll(session_id, record, leaves, spec, v[9:])
             return
+        if (session_id, record) not in self.pending:
+            decided = self._session(session_id).decided.get(record)
+            if decided is not None:
+                self.forget(("e", session_id, record))
+                if not is_reset and step == decided.roll_step and leaves is not None:
+                    self._late_terminal_or_roll(session_id, record, decided, leaves, spec,
+                                                v[9:])
+                return
         ep = self._episode(session_id, record, v[9:])
+        if ep is None:
+            return
         if ep.problem == TOO_LONG:
+            if not is_reset and leaves is not None:
+                self._after_too_long(ep, step, leaves, spec, v[9:])
             return
         ep.note_spec("obs_spec", spec)
         index = 0 if is_reset else step
@@ -364,8 +393,10 @@ class Joiner:
             ep.problem = ep.problem or "observation_leaves_omitted"
             return
         if index in ep.observations:
-            if not is_reset and index == max(ep.observations):  # read after the last
-                self._roll(session_id, record, leaves, spec, v[9:])
+            if (not is_reset and index == max(ep.observations)
+                    and leaves != ep.observations[index] and (
+                        ep.completed is None or index == ep.completed["step_count"])):
+                self._roll(session_id, record, leaves, spec, v[9:])  # after its terminal one
             return
         ep.observations[index] = leaves
         self._bound(ep)
@@ -383,11 +414,8 @@ class Joiner:
             return
         if not record:
             return
-        if step > 0 and (session_id, record) not in self.pending:
-            self._decided_already(session_id, record)  # its NEXT_STEP roll's action
-            return
         ep = self._episode(session_id, record, v[6:])
-        if ep.problem == TOO_LONG:
+        if ep is None or ep.problem == TOO_LONG:
             return
         ep.note_spec("act_spec", spec)
         if leaves is None:
@@ -404,14 +432,12 @@ class Joiner:
             return
         if not record:
             return
-        key = (session_id, record)
-        if key not in self.pending and (step > 0 or (rolls and rolls[0])):
-            self._decided_already(session_id, record)
+        if rolls and rolls[0]:  # a NEXT_STEP roll is not a step of any episode
+            if (session_id, record) not in self.pending:
+                self.forget(("e", session_id, record))  # no resume point of its own
             return
-        if rolls and rolls[0]:
-            return  # a NEXT_STEP roll is not a step of any episode
         ep = self._episode(session_id, record, v[8:])
-        if ep.problem == TOO_LONG:
+        if ep is None or ep.problem == TOO_LONG:
             return
         if step not in ep.steps:
             self._held[session_id] += 1
@@ -419,20 +445,40 @@ class Joiner:
                                  infos)
         self._bound(ep)
 
-    def _decided_already(self, session_id: str, record: str) -> None:
-        """A later record of an episode released or skipped: nothing to hold, and no resume
-        point (`add_planned` made it one)."""
-        self.forget(("e", session_id, record))
+    def _late_terminal_or_roll(self, session_id: str, record: str,
+                               decided: Decided, leaves: list[bytes], spec: bytes,
+                               route: tuple[Any, ...]) -> None:
+        """An observation at the roll's step of an episode decided already: its terminal one
+        if that was not read (remembered by its checksum), else its roll's when the bytes
+        differ (equal: the terminal one sent again)."""
+        checksum = _checksum(leaves)
+        if decided.terminal is None:
+            self.sessions[session_id].decided[record] = decided._replace(terminal=checksum)
+            self._dirty.add(session_id)
+        elif checksum != decided.terminal:
+            self._roll(session_id, record, leaves, spec, route)
+
+    def _after_too_long(self, ep: PendingEpisode, step: int, leaves: list[bytes], spec: bytes,
+                        route: tuple[Any, ...]) -> None:
+        """An observation of an episode too long to hold (its values dropped): only its
+        newest step and checksum are kept, to find its roll's observation."""
+        checksum = _checksum(leaves)
+        if ep.tail is None or step > ep.tail[0]:
+            ep.tail = (step, checksum)
+        elif step == ep.tail[0] and checksum != ep.tail[1] and (
+                ep.completed is None or step == ep.completed["step_count"]):
+            self._roll(ep.session_id, ep.record_id, leaves, spec, route)
 
     def _roll(self, session_id: str, record: str, leaves: list[bytes] | None, spec: bytes,
               route: tuple[Any, ...]) -> None:
         """A NEXT_STEP roll's observation, attributed to the ended episode `record`: the next
-        episode holds it (the first read wins), and its record is that episode's resume point."""
+        episode holds it (the first read wins), and its offset is that episode's resume
+        point."""
         following = ev.next_episode_record_id(record)
         if following is None or leaves is None:
             return
         ep = self._episode(session_id, following, route)
-        if ep.roll_reset is None:
+        if ep is not None and ep.roll_reset is None:
             ep.roll_reset = (leaves, spec)
             if self._at is not None:
                 self._note_first(("e", session_id, following), *self._at)
@@ -442,7 +488,12 @@ class Joiner:
         read at different paces) is never held whole: its values are dropped at once and
         no more kept, and it is skipped when its session ends."""
         limit = self.max_held_steps
-        if len(ep.steps) > limit or len(ep.actions) > limit or len(ep.observations) > limit + 1:
+        # T + 1 actions and observations: a roll's action is kept with its ended episode
+        if len(ep.steps) > limit or len(ep.actions) > limit + 1 or (
+                len(ep.observations) > limit + 1):
+            if ep.observations:
+                newest = max(ep.observations)
+                ep.tail = (newest, _checksum(ep.observations[newest]))
             self._drop_values(ep)
             ep.problem = TOO_LONG
 
@@ -499,6 +550,7 @@ class Joiner:
             self.forget(("e", *key))
             if verdict == "forget":
                 continue
+            self._remember_decided(ep, session, released=verdict == "release")
             if verdict.startswith("skip:"):
                 self._drop_values(ep)
                 self._skip(verdict[5:], ep)
@@ -508,6 +560,31 @@ class Joiner:
             if built is not None:
                 out.append(built)
         return out
+
+    def _remember_decided(self, ep: PendingEpisode, session: SessionState, *,
+                          released: bool) -> None:
+        """Keep a decided episode (`SessionState.decided`) while its records may still come:
+        an episode released whole was read past every record of its lane's episodes before
+        it (each topic in order), so they are forgotten then; at most `DECIDED_KEPT` a
+        session (the oldest forgotten first: a session whose lanes share it, the SDK
+        bridge's, may skip many, a filtered one all)."""
+        steps = None if ep.completed is None else int(ep.completed["step_count"])
+        lane = None if ep.started is None else ep.started["env_index"]
+        if ep.tail is not None and steps in (None, ep.tail[0]):
+            entry = Decided(ep.tail[0], ep.tail[1], lane)
+        else:
+            terminal = ep.observations.get(steps) if steps is not None else None
+            entry = Decided(steps, None if terminal is None else _checksum(terminal), lane)
+        decided = session.decided
+        index = ev.episode_index_of(ep.record_id)
+        if released and index is not None and lane is not None:
+            for record in [r for r, d in decided.items() if d.lane == lane
+                           and (ev.episode_index_of(r) or index) < index]:
+                del decided[record]
+        decided[ep.record_id] = entry
+        while len(decided) > DECIDED_KEPT:
+            del decided[next(iter(decided))]
+        self._dirty.add(ep.session_id)
 
     def _verdict(self, ep: PendingEpisode, session: SessionState, final: bool) -> str | None:
         """None: keep waiting; 'release'/'abandoned'; or 'skip:<reason>'. An episode the
@@ -598,7 +675,16 @@ class Joiner:
 
 def _session_row(s: SessionState) -> list[Any]:
     """A session's flags and counts, as the state's JSON holds them."""
-    return [s.ended, s.failed, s.caution, list(s.totals) if s.totals else None, s.exported]
+    return [s.ended, s.failed, s.caution, list(s.totals) if s.totals else None, s.exported,
+            [[record, *d] for record, d in s.decided.items()]]
+
+
+def _checksum(leaves: list[bytes]) -> int:
+    """An observation's leaves' CRC-32 (the same in every process, unlike `hash`)."""
+    checksum = 0
+    for leaf in leaves:
+        checksum = zlib.crc32(leaf, checksum)
+    return checksum
 
 
 def _first_row(unit: Unit, where: dict[TP, int]) -> list[Any]:

@@ -6,7 +6,7 @@ Plain dataclasses; the joiner's small state is kept as JSON with the manifest (s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -75,6 +75,9 @@ class PendingEpisode:
     # the previous episode's NEXT_STEP roll observation (leaves, space): this episode's reset
     # observation once its start says it began from a roll (`rolled_into`)
     roll_reset: tuple[list[bytes], bytes] | None = None
+    # once its values are dropped (too long): its newest observation's step and checksum,
+    # to tell its roll's observation from a repeated one
+    tail: tuple[int, int] | None = None
 
     def rolled_into(self) -> bool:
         """Its start says it began from a NEXT_STEP roll (auto-reset, no trial ordinal)."""
@@ -96,6 +99,15 @@ class PendingEpisode:
             self.problem = "space_changed"
 
 
+class Decided(NamedTuple):
+    """A single-lane episode released or skipped, as its session remembers it (None:
+    unknown)."""
+
+    roll_step: int | None  # the step of its roll's observation: its step count
+    terminal: int | None  # its terminal observation's checksum (a copy is no roll)
+    lane: int | None  # its env_index: a lane's episodes run one after another
+
+
 @dataclass
 class SessionState:
     ended: bool = False
@@ -104,6 +116,9 @@ class SessionState:
     groups: GroupSession | None = None  # a vector-env session's group-step events
     totals: tuple[int, int] | None = None  # session_ended's (total_steps, total_episodes)
     exported: int = 0  # episodes of this session released so far
+    # single-lane episodes released or skipped whose later records may still come (their
+    # roll's, a lagging topic's), by record id (episodes.py)
+    decided: dict[str, Decided] = field(default_factory=dict)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from rlmesh_stream.consumers.datasets.manifest import (
     StateFiles,
     read_manifest,
 )
-from rlmesh_stream.consumers.datasets.model import SessionState
+from rlmesh_stream.consumers.datasets.model import Decided, SessionState
 
 if TYPE_CHECKING:
     from rlmesh_stream.consumers.datasets.episodes import Joiner
@@ -39,7 +39,7 @@ _COUNTS = ("exported", "exported_steps", "tagged_caution", "without_terminal_obs
 
 def dump(joiner_state: dict[str, Any], certificate: Certificate) -> dict[str, Any]:
     """JSON-ready values of a joiner's `state()` (its rows JSON-ready already: sessions
-    as [ended, failed, caution, totals, exported], pending units as [unit, [[topic,
+    as [ended, failed, caution, totals, exported, decided], pending units as [unit, [[topic,
     partition, offset], ...]]) and the certificate."""
     return {
         "version": VERSION, "sessions": joiner_state["sessions"],
@@ -65,7 +65,7 @@ def load(data: Any, source: str) -> dict[str, Any]:
             raise ValueError(f"version {data.get('version')!r}, expected {VERSION}")
         sessions = {str(sid): SessionState(bool(v[0]), bool(v[1]), bool(v[2]), None,
                                            (int(v[3][0]), int(v[3][1])) if v[3] else None,
-                                           int(v[4]))
+                                           int(v[4]), _decided(v[5] if len(v) > 5 else []))
                     for sid, v in data["sessions"].items()}
         first = {tuple(str(x) for x in unit): {(str(t), int(p)): int(o) for t, p, o in where}
                  for unit, where in data["first"]}
@@ -87,6 +87,13 @@ def load(data: Any, source: str) -> dict[str, Any]:
     except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
         raise DatasetError(f"{source} is not a valid export state ({type(exc).__name__}: "
                            f"{exc}); remove the dataset and export again") from None
+
+
+def _decided(rows: Any) -> dict[str, Decided]:
+    """A session's decided episodes from their rows ([record, roll step, checksum, lane]; a
+    state written before they were kept has none)."""
+    return {str(record): Decided(*(None if x is None else int(x) for x in values))
+            for record, *values in rows}
 
 
 class Changes:

@@ -56,8 +56,8 @@ def episode_index_of(record_id: str) -> int | None:
 
 def next_episode_record_id(record_id: str) -> str | None:
     """The record id that follows `record_id` (`ep-000001` -> `ep-000002`); None for an id
-    not of the runtime's form. In a one-lane session it names the episode that began next:
-    a NEXT_STEP roll's observation is that episode's reset observation."""
+    not of the runtime's form. In the runtime's one-lane sessions it names the episode that
+    began next: a NEXT_STEP roll's observation is that episode's reset observation."""
     index = episode_index_of(record_id)
     return None if index is None else episode_record_id(index + 1)
 

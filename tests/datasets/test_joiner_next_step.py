@@ -32,8 +32,10 @@ class History:
     manifest: Manifest
     topics: dict[EventType, list[Any]] = field(default_factory=lambda: defaultdict(list))
     resets: dict[tuple[str, str], bytes] = field(default_factory=dict)  # as emitted
+    order: dict[int, int] = field(default_factory=dict)  # id(event) -> its emission order
 
     def record(self, event: Any) -> None:
+        self.order.setdefault(id(event), len(self.order))
         self.topics[EventType.of(event)].append(event)
 
     def interleaved(self, rng: random.Random, start: dict[EventType, int] | None = None,
@@ -104,6 +106,23 @@ def _exportable(history: History) -> set[tuple[str, str]]:
             if e.status != "aborted" and e.steps > 0}
 
 
+def _wrong_resets(history: History, out: list[Episode]) -> list[tuple[str, str]]:
+    """The episodes released with another first observation than the one emitted."""
+    return [(e.session_id, e.record_id) for e in out
+            if np.asarray(e.observations[0]).tobytes() != history.resets[(e.session_id,
+                                                                           e.record_id)]]
+
+
+def _observations_last(history: History) -> list[Read]:
+    """Every other topic read to its end first (a lagging observation partition)."""
+    return [*((t, i) for t in history.topics if t is not OBS
+              for i in range(len(history.topics[t]))),
+            *((OBS, i) for i in range(len(history.topics[OBS])))]
+
+
+OBS = EventType.OBSERVATION_EMITTED
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_every_episode_is_released_whatever_order_the_topics_are_read_in(seed):
     history = _history(seed)
@@ -168,6 +187,7 @@ def test_a_restart_releases_every_episode_once(seed, cut):
     released = Counter((e.session_id, e.record_id) for e in out)
     assert released == Counter({(e.session_id, e.episode_record_id): 1
                                 for e in history.manifest.episodes if e.steps > 0})
+    assert len(out) + sum(again.skipped.values()) == len(history.manifest.episodes)
     for e in out:
         if not e.abandoned:
             emitted = history.resets[(e.session_id, e.record_id)]
@@ -186,3 +206,86 @@ def test_a_repeated_observation_is_not_the_reset_observation_of_a_driver_reset_e
         emitted = history.resets[(e.session_id, e.record_id)]
         assert np.asarray(e.observations[0]).tobytes() == emitted
     assert joiner.skipped == Counter()
+
+
+def test_an_observation_sent_again_is_not_taken_for_the_roll():
+    history = _history(9, repeat_observations=True)
+    joiner = Joiner(Filters())
+
+    out = _read(joiner, history, history.interleaved(random.Random(9)))
+    out += joiner.release(final=True)
+
+    assert {(e.session_id, e.record_id) for e in out} == _exportable(history)
+    assert _wrong_resets(history, out) == []
+
+
+def test_an_episode_of_exactly_max_held_steps_is_held_with_its_rolls_action():
+    history = _history(2)
+    steps = [e.steps for e in history.manifest.episodes]
+    joiner = Joiner(Filters(), max_held_steps=20)
+
+    out = _read(joiner, history, history.interleaved(random.Random(2)))
+    out += joiner.release(final=True)
+
+    assert 20 in steps
+    assert sorted(len(e.steps) for e in out) == sorted(t for t in steps if t <= 20)
+    assert joiner.skipped == Counter({"too_long": sum(t > 20 for t in steps)})
+
+
+def test_the_roll_after_an_episode_too_long_to_hold_begins_the_next_episode():
+    history = _history(3)
+    joiner = Joiner(Filters(), max_held_steps=20)
+
+    out = _read(joiner, history, _observations_last(history))
+    out += joiner.release(final=True)
+
+    too_long = {(e.session_id, e.episode_record_id) for e in history.manifest.episodes
+                if e.steps > 20}
+    assert too_long
+    assert {(e.session_id, e.record_id) for e in out} == _exportable(history) - too_long
+    assert _wrong_resets(history, out) == []
+
+
+def test_episodes_decided_before_their_observations_are_read_are_counted_once():
+    history = _history(1)
+    joiner = Joiner(Filters(), max_held_steps=10)
+
+    out = _read(joiner, history, _observations_last(history))
+    still_pending = dict(joiner.pending)
+    out += joiner.release(final=True)
+
+    assert still_pending == {}
+    assert len(out) + sum(joiner.skipped.values()) == len(history.manifest.episodes)
+    assert _wrong_resets(history, out) == []
+
+
+def test_a_log_that_begins_inside_an_episode_gives_the_next_one_its_own_roll():
+    """Retention removed every record older than one inside ep-000002: that episode's
+    remaining observations are read before anything else of it (its completion comes
+    last), and none of them is taken for its roll."""
+    history = _history(5)
+    sid = history.topics[OBS][0].session_id
+    emitted = [e for t in history.topics for e in history.topics[t]]
+    order = sorted(emitted, key=lambda e: history.order[id(e)])
+    cut = next(history.order[id(e)] for e in order
+               if isinstance(e, ev.ObservationEmittedEvent) and e.session_id == sid
+               and e.episode_record_id == "ep-000002" and e.step == 3)
+    start = {t: next((i for i, e in enumerate(events) if history.order[id(e)] >= cut),
+                     len(events)) for t, events in history.topics.items()}
+    joiner = Joiner(Filters())
+
+    out = _read(joiner, history, history.interleaved(random.Random(1), start))
+    out += joiner.release(final=True)
+
+    assert (sid, "ep-000003") in {(e.session_id, e.record_id) for e in out}
+    assert _wrong_resets(history, out) == []
+
+
+def test_a_state_written_before_decided_episodes_were_kept_loads_with_none():
+    row = [True, False, False, [10, 2], 2]  # ended, failed, caution, totals, exported
+
+    loaded = state.load(state.dump({"sessions": {"s": row}, "first": [], "skipped": {},
+                                    "skip_examples": {}}, Certificate()), "test")
+
+    assert loaded["sessions"]["s"].decided == {}
+    assert loaded["sessions"]["s"].exported == 2
