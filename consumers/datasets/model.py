@@ -104,6 +104,15 @@ class SessionState:
     groups: GroupSession | None = None  # a vector-env session's group-step events
     totals: tuple[int, int] | None = None  # session_ended's (total_steps, total_episodes)
     exported: int = 0  # episodes of this session released so far
+    # a vector-env session's episodes released early (vector.py `release_prefix`): those
+    # a restart needs (record -> lane, episode index), how many in all, and the lane steps
+    # of the groups dropped (`all_read` counts them)
+    early: dict[str, tuple[int, int]] = field(default_factory=dict)
+    early_done: int = 0
+    dropped_real: int = 0
+    # a vector-env session released whole once it ended: a group read after (its last
+    # NEXT_STEP rolls, no step counted in its totals) makes no episode pending again
+    released_whole: bool = False
 
 
 @dataclass

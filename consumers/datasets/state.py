@@ -39,7 +39,7 @@ _COUNTS = ("exported", "exported_steps", "tagged_caution", "without_terminal_obs
 
 def dump(joiner_state: dict[str, Any], certificate: Certificate) -> dict[str, Any]:
     """JSON-ready values of a joiner's `state()` (its rows JSON-ready already: sessions
-    as [ended, failed, caution, totals, exported], pending units as [unit, [[topic,
+    as [ended, failed, caution, totals, exported] (`_session`), pending units as [unit, [[topic,
     partition, offset], ...]]) and the certificate."""
     return {
         "version": VERSION, "sessions": joiner_state["sessions"],
@@ -63,10 +63,7 @@ def load(data: Any, source: str) -> dict[str, Any]:
     try:
         if data.get("version") != VERSION:
             raise ValueError(f"version {data.get('version')!r}, expected {VERSION}")
-        sessions = {str(sid): SessionState(bool(v[0]), bool(v[1]), bool(v[2]), None,
-                                           (int(v[3][0]), int(v[3][1])) if v[3] else None,
-                                           int(v[4]))
-                    for sid, v in data["sessions"].items()}
+        sessions = {str(sid): _session(v) for sid, v in data["sessions"].items()}
         first = {tuple(str(x) for x in unit): {(str(t), int(p)): int(o) for t, p, o in where}
                  for unit, where in data["first"]}
         cert = data["certificate"]
@@ -87,6 +84,23 @@ def load(data: Any, source: str) -> dict[str, Any]:
     except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
         raise DatasetError(f"{source} is not a valid export state ({type(exc).__name__}: "
                            f"{exc}); remove the dataset and export again") from None
+
+
+def _session(v: list[Any]) -> SessionState:
+    """A session's row: [ended, failed, caution, totals, exported], then for a vector-env
+    session (absent from a state written before, and while all are defaults) what
+    vector.py's release keeps: {"early": [[record, lane, episode index], ...],
+    "early_done": n, "dropped_steps": n, "released_whole": true}, each key only when set."""
+    s = SessionState(bool(v[0]), bool(v[1]), bool(v[2]), None,
+                     (int(v[3][0]), int(v[3][1])) if v[3] else None, int(v[4]))
+    if len(v) > 5:
+        vector = v[5]
+        s.early = {str(r): (int(lane), int(index))
+                   for r, lane, index in vector.get("early", [])}
+        s.early_done = int(vector.get("early_done", 0))
+        s.dropped_real = int(vector.get("dropped_steps", 0))
+        s.released_whole = bool(vector.get("released_whole", False))
+    return s
 
 
 class Changes:
