@@ -133,7 +133,10 @@ def release_prefix(joiner: JoinerView, session_id: str, session: SessionState,
             drop = _first_needed(session, view, end, following)
             if drop > groups.base:
                 _drop(joiner, session_id, session, drop)
-    groups.next_try = max(limit, groups.held() + limit // 2)
+    # looked at again once it holds half the bound more, or half as much again: open
+    # episodes holding many group steps are not walked again at every commit
+    held = groups.held()
+    groups.next_try = max(limit, held + max(limit // 2, held // 2))
     return out
 
 
