@@ -15,4 +15,5 @@ TorchRL (`to_d3rlpy`, `to_torchrl`).
 # Here rather than in episodes.py, which uses it: the export command's option shows it as its
 # default, and the command module imports nothing heavy before the extras are checked.
 DEFAULT_MAX_HELD_STEPS = 1_000_000
-"""Steps a running single-lane session's pending episodes may hold (episodes.py)."""
+"""Steps a running session's pending episodes may hold (episodes.py; a vector-env session's
+lane steps, vector.py)."""

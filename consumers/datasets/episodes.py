@@ -18,7 +18,9 @@ episodes pending hold more steps than that; its whole episodes are then released
 tagged), and an episode that alone passes the bound is skipped as `too_long` when its
 session ends, its observations, actions and steps dropped at once (a restart reads it again
 up to the bound). About 530 bytes a step for CartPole's four floats (Python's heap,
-measured with tracemalloc): 0.53 GB per session at the default bound.
+measured with tracemalloc): 0.53 GB per session at the default bound. A running vector-env
+session holding more lane steps than that releases its episodes whole so far and drops the
+group steps no open episode needs (vector.py `release_prefix`).
 
 Single-lane events (the SDK bridge publishes every lane of a vector env as
 its own lane) place themselves (runtime-events.md §3, "Step numbers"): an
@@ -73,7 +75,7 @@ from rlmesh_stream.consumers.datasets.model import (
     route_of,
 )
 from rlmesh_stream.consumers.datasets.packed import NO_UNIT, PACKERS, UNIT_KINDS, unit_of
-from rlmesh_stream.consumers.datasets.vector import all_read, release_session
+from rlmesh_stream.consumers.datasets.vector import all_read, release_prefix, release_session
 from rlmesh_stream.schemas.codec.leaves import LeafDecoder
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.errors import ContractError
@@ -101,6 +103,9 @@ class Joiner:
         # units still pending at that commit (`kept`) are read again
         self.frontier: dict[TP, int] = {}
         self.kept: set[Unit] = set()
+        # the kept vector sessions' first offsets: below them (in a partition read again
+        # from an earlier unit's) their records are groups dropped before, not read again
+        self._floors: dict[Unit, dict[TP, int]] = {}
         # the kept units' first records: below the frontier, one of these that names
         # another unit is a NEXT_STEP roll's observation, its next episode's (read again)
         self._kept_at: set[tuple[TP, int]] = set()
@@ -177,8 +182,14 @@ class Joiner:
         self.sessions = state["sessions"]
         self._first = state["first"]  # still the resume point until they are released
         self.kept = set(self._first)
-        self._kept_at = {(tp, offset) for where in self._first.values()
+        self._kept_at = {(tp, offset) for unit, where in self._first.items() if unit[0] == "e"
                          for tp, offset in where.items()}
+        self._floors = {unit: dict(where) for unit, where in self._first.items()
+                        if unit[0] == "s"}
+        for unit in self._floors:  # its groups (of lanes not known yet) read again from 0
+            s = self.sessions.get(unit[1])
+            if s is not None:
+                s.groups = GroupSession(0, known=set(s.early), real=s.dropped_real)
         self.skipped = state["skipped"]
         self.skip_examples = state["skip_examples"]
         self.frontier = frontier
@@ -244,10 +255,13 @@ class Joiner:
         self._at, self._roll_again = None, False
         if where is not None and unit is not None:
             tp = (where[0], where[1])
-            if where[2] < self.frontier.get(tp, -1) and unit not in self.kept:
-                if (tp, where[2]) not in self._kept_at:
-                    return  # read and released before the last restart
-                self._roll_again = True
+            if where[2] < self.frontier.get(tp, -1):
+                if where[2] < self._floors.get(unit, {}).get(tp, -1):
+                    return  # a vector session's group dropped before the last restart
+                if unit not in self.kept:
+                    if (tp, where[2]) not in self._kept_at:
+                        return  # read and released before the last restart
+                    self._roll_again = True
             self._at = (tp, where[2])
             self._note_first(unit, tp, where[2])
         session_id = v[0]
@@ -348,7 +362,14 @@ class Joiner:
         session = self._session(session_id)
         groups = session.groups
         if groups is None:
+            if session.released_whole:
+                # a group read after its session was released whole (its lanes' last
+                # NEXT_STEP rolls): held nowhere, no resume point, no episode pending
+                self.forget(("s", session_id))
+                return GroupSession(lanes)
             groups = session.groups = GroupSession(lanes)
+        elif not groups.lanes:  # restored (`restore`): its width known now
+            groups.lanes = lanes
         if records and records != groups.known_records:
             # the records not seen before in this session, found at C speed: a lane starts
             # an episode every few group steps, the others name the same ones
@@ -364,7 +385,7 @@ class Joiner:
          infos) = v[:9]
         if num_envs > 1 or len(records) > 1:
             self._groups(session_id, num_envs, records, v[9:]).add_observation(
-                records, leaves, spec, is_reset)
+                records, leaves, spec, is_reset, self._at)
             return
         if not record:
             return
@@ -410,7 +431,7 @@ class Joiner:
         session_id, record, records, step, leaves, spec = v[:6]
         if len(records) > 1:
             self._groups(session_id, len(records), records, v[6:]).add_action(
-                record, step, records, leaves, spec)
+                record, step, records, leaves, spec, self._at)
             return
         if not record:
             return
@@ -428,7 +449,7 @@ class Joiner:
         session_id, record, step, rewards, terminated, truncated, rolls, infos = v[:8]
         if len(rewards) > 1:
             self._groups(session_id, len(rewards), [], v[8:]).add_step(
-                record, step, rewards, terminated, truncated, rolls)
+                record, step, rewards, terminated, truncated, rolls, self._at)
             return
         if not record:
             return
@@ -522,10 +543,19 @@ class Joiner:
         for session_id in looked_at:
             session = self.sessions[session_id]
             mine = self._by_session.get(session_id, {})
-            if session.groups is not None and (final or all_read(session, mine, session_id)):
+            groups = session.groups
+            if groups is not None and (final or all_read(session, mine, session_id)):
                 out.extend(release_session(self, session_id, session, dict(mine)))
                 self._by_session[session_id] = {k: ep for k, ep in mine.items()
                                                 if k in self.pending}
+            elif groups is not None and groups.held() > max(self.max_held_steps,
+                                                            groups.next_try):
+                # a running session holding too much: its episodes whole so far go now
+                out.extend(release_prefix(self, session_id, session, dict(mine),
+                                          self.max_held_steps))
+                self._by_session[session_id] = {k: ep for k, ep in mine.items()
+                                                if k in self.pending}
+                self._dirty.add(session_id)
         out.extend(self._release_single(final, looked_at))
         for e in out:
             self.sessions[e.session_id].exported += 1
@@ -674,9 +704,18 @@ class Joiner:
 
 
 def _session_row(s: SessionState) -> list[Any]:
-    """A session's flags and counts, as the state's JSON holds them."""
-    return [s.ended, s.failed, s.caution, list(s.totals) if s.totals else None, s.exported,
-            [[record, *d] for record, d in s.decided.items()]]
+    """A session's flags and counts, as the state's JSON holds them (state.py `_session`):
+    what only some sessions have in one trailing dict, its keys only when set."""
+    row: list[Any] = [s.ended, s.failed, s.caution, list(s.totals) if s.totals else None,
+                      s.exported]
+    extra = {"decided": [[record, *d] for record, d in s.decided.items()],
+             "early": [[r, lane, index] for r, (lane, index) in sorted(s.early.items())],
+             "early_done": s.early_done, "dropped_steps": s.dropped_real,
+             "released_whole": s.released_whole}
+    extra = {k: v for k, v in extra.items() if v}
+    if extra:
+        row.append(extra)
+    return row
 
 
 def _checksum(leaves: list[bytes]) -> int:

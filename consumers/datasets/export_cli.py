@@ -73,7 +73,8 @@ def export() -> None:
 @click.option("--max-held-steps", type=COUNT, default=DEFAULT_MAX_HELD_STEPS,
               show_default=True,
               help="The memory bound: steps a running session's episodes may hold before its "
-                   "whole ones are written without waiting for its end; an episode longer "
+                   "whole ones are written without waiting for its end (a vector-env "
+                   "session's: lane steps); an episode of a single-lane session longer "
                    "than this is skipped (too_long). About 530 bytes a step of 4 floats.")
 @click.option("--trust-env-spec", is_flag=True,
               help="--format minari: take every producer's env spec as it is, even one the "

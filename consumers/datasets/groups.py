@@ -32,6 +32,8 @@ from rlmesh_stream.schemas.codec.leaves import LeafDecoder
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.errors import ContractError
 
+Where = tuple[tuple[str, int], int]  # a record's (topic, partition) and offset
+
 
 @dataclass
 class GroupAction:
@@ -39,6 +41,7 @@ class GroupAction:
     records: list[str]
     leaves: list[bytes] | None
     spec: bytes
+    at: Where | None = None
 
 
 @dataclass
@@ -48,6 +51,7 @@ class GroupStep:
     terminated: list[bool]
     truncated: list[bool]
     rolls: list[bool]
+    at: Where | None = None
 
 
 @dataclass
@@ -55,11 +59,16 @@ class GroupObservation:
     records: list[str]
     leaves: list[bytes] | None
     spec: bytes
+    at: Where | None = None
+    # a reset observation's place: the group step whose observation comes next
+    before: int = 0
 
 
 @dataclass
 class GroupSession:
-    """Every group event of one vector-env session, by group step (kept until it ends)."""
+    """The group events of one vector-env session held, by group step k: from `base` on
+    (the groups below were dropped once no episode held needed them, vector.py's
+    `release_prefix`; after a restart k counts again from 0 at the first group kept)."""
 
     lanes: int
     resets: list[GroupObservation] = field(default_factory=list)  # in publishing order
@@ -74,30 +83,48 @@ class GroupSession:
     # lane steps; kept by that function alone, as the groups are looked at
     counted: int = 0
     real: int = 0
+    base: int = 0  # the lowest group step held
+    # the held lane steps past which the groups are looked at again for episodes to release
+    # early (`release_prefix`): not at every commit while open episodes hold them
+    next_try: int = 0
+
+    def held(self) -> int:
+        """The lane steps held: groups held times lanes."""
+        return max(len(self.actions), len(self.steps), len(self.observations)) * self.lanes
+
+    def prefix(self, end: int) -> GroupSession:
+        """The groups `base`..`end - 1` (each with its action, step and observation) and
+        every reset observation, numbered as here: a view, nothing copied but the dicts."""
+        keys = range(self.base, end)
+        return GroupSession(self.lanes, self.resets, {k: self.actions[k] for k in keys},
+                            {k: self.steps[k] for k in keys},
+                            {k: self.observations[k] for k in keys}, base=self.base)
 
     def add_observation(self, records: list[str], leaves: list[bytes] | None, spec: bytes,
-                        is_reset: bool) -> None:
+                        is_reset: bool, at: Where | None = None) -> None:
         """A group observation (`spec`: the space serialised)."""
-        obs = GroupObservation(records, leaves, spec)
+        k = self.base + len(self.observations)
+        obs = GroupObservation(records, leaves, spec, at, k)
         if is_reset:
             self.resets.append(obs)
         else:
-            self.observations[len(self.observations)] = obs
+            self.observations[k] = obs
 
     def observation_at(self, group: int) -> GroupObservation:
         """Group k's observation, or for k < 0 the (-1 - k)-th reset observation."""
         return self.resets[-1 - group] if group < 0 else self.observations[group]
 
     def add_action(self, record: str, step: int, records: list[str],
-                   leaves: list[bytes] | None, spec: bytes) -> None:
+                   leaves: list[bytes] | None, spec: bytes, at: Where | None = None) -> None:
         """A group action: the primary lane's (record, step), every lane's record."""
-        self.actions[len(self.actions)] = GroupAction((record, step), records, leaves, spec)
+        self.actions[self.base + len(self.actions)] = GroupAction(
+            (record, step), records, leaves, spec, at)
 
     def add_step(self, record: str, step: int, rewards: list[float], terminated: list[bool],
-                 truncated: list[bool], rolls: list[bool]) -> None:
+                 truncated: list[bool], rolls: list[bool], at: Where | None = None) -> None:
         """A group step: the primary lane's (record, step), every lane's outcome."""
-        self.steps[len(self.steps)] = GroupStep((record, step), rewards, terminated,
-                                                truncated, rolls)
+        self.steps[self.base + len(self.steps)] = GroupStep(
+            (record, step), rewards, terminated, truncated, rolls, at)
 
 
 @dataclass
@@ -131,34 +158,41 @@ def real_steps(session: GroupSession) -> int:
     while k in actions and k in steps:
         new.append(k)
         k += 1
-    if new:
-        records = [actions[g].records for g in new]
-        rolls = [steps[g].rolls for g in new]
-        lanes = len(records[0])
-        if all(len(r) == lanes for r in records) and all(len(r) == lanes for r in rolls):
-            size = lanes * len(new)
-            named = np.fromiter(map(bool, chain.from_iterable(records)), bool, size)
-            rolled = np.fromiter(chain.from_iterable(rolls), bool, size)
-            real += int(np.count_nonzero(named & ~rolled))
-        else:  # groups of different widths
-            for names, rolled_of in zip(records, rolls, strict=True):
-                real += sum(1 for lane in range(min(len(names), len(rolled_of)))
-                            if names[lane] and not rolled_of[lane])
+    real += lane_steps(session, new)
     session.counted, session.real = k, real
     return real
 
 
+def lane_steps(session: GroupSession, ks: list[int]) -> int:
+    """The lane steps (lanes naming an episode that did not roll) of groups `ks`, each
+    with its action and step."""
+    if not ks:
+        return 0
+    records = [session.actions[g].records for g in ks]
+    rolls = [session.steps[g].rolls for g in ks]
+    lanes = len(records[0])
+    if all(len(r) == lanes for r in records) and all(len(r) == lanes for r in rolls):
+        size = lanes * len(ks)
+        named = np.fromiter(map(bool, chain.from_iterable(records)), bool, size)
+        rolled = np.fromiter(chain.from_iterable(rolls), bool, size)
+        return int(np.count_nonzero(named & ~rolled))
+    return sum(1 for names, rolled_of in zip(records, rolls, strict=True)  # of different widths
+               for lane in range(min(len(names), len(rolled_of)))
+               if names[lane] and not rolled_of[lane])
+
+
 def assemble(session: GroupSession, lane_order: dict[int, list[str]]) -> Assembly:
     """Walk the groups lane by lane; `lane_order`: each lane's record ids in start order."""
-    total = max(len(session.actions), len(session.steps))
-    bad = {k for k in range(total) if k not in session.actions or k not in session.steps
+    base = session.base
+    total = range(base, base + max(len(session.actions), len(session.steps)))
+    bad = {k for k in total if k not in session.actions or k not in session.steps
            or k not in session.observations}
     if len(session.observations) != len(session.steps) or not (
             0 <= len(session.actions) - len(session.steps) <= 1):
         # an event missing somewhere (only a failed session's last action may lack its step):
         # which group it was cannot be known, so no lane can be placed with certainty
         return Assembly({}, "misaligned", bad, None)
-    for k in range(total):
+    for k in total:
         action, step, obs = (session.actions.get(k), session.steps.get(k),
                              session.observations.get(k))
         if action is not None and ((step is not None and action.primary != step.primary)
@@ -171,7 +205,7 @@ def assemble(session: GroupSession, lane_order: dict[int, list[str]]) -> Assembl
                 episodes[record] = LaneEpisode(lane, (-1 - r, lane))
             elif record and episodes[record].reset is None:
                 episodes[record].reset = (-1 - r, lane)
-    placed = [k for k in range(total) if k in session.actions and k in session.steps]
+    placed = [k for k in total if k in session.actions and k in session.steps]
     # per lane, the episode started after each (a roll's observation is its reset one)
     following = {(lane, a): b for lane, order in lane_order.items()
                  for a, b in pairwise(order)}
@@ -235,7 +269,7 @@ def _placed_by_arrays(session: GroupSession, placed: list[int],
     record_codes = codes[ordered]
     bounds = np.flatnonzero(np.diff(record_codes)) + 1
     starts = np.concatenate([[0], bounds]).tolist() if len(ordered) else []
-    ends = [*starts[1:], len(ordered)]
+    ends = [*starts[1:], len(ordered)] if starts else []
     groups_of = ks[ordered // lanes]
     for start, end in zip(starts, ends, strict=True):
         record = names[record_codes[start]]
@@ -277,7 +311,7 @@ class LaneValues:
         read as one array (`whole`), when they can be, else decoded from its group."""
         whole = self.whole("obs")
         if group >= 0 and whole is not None and lane < whole.shape[1]:
-            return whole[group, lane]
+            return whole[group - self.session.base, lane]
         return self.observation(group, lane)
 
     def observation(self, group: int, lane: int) -> Any:
@@ -290,11 +324,11 @@ class LaneValues:
 
     def step_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The session's rewards (float64), terminated and truncated (bool) as (G, lanes)
-        arrays, group k in row k, built once; None when the groups are not numbered
-        0..G-1 or differ in width (each lane's steps then read group by group)."""
+        arrays, group k in row k - base, built once; None when the groups are not numbered
+        base..base+G-1 or differ in width (each lane's steps then read group by group)."""
         if self._steps is None:
-            steps = self.session.steps
-            rows = [steps[k] for k in range(len(steps)) if k in steps]
+            steps, base = self.session.steps, self.session.base
+            rows = [steps[k] for k in range(base, base + len(steps)) if k in steps]
             self._steps = False
             if rows and len(rows) == len(steps):
                 try:  # ragged (groups of different widths): a ValueError
@@ -358,14 +392,15 @@ class LaneValues:
         whole = self.whole(kind)
         if whole is None or not len(groups) or lane >= whole.shape[1]:
             return None
-        return whole[np.asarray(groups, dtype=np.intp), lane]
+        return whole[np.asarray(groups, dtype=np.intp) - self.session.base, lane]
 
     def _stack(self, items: dict[int, Any]) -> np.ndarray | None:
         if not items:
             return None
-        first = items[0] if 0 in items else next(iter(items.values()))
+        base = self.session.base
+        first = items[base] if base in items else next(iter(items.values()))
         n, spec = len(first.records), first.spec
-        if len(items) != max(items) + 1 or any(
+        if len(items) != max(items) + 1 - base or any(
                 v.spec != spec or v.leaves is None or len(v.leaves) != 1
                 or len(v.records) != n for v in items.values()):
             return None
@@ -374,7 +409,7 @@ class LaneValues:
             return None
         leaf = leaves[0]
         width = int(np.prod(leaf.shape, dtype=np.int64)) * leaf.dtype.itemsize * n
-        slabs = [items[k].leaves[0] for k in range(len(items))]
+        slabs = [items[k].leaves[0] for k in range(base, base + len(items))]
         if any(len(slab) != width for slab in slabs):
             return None
         array = np.frombuffer(b"".join(slabs), dtype=leaf.dtype)

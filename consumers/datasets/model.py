@@ -119,6 +119,15 @@ class SessionState:
     # single-lane episodes released or skipped whose later records may still come (their
     # roll's, a lagging topic's), by record id (episodes.py)
     decided: dict[str, Decided] = field(default_factory=dict)
+    # a vector-env session's episodes released early (vector.py `release_prefix`): those
+    # a restart needs (record -> lane, episode index), how many in all, and the lane steps
+    # of the groups dropped (`all_read` counts them)
+    early: dict[str, tuple[int, int]] = field(default_factory=dict)
+    early_done: int = 0
+    dropped_real: int = 0
+    # a vector-env session released whole once it ended: a group read after (its last
+    # NEXT_STEP rolls, no step counted in its totals) makes no episode pending again
+    released_whole: bool = False
 
 
 @dataclass

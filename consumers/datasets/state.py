@@ -39,8 +39,8 @@ _COUNTS = ("exported", "exported_steps", "tagged_caution", "without_terminal_obs
 
 def dump(joiner_state: dict[str, Any], certificate: Certificate) -> dict[str, Any]:
     """JSON-ready values of a joiner's `state()` (its rows JSON-ready already: sessions
-    as [ended, failed, caution, totals, exported, decided], pending units as [unit, [[topic,
-    partition, offset], ...]]) and the certificate."""
+    as [ended, failed, caution, totals, exported(, extra)] (`_session`), pending units as
+    [unit, [[topic, partition, offset], ...]]) and the certificate."""
     return {
         "version": VERSION, "sessions": joiner_state["sessions"],
         "first": joiner_state["first"],
@@ -63,10 +63,7 @@ def load(data: Any, source: str) -> dict[str, Any]:
     try:
         if data.get("version") != VERSION:
             raise ValueError(f"version {data.get('version')!r}, expected {VERSION}")
-        sessions = {str(sid): SessionState(bool(v[0]), bool(v[1]), bool(v[2]), None,
-                                           (int(v[3][0]), int(v[3][1])) if v[3] else None,
-                                           int(v[4]), _decided(v[5] if len(v) > 5 else []))
-                    for sid, v in data["sessions"].items()}
+        sessions = {str(sid): _session(v) for sid, v in data["sessions"].items()}
         first = {tuple(str(x) for x in unit): {(str(t), int(p)): int(o) for t, p, o in where}
                  for unit, where in data["first"]}
         cert = data["certificate"]
@@ -89,11 +86,25 @@ def load(data: Any, source: str) -> dict[str, Any]:
                            f"{exc}); remove the dataset and export again") from None
 
 
-def _decided(rows: Any) -> dict[str, Decided]:
-    """A session's decided episodes from their rows ([record, roll step, checksum, lane]; a
-    state written before they were kept has none)."""
-    return {str(record): Decided(*(None if x is None else int(x) for x in values))
-            for record, *values in rows}
+def _session(v: list[Any]) -> SessionState:
+    """A session's row: [ended, failed, caution, totals, exported], then (absent from a
+    state written before, and while all are defaults) one dict of what only some sessions
+    keep, each key only when set: a single-lane session's decided episodes ("decided":
+    [[record, roll step, terminal checksum, lane], ...]), and what a vector-env session's
+    early release keeps (vector.py): "early" ([[record, lane, episode index], ...]),
+    "early_done", "dropped_steps", "released_whole"."""
+    s = SessionState(bool(v[0]), bool(v[1]), bool(v[2]), None,
+                     (int(v[3][0]), int(v[3][1])) if v[3] else None, int(v[4]))
+    if len(v) > 5:
+        extra = v[5]
+        s.decided = {str(record): Decided(*(None if x is None else int(x) for x in values))
+                     for record, *values in extra.get("decided", [])}
+        s.early = {str(r): (int(lane), int(index))
+                   for r, lane, index in extra.get("early", [])}
+        s.early_done = int(extra.get("early_done", 0))
+        s.dropped_real = int(extra.get("dropped_steps", 0))
+        s.released_whole = bool(extra.get("released_whole", False))
+    return s
 
 
 class Changes:

@@ -4,16 +4,34 @@ Called by the joiner once the session has ended and all its events were read
 (`all_read`), or at the end of an offline run. The placement rules are in
 groups.py; here each episode record of the session gets its verdict (skipped
 with a reason, or built from its lane's observations, actions and steps).
+
+A running session holding more than `max_held_steps` lane steps releases early
+(`release_prefix`) the episodes whole in its groups read so far, and drops the groups no
+episode still open needs: its memory is bounded by its open episodes, not its length.
+The session's state row keeps what a restart needs of the episodes released early (those
+its kept groups still name, each lane's last: a roll after it gives the next episode its
+reset observation), their count, and the lane steps of the groups dropped; its unit's
+resume point is its first record kept per partition, below which a restart reads none of
+its records again (the groups are numbered from 0 again there).
 """
 
 from __future__ import annotations
 
+from itertools import chain, pairwise
 from typing import Any, Protocol
 
 import numpy as np
 
-from rlmesh_stream.consumers.datasets.groups import LaneValues, assemble, real_steps
+from rlmesh_stream.consumers.datasets.groups import (
+    GroupObservation,
+    GroupSession,
+    LaneValues,
+    assemble,
+    lane_steps,
+    real_steps,
+)
 from rlmesh_stream.consumers.datasets.model import (
+    TP,
     Episode,
     Filters,
     Key,
@@ -33,7 +51,11 @@ class JoinerView(Protocol):
     filters: Filters
     pending: dict[Key, PendingEpisode]
     skip_examples: dict[str, str]
+    _first: dict[Unit, dict[TP, int]]
+
     def forget(self, unit: Unit) -> None: ...
+
+    def _note_first(self, unit: Unit, tp: TP, offset: int) -> None: ...
 
     def _skip(self, reason: str, ep: PendingEpisode) -> None: ...
 
@@ -49,12 +71,7 @@ def release_session(joiner: JoinerView, session_id: str, session: SessionState,
     mine = {k[1]: ep for k, ep in pending.items()}
     if not session.ended and any(ep.completed is None for ep in mine.values()):
         return []  # still running at the end of the history: a later run decides
-    lane_order: dict[int, list[str]] = {}
-    for record, ep in sorted(mine.items(), key=lambda kv: (
-            (kv[1].started or {}).get("episode_index") or 0, kv[0])):
-        if ep.started is not None:
-            lane_order.setdefault(int(ep.started["env_index"]), []).append(record)
-    found = assemble(groups, lane_order)
+    found = assemble(groups, _lane_order(mine, session))
     values = LaneValues(groups)
     whole: list[tuple[PendingEpisode, Any, np.ndarray]] = []
     for record, ep in sorted(mine.items()):
@@ -70,8 +87,178 @@ def release_session(joiner: JoinerView, session_id: str, session: SessionState,
             whole.append((ep, lane_ep, ks))
     out = _built(joiner, session, values, whole)
     session.groups = None
+    session.early = {}
+    session.released_whole = session.ended
     joiner.forget(("s", session_id))
     return out
+
+
+def _lane_order(mine: dict[str, PendingEpisode], session: SessionState) -> dict[int, list[str]]:
+    """Each lane's episode records in start order: the pending ones started, and those
+    released early that the session still remembers (a roll after one of them gives the
+    next its reset observation)."""
+    known = [(int(ep.started["env_index"]), ep.started.get("episode_index") or 0, record)
+             for record, ep in mine.items() if ep.started is not None]
+    known += [(lane, index, record) for record, (lane, index) in session.early.items()
+              if record not in mine]
+    lane_order: dict[int, list[str]] = {}
+    for lane, _, record in sorted(known, key=lambda t: (t[1], t[2])):
+        lane_order.setdefault(lane, []).append(record)
+    return lane_order
+
+
+def release_prefix(joiner: JoinerView, session_id: str, session: SessionState,
+                   pending: dict[Key, PendingEpisode], limit: int) -> list[Episode]:
+    """A running session holding too many group steps (more lane steps than `limit`): the
+    episodes completed whole in its groups read so far (each group up to the first one
+    missing its action, step or observation) are released now, and the groups below the
+    first one an episode not released still needs are dropped. Groups that do not line up
+    release nothing here (the session's release decides, as without the bound)."""
+    groups = session.groups
+    assert groups is not None
+    real_steps(groups)  # the groups to drop counted first
+    end = groups.base
+    while end in groups.actions and end in groups.steps and end in groups.observations:
+        end += 1
+    out: list[Episode] = []
+    if end > groups.base:
+        view = groups.prefix(end)
+        mine = {k[1]: ep for k, ep in pending.items()}
+        found = assemble(view, _lane_order(mine, session))
+        if found.problem is None:
+            out = _release_whole(joiner, session_id, session, mine, view, found.episodes)
+            following = {(lane, a): b for lane, order in _lane_order(
+                {r: ep for r, ep in mine.items() if (session_id, r) in joiner.pending},
+                session).items() for a, b in pairwise(order)}
+            drop = _first_needed(session, view, end, following)
+            if drop > groups.base:
+                _drop(joiner, session_id, session, drop)
+    # looked at again once it holds half the bound more, or half as much again: open
+    # episodes holding many group steps are not walked again at every commit
+    held = groups.held()
+    groups.next_try = max(limit, held + max(limit // 2, held // 2))
+    return out
+
+
+def _release_whole(joiner: JoinerView, session_id: str, session: SessionState,
+                   mine: dict[str, PendingEpisode], view: GroupSession,
+                   found: dict[str, Any]) -> list[Episode]:
+    """The completed episodes whole in `view` (every step there, a reset observation):
+    released, or skipped for a reason the whole session's release would give them too."""
+    values = LaneValues(view)
+    whole: list[tuple[PendingEpisode, Any, np.ndarray]] = []
+    for record, ep in sorted(mine.items()):
+        lane_ep = found.get(record)
+        if (ep.completed is None or ep.started is None or ep.route is None or lane_ep is None
+                or lane_ep.reset is None
+                or len(lane_ep.groups) != int(ep.completed["step_count"])):
+            continue  # open, or not whole here: left to a later look or the session's end
+        del joiner.pending[(session_id, record)]
+        joiner.forget(("e", session_id, record))
+        session.early[record] = (lane_ep.lane, ep.started.get("episode_index") or 0)
+        session.early_done += 1
+        verdict = _verdict(joiner, ep, session, None)
+        if verdict is not None:
+            joiner._skip(verdict, ep)
+            continue
+        ks = _checked(joiner, ep, lane_ep, set(), values)
+        if ks is not None:
+            whole.append((ep, lane_ep, ks))
+    return _built(joiner, session, values, whole)
+
+
+def _needed(obs: GroupObservation, early: dict[str, Any]) -> bool:
+    """A reset observation naming an episode not released yet."""
+    return any(record and record not in early for record in obs.records)
+
+
+def _first_needed(session: SessionState, view: GroupSession, end: int,
+                  following: dict[tuple[int, str], str]) -> int:
+    """The first group still needed: one holding a lane of an episode not released, or
+    a roll whose next episode (its reset observation) is not released or not known yet,
+    or the first whose observation comes after a reset observation still needed."""
+    early = session.early
+    first = end
+    for obs in view.resets:  # in publishing order: their places ascending
+        if _needed(obs, early):
+            first = min(first, obs.before)
+            break
+    for k in range(view.base, first):
+        records, rolls = view.actions[k].records, view.steps[k].rolls
+        for lane, record in enumerate(records):
+            if not record:
+                continue
+            if record not in early:
+                return k
+            if lane < len(rolls) and rolls[lane]:
+                after = following.get((lane, record))
+                if after is not None and after in early:
+                    continue
+                nxt = view.actions.get(k + 1)
+                if after is None and nxt is not None and lane < len(nxt.records) and (
+                        not nxt.records[lane]):
+                    continue  # the lane's last roll: no episode begins from it
+                return k
+    return first
+
+
+def _drop(joiner: JoinerView, session_id: str, session: SessionState, drop: int) -> None:
+    """Groups `base`..`drop - 1` and the reset observations before group `drop`'s (none
+    still needed) are forgotten; the session's resume point moves to its first record
+    kept in each partition (past its last one dropped where none is kept)."""
+    groups = session.groups
+    assert groups is not None and groups.counted >= drop
+    gone = list(range(groups.base, drop))
+    session.dropped_real += lane_steps(groups, gone)
+    last: dict[TP, int] = {}
+    dropped: list[Any] = [groups.actions.pop(k) for k in gone]
+    dropped += [groups.steps.pop(k) for k in gone]
+    dropped += [groups.observations.pop(k) for k in gone]
+    resets = groups.resets
+    cut = 0
+    while cut < len(resets) and (resets[cut].before < drop or (
+            resets[cut].before == drop and not _needed(resets[cut], session.early))):
+        cut += 1
+    dropped += resets[:cut]
+    del resets[:cut]
+    groups.base = drop
+    for item in dropped:
+        if item.at is not None:
+            tp, offset = item.at
+            last[tp] = max(last.get(tp, offset), offset)
+    unit = ("s", session_id)
+    first: dict[TP, int] = {}
+    kept: Any = chain(resets, groups.actions.values(), groups.steps.values(),
+                      groups.observations.values())
+    for item in kept:
+        if item.at is not None:
+            tp, offset = item.at
+            first[tp] = min(first.get(tp, offset), offset)
+    for tp, offset in last.items():
+        first.setdefault(tp, offset + 1)
+    for tp, offset in joiner._first.get(unit, {}).items():
+        first.setdefault(tp, offset)  # none of its records there since: still the floor
+    joiner.forget(unit)
+    for tp, offset in sorted(first.items()):
+        joiner._note_first(unit, tp, offset)
+    _forget_early(session, groups, joiner.pending, session_id)
+
+
+def _forget_early(session: SessionState, groups: GroupSession,
+                  pending: dict[Key, PendingEpisode], session_id: str) -> None:
+    """Of the episodes released early, remember only those the kept groups name and each
+    lane's last (its roll may come later): at most a few per lane, the state row small."""
+    named = set(chain.from_iterable(a.records for a in groups.actions.values()))
+    named.update(chain.from_iterable(o.records for o in groups.observations.values()))
+    named.update(chain.from_iterable(o.records for o in groups.resets))
+    last: dict[int, tuple[int, str]] = {}
+    for record, (lane, index) in session.early.items():
+        if lane not in last or last[lane][0] < index:
+            last[lane] = (index, record)
+    keep = named | {record for _, record in last.values()}
+    session.early = {r: v for r, v in session.early.items() if r in keep}
+    groups.known = {r for r in groups.known
+                    if r in session.early or (session_id, r) in pending}
 
 
 def _verdict(joiner: JoinerView, ep: PendingEpisode, session: SessionState,
@@ -135,15 +322,16 @@ def _built(joiner: JoinerView, session: SessionState, values: LaneValues,
         return [array[a:b] for a, b in bounds]
 
     obs_all, act_all = values.whole("obs"), values.whole("act")
+    rows = ks - groups.base  # group k in row k - base
     if obs_all is not None and act_all is not None and max(lanes) < min(
             obs_all.shape[1], act_all.shape[1]):
-        obs_parts: Any = split(obs_all[ks, at])
-        act_parts: Any = split(act_all[ks, at])
+        obs_parts: Any = split(obs_all[rows, at])
+        act_parts: Any = split(act_all[rows, at])
     else:
         obs_parts = act_parts = [None] * len(whole)
     columns = values.step_columns()
     if columns is not None and max(lanes) < columns[0].shape[1]:
-        rewards, terminated, truncated = (split(c[ks, at]) for c in columns)
+        rewards, terminated, truncated = (split(c[rows, at]) for c in columns)
         steps_of = [Steps(*row) for row in zip(rewards, terminated, truncated, strict=True)]
     else:  # groups of different widths: group by group
         steps_of = [Steps.of_rows([
@@ -197,4 +385,5 @@ def all_read(session: SessionState, pending: dict[Key, PendingEpisode], session_
     # released then, its episodes skipped as incomplete)
     completed = [ep for (sid, _), ep in pending.items()
                  if sid == session_id and ep.completed is not None]
-    return len(completed) == total_episodes and all(ep.started is not None for ep in completed)
+    return (len(completed) + session.early_done == total_episodes
+            and all(ep.started is not None for ep in completed))
