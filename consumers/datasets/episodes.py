@@ -15,12 +15,13 @@ Memory is bounded by `max_held_steps` per single-lane session: a session that ha
 ended holds its whole episodes (to tag them from a caution advisory read later) until its
 episodes pending hold more steps than that; its whole episodes are then released at once
 (a caution read afterwards is counted as `exported_before_their_caution_advisory`, not
-tagged), and an episode that alone passes the bound is skipped as `too_long` when its
-session ends, its observations, actions and steps dropped at once (a restart reads it again
-up to the bound). About 530 bytes a step for CartPole's four floats (Python's heap,
-measured with tracemalloc): 0.53 GB per session at the default bound. A running vector-env
-session holding more lane steps than that releases its episodes whole so far and drops the
-group steps no open episode needs (vector.py `release_prefix`).
+tagged), and an episode that alone passes the bound is skipped as `too_long` once its
+session ended and its terminal observation was read, its observations, actions and steps
+dropped at once (a restart reads it again up to the bound). About 530 bytes a step for
+CartPole's four floats (Python's heap, measured with tracemalloc): 0.53 GB per session at
+the default bound. A running vector-env session holding more lane steps than that
+releases its episodes whole so far and drops the group steps no open episode needs
+(vector.py `release_prefix`).
 
 Single-lane events (the SDK bridge publishes every lane of a vector env as
 its own lane) place themselves (runtime-events.md §3, "Step numbers"): an
@@ -32,14 +33,16 @@ observation's infos may carry the env's spec (`events.ENV_SPEC_INFO`), kept with
 A one-lane session under NEXT_STEP autoreset rolls after each episode: one more action,
 step (`autoreset_roll`) and observation attributed to the ended episode, the observation
 being the next episode's reset observation (runtime-events.md §3). An episode's records of
-one type sit in one partition in publishing order, so the roll's observation is the one
-read after the episode's terminal one, at the same step T and with other bytes (equal
-bytes: the same observation sent again). The next episode (`events.next_episode_record_id`)
-holds it, and takes it as its reset observation once its start says it began from a roll;
-its offset is that episode's resume point. A session remembers the episodes it decided
-(released or skipped) whose records may still come (`SessionState.decided`, in its state
-row): their later records are dropped, never made pending again (counted twice, or holding
-a live run's resume point), except a roll's observation, found by its step and bytes.
+one type sit in one partition in publishing order (a producer's copies of a record are
+dropped before, redelivery.py), so the roll's observation is the one read after the
+episode's terminal one, at the same step T. The next episode
+(`events.next_episode_record_id`) holds it, and takes it as its reset observation once its
+start says it began from a roll; its offset is that episode's resume point. An episode is
+decided (released or skipped) only once its terminal observation was read, or its session
+failed, or at the end of an offline run; a session remembers the episodes it decided whose
+records may still come (`SessionState.decided`, in its state row): their later records are
+dropped, never made pending again (counted twice, or holding a live run's resume point),
+except a roll's observation (at the roll's step).
 
 Events carrying several lanes are a vector-env session's group steps, split into lanes
 (groups.py, vector.py) once the session has ended. The data classes are in model.py; what
@@ -53,7 +56,6 @@ or forgotten moves the resume point and the state's journal at once).
 from __future__ import annotations
 
 import heapq
-import zlib
 from collections import Counter
 from itertools import islice
 from typing import Any
@@ -263,7 +265,9 @@ class Joiner:
                         return  # read and released before the last restart
                     self._roll_again = True
             self._at = (tp, where[2])
-            self._note_first(unit, tp, where[2])
+            first = self._first.get(unit)
+            if first is None or tp not in first:  # else nothing to note: most records
+                self._note_first(unit, tp, where[2])
         session_id = v[0]
         self._touched.add(session_id)
         self._dirty.add(session_id)
@@ -397,16 +401,21 @@ class Joiner:
             decided = self._session(session_id).decided.get(record)
             if decided is not None:
                 self.forget(("e", session_id, record))
-                if not is_reset and step == decided.roll_step and leaves is not None:
-                    self._late_terminal_or_roll(session_id, record, decided, leaves, spec,
-                                                v[9:])
+                if not is_reset and step == decided.roll_step:
+                    self._roll(session_id, record, leaves, spec, v[9:])
                 return
         ep = self._episode(session_id, record, v[9:])
         if ep is None:
             return
+        if is_reset:
+            ep.obs_high = max(ep.obs_high, 0)
+        elif step == ep.obs_high and (ep.completed is None
+                                      or step == ep.completed["step_count"]):
+            self._roll(session_id, record, leaves, spec, v[9:])  # after its terminal one
+            return
+        else:
+            ep.obs_high = max(ep.obs_high, step)
         if ep.problem == TOO_LONG:
-            if not is_reset and leaves is not None:
-                self._after_too_long(ep, step, leaves, spec, v[9:])
             return
         ep.note_spec("obs_spec", spec)
         index = 0 if is_reset else step
@@ -414,10 +423,6 @@ class Joiner:
             ep.problem = ep.problem or "observation_leaves_omitted"
             return
         if index in ep.observations:
-            if (not is_reset and index == max(ep.observations)
-                    and leaves != ep.observations[index] and (
-                        ep.completed is None or index == ep.completed["step_count"])):
-                self._roll(session_id, record, leaves, spec, v[9:])  # after its terminal one
             return
         ep.observations[index] = leaves
         self._bound(ep)
@@ -436,7 +441,11 @@ class Joiner:
         if not record:
             return
         ep = self._episode(session_id, record, v[6:])
-        if ep is None or ep.problem == TOO_LONG:
+        if ep is None:
+            return
+        if step > ep.act_high:
+            ep.act_high = step
+        if ep.problem == TOO_LONG:
             return
         ep.note_spec("act_spec", spec)
         if leaves is None:
@@ -458,7 +467,11 @@ class Joiner:
                 self.forget(("e", session_id, record))  # no resume point of its own
             return
         ep = self._episode(session_id, record, v[8:])
-        if ep is None or ep.problem == TOO_LONG:
+        if ep is None:
+            return
+        if step > ep.step_high:
+            ep.step_high = step
+        if ep.problem == TOO_LONG:
             return
         if step not in ep.steps:
             self._held[session_id] += 1
@@ -466,37 +479,13 @@ class Joiner:
                                  infos)
         self._bound(ep)
 
-    def _late_terminal_or_roll(self, session_id: str, record: str,
-                               decided: Decided, leaves: list[bytes], spec: bytes,
-                               route: tuple[Any, ...]) -> None:
-        """An observation at the roll's step of an episode decided already: its terminal one
-        if that was not read (remembered by its checksum), else its roll's when the bytes
-        differ (equal: the terminal one sent again)."""
-        checksum = _checksum(leaves)
-        if decided.terminal is None:
-            self.sessions[session_id].decided[record] = decided._replace(terminal=checksum)
-            self._dirty.add(session_id)
-        elif checksum != decided.terminal:
-            self._roll(session_id, record, leaves, spec, route)
-
-    def _after_too_long(self, ep: PendingEpisode, step: int, leaves: list[bytes], spec: bytes,
-                        route: tuple[Any, ...]) -> None:
-        """An observation of an episode too long to hold (its values dropped): only its
-        newest step and checksum are kept, to find its roll's observation."""
-        checksum = _checksum(leaves)
-        if ep.tail is None or step > ep.tail[0]:
-            ep.tail = (step, checksum)
-        elif step == ep.tail[0] and checksum != ep.tail[1] and (
-                ep.completed is None or step == ep.completed["step_count"]):
-            self._roll(ep.session_id, ep.record_id, leaves, spec, route)
-
     def _roll(self, session_id: str, record: str, leaves: list[bytes] | None, spec: bytes,
               route: tuple[Any, ...]) -> None:
         """A NEXT_STEP roll's observation, attributed to the ended episode `record`: the next
         episode holds it (the first read wins), and its offset is that episode's resume
         point."""
         following = ev.next_episode_record_id(record)
-        if following is None or leaves is None:
+        if following is None:
             return
         ep = self._episode(session_id, following, route)
         if ep is not None and ep.roll_reset is None:
@@ -512,9 +501,6 @@ class Joiner:
         # T + 1 actions and observations: a roll's action is kept with its ended episode
         if len(ep.steps) > limit or len(ep.actions) > limit + 1 or (
                 len(ep.observations) > limit + 1):
-            if ep.observations:
-                newest = max(ep.observations)
-                ep.tail = (newest, _checksum(ep.observations[newest]))
             self._drop_values(ep)
             ep.problem = TOO_LONG
 
@@ -580,7 +566,7 @@ class Joiner:
             self.forget(("e", *key))
             if verdict == "forget":
                 continue
-            self._remember_decided(ep, session, released=verdict == "release")
+            self._remember_decided(ep, session)
             if verdict.startswith("skip:"):
                 self._drop_values(ep)
                 self._skip(verdict[5:], ep)
@@ -591,23 +577,18 @@ class Joiner:
                 out.append(built)
         return out
 
-    def _remember_decided(self, ep: PendingEpisode, session: SessionState, *,
-                          released: bool) -> None:
-        """Keep a decided episode (`SessionState.decided`) while its records may still come:
-        an episode released whole was read past every record of its lane's episodes before
-        it (each topic in order), so they are forgotten then; at most `DECIDED_KEPT` a
-        session (the oldest forgotten first: a session whose lanes share it, the SDK
-        bridge's, may skip many, a filtered one all)."""
+    def _remember_decided(self, ep: PendingEpisode, session: SessionState) -> None:
+        """Keep a decided episode (`SessionState.decided`) while its records may still come
+        (its roll's; any at the end of a history): one decided before the end was read out
+        (`read_out`, or whole), past every record of its lane's episodes before it (each
+        topic in order), so they are forgotten then; at most `DECIDED_KEPT` a session (the
+        oldest forgotten first)."""
         steps = None if ep.completed is None else int(ep.completed["step_count"])
         lane = None if ep.started is None else ep.started["env_index"]
-        if ep.tail is not None and steps in (None, ep.tail[0]):
-            entry = Decided(ep.tail[0], ep.tail[1], lane)
-        else:
-            terminal = ep.observations.get(steps) if steps is not None else None
-            entry = Decided(steps, None if terminal is None else _checksum(terminal), lane)
+        entry = Decided(steps, lane)
         decided = session.decided
         index = ev.episode_index_of(ep.record_id)
-        if released and index is not None and lane is not None:
+        if index is not None and lane is not None:
             for record in [r for r, d in decided.items() if d.lane == lane
                            and (ev.episode_index_of(r) or index) < index]:
                 del decided[record]
@@ -631,15 +612,21 @@ class Joiner:
         if ep.roll_reset is not None:
             if 0 not in ep.observations and ep.rolled_into():
                 leaves, spec = ep.roll_reset
-                ep.observations[0] = leaves
                 ep.note_spec("obs_spec", spec)
+                ep.obs_high = max(ep.obs_high, 0)
+                if leaves is None:
+                    ep.problem = ep.problem or "observation_leaves_omitted"
+                else:
+                    ep.observations[0] = leaves
             elif ep.holds_only_a_roll() and ((final and session.ended) or _past_the_last(
                     ep.record_id, session.totals)):
                 return "forget"  # the roll after the session's last episode: no episode
-        if ep.problem == TOO_LONG:  # decided once, when its session ends
-            return f"skip:{TOO_LONG}" if session.ended else None
         if ep.problem is not None:
-            return f"skip:{ep.problem}" if (session.ended or final) else None
+            # decided once its session ended and it was read out (only its roll's records
+            # come after; an episode not completed, at the end of the history, as below); a
+            # too-long one never before its session's end
+            done = session.ended and (final or ep.read_out())
+            return f"skip:{ep.problem}" if done or (final and ep.problem != TOO_LONG) else None
         if not session.ended and not final and (
                 ep.completed is None or self._held.get(ep.session_id, 0) <= self.max_held_steps):
             return None  # else a running session holding too much: its whole episodes go now
@@ -717,13 +704,6 @@ def _session_row(s: SessionState) -> list[Any]:
         row.append(extra)
     return row
 
-
-def _checksum(leaves: list[bytes]) -> int:
-    """An observation's leaves' CRC-32 (the same in every process, unlike `hash`)."""
-    checksum = 0
-    for leaf in leaves:
-        checksum = zlib.crc32(leaf, checksum)
-    return checksum
 
 
 def _first_row(unit: Unit, where: dict[TP, int]) -> list[Any]:

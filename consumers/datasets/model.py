@@ -72,12 +72,25 @@ class PendingEpisode:
     problem: str | None = None  # a reason this episode can never be released
     reset_infos: dict[str, Any] | None = None  # the reset observation's, env spec taken out
     env_spec: str | None = None  # the producer's `EnvSpec` JSON (events.ENV_SPEC_INFO)
-    # the previous episode's NEXT_STEP roll observation (leaves, space): this episode's reset
-    # observation once its start says it began from a roll (`rolled_into`)
-    roll_reset: tuple[list[bytes], bytes] | None = None
-    # once its values are dropped (too long): its newest observation's step and checksum,
-    # to tell its roll's observation from a repeated one
-    tail: tuple[int, int] | None = None
+    # the previous episode's NEXT_STEP roll observation (leaves, None when the producer
+    # omitted them; space): this episode's reset observation once its start says it began
+    # from a roll (`rolled_into`)
+    roll_reset: tuple[list[bytes] | None, bytes] | None = None
+    # the highest step of an observation, action and step read (kept when its values are
+    # dropped): a second observation at `obs_high` is its NEXT_STEP roll's, and an episode
+    # that cannot be released is decided once it was read to its end (`read_out`)
+    obs_high: int = -1
+    act_high: int = -1
+    step_high: int = -1
+
+    def read_out(self) -> bool:
+        """Started and completed, and its T steps, T actions and terminal observation read
+        (held or not): nothing of it is to come but its roll's records."""
+        if self.started is None or self.completed is None:
+            return False
+        steps = int(self.completed["step_count"])
+        return (self.obs_high >= steps and self.act_high >= steps - 1
+                and self.step_high >= steps - 1)
 
     def rolled_into(self) -> bool:
         """Its start says it began from a NEXT_STEP roll (auto-reset, no trial ordinal)."""
@@ -103,8 +116,8 @@ class Decided(NamedTuple):
     """A single-lane episode released or skipped, as its session remembers it (None:
     unknown)."""
 
-    roll_step: int | None  # the step of its roll's observation: its step count
-    terminal: int | None  # its terminal observation's checksum (a copy is no roll)
+    roll_step: int | None  # the step of its roll's observation (its step count), read
+    # after its terminal one: an episode is decided once that was read (or at the end)
     lane: int | None  # its env_index: a lane's episodes run one after another
 
 

@@ -17,7 +17,7 @@ import pytest
 from rlmesh_stream.infra.topics import ensure_topics
 from rlmesh_stream.producer.hooks import KafkaRuntimeHooks
 from rlmesh_stream.producer.manifest import EpisodeManifest, Manifest
-from rlmesh_stream.producer.simulator import simulate_fleet
+from rlmesh_stream.producer.simulator import WaitingForRoom, simulate_fleet
 from rlmesh_stream.schemas.connection.config import StreamConfig
 from rlmesh_stream.schemas.contract import events as ev
 from tests.publishing import close_delivered
@@ -105,6 +105,11 @@ def _export(fleet: Fleet, out: Path, fmt: str, **filters: Any):
     return sink
 
 
+def _rows(out: Path, table: str, order: list[str]) -> list[dict[str, Any]]:
+    rows = pads.dataset(out / table, partitioning="hive").to_table().to_pylist()
+    return sorted(rows, key=lambda r: tuple(r[c] for c in order))
+
+
 def test_parquet_episodes_equal_the_manifests_steps_rewards_and_outcomes(fleet, tmp_path):
     sink = _export(fleet, tmp_path / "pq", "parquet", include_abandoned=True)
 
@@ -169,6 +174,60 @@ def test_every_session_kind_exports_every_episode_skipping_only_failed_sessions_
     assert aborted
     assert cert["episodes_skipped"] == {"abandoned": aborted}
     assert cert["episodes_exported"] == len(_exportable(fleet, abandoned=False))
+
+
+def test_long_vector_sessions_exported_live_under_the_memory_bound_equal_an_unbounded_export(
+    stack, tmp_path,
+):
+    """Sessions of 300 episodes of up to 10 steps on 3 lanes, published at 2 000 events a
+    second to an export running live with a bound of 30 lane steps: each session releases
+    its episodes whole long before its end and drops the group steps read, and the dataset
+    equals an unbounded export's, row for row."""
+    import threading
+    import time
+
+    from rlmesh_stream.consumers.datasets.episodes import Filters
+    from rlmesh_stream.consumers.datasets.export import ExportOptions, make_export
+    from rlmesh_stream.consumers.runtime import RuntimeOptions
+
+    config = StreamConfig.from_env(env={}, bootstrap=stack.bootstrap,
+                                   registry_url=stack.registry_url,
+                                   topic_prefix=f"t{uuid.uuid4().hex[:10]}.rlmesh.runtime")
+    ensure_topics(config, partitions=2)
+    options = ExportOptions(tmp_path / "bounded", "parquet", "rlmesh/fleet-v0", Filters())
+    options.max_held_steps = 30
+    bounded, runtime = make_export(config, options, RuntimeOptions(
+        group_id=f"g-{uuid.uuid4().hex[:8]}", from_beginning=True, checkpoint_interval=0.1))
+    thread = threading.Thread(target=runtime.run)
+    thread.start()
+    try:
+        hooks = KafkaRuntimeHooks(config=config, install_exit_handlers=False)
+        manifest = simulate_fleet(WaitingForRoom(hooks), sessions=2, lanes=LANES,
+                                  episodes=300, seed=6, failure_rate=0.0,
+                                  max_episode_steps=10, rate=2000)
+        close_delivered(hooks)
+        deadline = time.monotonic() + 120
+        while len(bounded.released) < len(manifest.episodes) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        runtime.stop()
+        thread.join(30)
+        bounded.close()
+    _export(Fleet(config, manifest, {}), tmp_path / "whole", "parquet")
+
+    sessions = bounded.joiner.sessions.values()
+    assert sum(s.early_done for s in sessions) > len(manifest.episodes) // 2
+    assert sum(s.dropped_real for s in sessions) > sum(e.steps for e in manifest.episodes) // 2
+    key = ["session_id", "episode_record_id"]
+    episodes = _rows(tmp_path / "bounded", "episodes", key)
+    assert len(episodes) == len(manifest.episodes) == 600
+    for got, expected in zip(episodes, _rows(tmp_path / "whole", "episodes", key),
+                             strict=True):
+        assert {k: v for k, v in got.items() if k != "exported_at"} == {
+            k: v for k, v in expected.items() if k != "exported_at"}
+    assert _rows(tmp_path / "bounded", "steps", [*key, "step"]) == _rows(
+        tmp_path / "whole", "steps", [*key, "step"])
+    assert bounded.store.committed.certificate["episodes_skipped"] == {}
 
 
 def test_exclude_caution_skips_only_the_cautioned_sessions_episodes_besides_failed_ones(

@@ -66,7 +66,7 @@ def _held(joiner: Joiner) -> int:
 
 def test_an_episode_past_the_bound_holds_nothing_and_is_skipped_as_too_long_at_its_end() -> None:
     joiner = Joiner(Filters(), max_held_steps=10)
-    for e in _steps("long", 25, completed=False):
+    for e in _steps("long", 25):
         joiner.add(e)
         assert _held(joiner) <= 2 * 11  # its steps and actions, the bound's plus one each
 
@@ -78,6 +78,22 @@ def test_an_episode_past_the_bound_holds_nothing_and_is_skipped_as_too_long_at_i
     assert joiner.release() == []
     assert joiner.skipped == {"too_long": 1}
     assert joiner.pending == {}
+
+
+def test_an_episode_past_the_bound_without_its_completion_is_decided_at_the_end_of_a_run(
+) -> None:
+    """Its completion may still come (topics are read at different paces), and with it a
+    NEXT_STEP roll the next episode begins from: decided, as any open episode, at the end
+    of the history."""
+    joiner = Joiner(Filters(), max_held_steps=10)
+    for e in _steps("long", 25, completed=False):
+        joiner.add(e)
+    joiner.add(_ended(25, 1))
+
+    assert joiner.release() == []
+    assert list(joiner.pending) == [("s", "long")]
+    assert joiner.release(final=True) == []
+    assert joiner.skipped == {"too_long": 1}
 
 
 def test_an_episode_read_without_its_steps_is_bounded_too() -> None:

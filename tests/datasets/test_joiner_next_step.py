@@ -5,6 +5,7 @@ topics are read, across a restart, and leaves nothing pending behind."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -15,8 +16,9 @@ import pytest
 
 from rlmesh_stream.consumers.datasets import state
 from rlmesh_stream.consumers.datasets.certificate import Certificate
-from rlmesh_stream.consumers.datasets.episodes import Joiner
+from rlmesh_stream.consumers.datasets.episodes import Joiner, plan_of
 from rlmesh_stream.consumers.datasets.model import Episode, Filters
+from rlmesh_stream.consumers.datasets.packed import PACKERS
 from rlmesh_stream.producer.manifest import Manifest
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.contract import events as ev
@@ -208,15 +210,21 @@ def test_a_repeated_observation_is_not_the_reset_observation_of_a_driver_reset_e
     assert joiner.skipped == Counter()
 
 
-def test_an_observation_sent_again_is_not_taken_for_the_roll():
-    history = _history(9, repeat_observations=True)
+def test_a_roll_whose_observation_equals_the_terminal_one_begins_the_next_episode():
+    """An env whose observation never changes (a bandit): the roll's observation has the
+    terminal one's bytes (a producer's copies are dropped before the joiner)."""
+    history = _history(4)
+    same = [np.zeros(4, np.float32).tobytes()]
+    history.topics[OBS] = [dataclasses.replace(e, observation=same, raw_observation=same)
+                           for e in history.topics[OBS]]
     joiner = Joiner(Filters())
 
-    out = _read(joiner, history, history.interleaved(random.Random(9)))
+    out = _read(joiner, history, history.interleaved(random.Random(4)))
+    still_pending = dict(joiner.pending)
     out += joiner.release(final=True)
 
     assert {(e.session_id, e.record_id) for e in out} == _exportable(history)
-    assert _wrong_resets(history, out) == []
+    assert still_pending == {}
 
 
 def test_an_episode_of_exactly_max_held_steps_is_held_with_its_rolls_action():
@@ -289,3 +297,192 @@ def test_a_state_written_before_decided_episodes_were_kept_loads_with_none():
 
     assert loaded["sessions"]["s"].decided == {}
     assert loaded["sessions"]["s"].exported == 2
+
+
+def _long_history(seed: int, episodes: int) -> History:
+    history = History(Manifest(seed))
+    history.manifest = simulate_fleet(_Driving(history, False), sessions=1, lanes=1,
+                                      episodes=episodes, seed=seed, failure_rate=0.0,
+                                      next_step_fraction=1.0)
+    return history
+
+
+def test_an_episode_too_long_to_hold_is_decided_once_its_terminal_observation_is_read():
+    """Its steps, actions and session's end read first, its completion and observations
+    last: skipped only once the observation its roll follows was read."""
+    history = _history(3)
+    done = EventType.EPISODE_COMPLETED
+    reads = [(t, i) for t in history.topics if t not in (OBS, done)
+             for i in range(len(history.topics[t]))]
+    reads += [(t, i) for t in (OBS, done) for i in range(len(history.topics[t]))]
+    joiner = Joiner(Filters(), max_held_steps=20)
+
+    out = _read(joiner, history, reads)
+    still_pending = dict(joiner.pending)
+
+    too_long = {(e.session_id, e.episode_record_id) for e in history.manifest.episodes
+                if e.steps > 20}
+    assert {(e.session_id, e.record_id) for e in out} == _exportable(history) - too_long
+    assert still_pending == {}
+    assert _wrong_resets(history, out) == []
+
+
+def test_many_episodes_decided_before_their_observations_are_each_counted_once():
+    """One session of 100 episodes, most too long to hold, its observations read last."""
+    history = _long_history(11, 100)
+    joiner = Joiner(Filters(), max_held_steps=5)
+
+    out = _read(joiner, history, _observations_last(history))
+    still_pending = dict(joiner.pending)
+    out += joiner.release(final=True)
+
+    assert still_pending == {}
+    assert len(out) + sum(joiner.skipped.values()) == 100
+    assert len(out) == sum(e.steps <= 5 for e in history.manifest.episodes)
+
+
+def test_a_restart_before_an_episodes_terminal_observation_is_read_again_keeps_its_roll():
+    """Run 1 reads ep-000001 (too long to hold) to its terminal observation; run 2 reads
+    every topic but the observations (ep-000001 is not decided: its terminal one was not
+    read again, so it stays a resume point); run 3 reads every topic: ep-000002 begins
+    from ep-000001's roll."""
+    history = _long_history(12, 3)
+    steps = {e.episode_record_id: e.steps for e in history.manifest.episodes}
+    assert steps["ep-000001"] > 8 >= steps["ep-000002"] > 0
+    obs = history.topics[OBS]
+    terminal = next(i for i, e in enumerate(obs) if e.episode_record_id == "ep-000001"
+                    and e.step == steps["ep-000001"])
+    read = {(t.value, 0): 0 for t in history.topics}
+
+    def feed(joiner: Joiner, reads: list[Read]) -> list[Episode]:
+        out = []
+        for topic, offset in reads:
+            joiner.add(history.topics[topic][offset], (topic.value, 0, offset))
+            read[(topic.value, 0)] = max(read[(topic.value, 0)], offset + 1)
+            out += joiner.release()
+        return out
+
+    def restart(joiner: Joiner) -> tuple[Joiner, dict[EventType, int]]:
+        resume = joiner.resume_offsets(read)
+        committed = state.load(state.dump(joiner.state(), Certificate()), "test")
+        committed.pop("certificate")
+        again = Joiner(Filters(), max_held_steps=8)
+        again.restore(committed, dict(read))
+        return again, {t: resume[(t.value, 0)] for t in history.topics}
+
+    joiner = Joiner(Filters(), max_held_steps=8)
+    first = [t for t in history.topics if t not in (OBS, EventType.SESSION_ENDED)]
+    out = feed(joiner, [(t, i) for t in first for i in range(len(history.topics[t]))
+                        if getattr(history.topics[t][i], "episode_record_id",
+                                   "ep-000001") == "ep-000001"]
+               + [(OBS, i) for i in range(terminal + 1)])
+    joiner, start = restart(joiner)
+    out += feed(joiner, [(t, i) for t in history.topics if t is not OBS
+                         for i in range(start[t], len(history.topics[t]))])
+    joiner, start = restart(joiner)
+    out += feed(joiner, [(t, i) for t in history.topics
+                         for i in range(start[t], len(history.topics[t]))])
+    out += joiner.release(final=True)
+
+    assert "ep-000002" in {e.record_id for e in out}
+    assert _wrong_resets(history, out) == []
+    assert joiner.skipped == Counter({"too_long": sum(t > 8 for t in steps.values())})
+    assert len(out) == sum(0 < t <= 8 for t in steps.values())
+
+
+def _packed_reads(history: History, change: Any) -> list[tuple[EventType, int, tuple[Any, ...]]]:
+    """Every record in topic order, its packed values (`ITEMS`) as `change` returns them
+    (None: not published)."""
+    out = []
+    for topic, events in history.topics.items():
+        for offset, event in enumerate(events):
+            if topic in PACKERS:
+                values = change(topic, event, list(PACKERS[topic](event, None)))
+                if values is not None:
+                    out.append((topic, offset, tuple(values)))
+    return out
+
+
+def _live(joiner: Joiner, reads: list[tuple[EventType, int, tuple[Any, ...]]],
+          history: History) -> tuple[list[Episode], dict[tuple[str, int], int]]:
+    """Feed packed records, release as a live run does; the resume offsets left behind."""
+    out: list[Episode] = []
+    for topic, offset, values in reads:
+        joiner.add_planned(plan_of(topic), values, (topic.value, 0, offset))
+    out += joiner.release()
+    read = {(t.value, 0): len(events) for t, events in history.topics.items()}
+    return out, {tp: o for tp, o in joiner.resume_offsets(read).items() if o != read[tp]}
+
+
+def test_an_episode_of_no_step_without_its_observations_leaves_is_decided_live():
+    """It ended before its first step (step count 0) and its reset observation came
+    without leaves (over the producer's size cap)."""
+    history = _history(2, next_step=False)
+    first = history.manifest.episodes[0]
+    assert first.steps > 0
+
+    def no_step(topic: EventType, event: Any, values: list[Any]) -> list[Any] | None:
+        if (getattr(event, "session_id", None), getattr(event, "episode_record_id", None)) != (
+                first.session_id, first.episode_record_id):
+            return values
+        if topic in (EventType.ACTION_RECEIVED, EventType.STEP_COMPLETED) or (
+                topic is OBS and not event.is_reset):
+            return None
+        if topic is OBS:
+            values[6] = None  # the leaves omitted
+        if topic is EventType.EPISODE_COMPLETED:
+            values[3] = 0  # step_count
+        return values
+
+    joiner = Joiner(Filters())
+    _, pinned = _live(joiner, _packed_reads(history, no_step), history)
+
+    assert joiner.pending == {}
+    assert pinned == {}
+    assert joiner.skipped == Counter({"observation_leaves_omitted": 1})
+
+
+def test_a_roll_observation_without_its_leaves_is_a_problem_of_the_next_episode():
+    history = _history(3)
+    seen: set[tuple[str, str, int]] = set()
+    omitted: list[tuple[str, str]] = []
+
+    def roll_omitted(topic: EventType, event: Any, values: list[Any]) -> list[Any]:
+        if topic is OBS and not event.is_reset:
+            key = (event.session_id, event.episode_record_id, event.step)
+            if key in seen and not omitted:
+                values[6] = None
+                omitted.append(key[:2])
+            seen.add(key)
+        return values
+
+    joiner = Joiner(Filters())
+    out, pinned = _live(joiner, _packed_reads(history, roll_omitted), history)
+
+    assert omitted
+    assert joiner.pending == {}
+    assert pinned == {}
+    assert joiner.skipped == Counter({"observation_leaves_omitted": 1})
+    assert len(out) == len(_exportable(history)) - 1
+
+
+@pytest.mark.parametrize("lagging", [EventType.ACTION_RECEIVED, EventType.STEP_COMPLETED,
+                                     EventType.EPISODE_STARTED])
+def test_episodes_too_long_are_decided_once_each_whichever_topic_lags(lagging):
+    """80 episodes, all too long to hold, one topic read after all the others: an episode
+    is decided once read to its end, so no more than a lane's last is remembered."""
+    history = History(Manifest(1))
+    history.manifest = simulate_fleet(_Driving(history, False), sessions=1, lanes=1,
+                                      episodes=80, seed=1, failure_rate=0.0,
+                                      next_step_fraction=1.0)
+    reads = [(t, i) for t in [*(t for t in history.topics if t is not lagging), lagging]
+             for i in range(len(history.topics[t]))]
+    joiner = Joiner(Filters(), max_held_steps=3)
+
+    out = _read(joiner, history, reads)
+    still_pending = dict(joiner.pending)
+    out += joiner.release(final=True)
+
+    assert still_pending == {}
+    assert len(out) + sum(joiner.skipped.values()) == 80
+    assert all(len(s.decided) <= 1 for s in joiner.sessions.values())
