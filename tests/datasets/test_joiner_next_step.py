@@ -23,8 +23,7 @@ from rlmesh_stream.producer.manifest import Manifest
 from rlmesh_stream.producer.simulator import simulate_fleet
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.topics import EventType
-
-Read = tuple[EventType, int]  # a topic and an offset in its one partition
+from tests.datasets.histories import Read, interleaved
 
 
 @dataclass
@@ -42,15 +41,8 @@ class History:
 
     def interleaved(self, rng: random.Random, start: dict[EventType, int] | None = None,
                     ) -> list[Read]:
-        """Every record from `start` on, each topic in order, the topics in a random mix
-        (as a consumer reads partitions at different paces)."""
-        at = {t: (start or {}).get(t, 0) for t in self.topics}
-        out: list[Read] = []
-        while live := [t for t in self.topics if at[t] < len(self.topics[t])]:
-            t = rng.choice(live)
-            out.append((t, at[t]))
-            at[t] += 1
-        return out
+        """Every record from `start` on, the topics read at different paces."""
+        return interleaved(self.topics, rng, start)
 
 
 def _history(seed: int, *, next_step: bool = True, failure_rate: float = 0.0,
