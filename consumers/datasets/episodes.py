@@ -38,11 +38,12 @@ dropped before, redelivery.py), so the roll's observation is the one read after 
 episode's terminal one, at the same step T. The next episode
 (`events.next_episode_record_id`) holds it, and takes it as its reset observation once its
 start says it began from a roll; its offset is that episode's resume point. An episode is
-decided (released or skipped) only once its terminal observation was read, or its session
-failed, or at the end of an offline run; a session remembers the episodes it decided whose
-records may still come (`SessionState.decided`, in its state row): their later records are
-dropped, never made pending again (counted twice, or holding a live run's resume point),
-except a roll's observation (at the roll's step).
+decided (released or skipped) only once read out (started, completed, its steps, actions
+and terminal observation read, held or not: `PendingEpisode.read_out`) or at the end of an
+offline run; a session remembers the episodes it decided whose records may still come
+(`SessionState.decided`, in its state row): their later records are dropped, never made
+pending again (counted twice, or holding a live run's resume point), except a roll's
+observation (at the roll's step).
 
 Events carrying several lanes are a vector-env session's group steps, split into lanes
 (groups.py, vector.py) once the session has ended. The data classes are in model.py; what
@@ -286,6 +287,15 @@ class Joiner:
             self._first_rows[unit] = _first_row(unit, first)
             self._first_changed.add(unit)
 
+    def move_first(self, unit: Unit, first: dict[TP, int]) -> None:
+        """`unit`'s resume point moves up to `first` (its records below were dropped); in a
+        partition not in `first` (none of its records read there since) it stays. Forgotten
+        and noted again: a unit's offsets are only ever added to (`resume_offsets`)."""
+        moved = {**self._first.get(unit, {}), **first}
+        self.forget(unit)
+        for tp, offset in sorted(moved.items()):
+            self._note_first(unit, tp, offset)
+
     def forget(self, unit: Unit) -> None:
         """A unit released or decided: no longer a resume point."""
         if self._first.pop(unit, None) is not None:
@@ -397,16 +407,16 @@ class Joiner:
             self.forget(("e", session_id, record))
             self._roll(session_id, record, leaves, spec, v[9:])
             return
-        if (session_id, record) not in self.pending:
+        ep = self.pending.get((session_id, record))
+        if ep is None:
             decided = self._session(session_id).decided.get(record)
-            if decided is not None:
+            if decided is not None:  # a later record of it: only its roll's is taken
                 self.forget(("e", session_id, record))
                 if not is_reset and step == decided.roll_step:
                     self._roll(session_id, record, leaves, spec, v[9:])
                 return
-        ep = self._episode(session_id, record, v[9:])
-        if ep is None:
-            return
+            ep = self._episode(session_id, record, v[9:])
+            assert ep is not None  # not decided
         if is_reset:
             ep.obs_high = max(ep.obs_high, 0)
         elif step == ep.obs_high and (ep.completed is None
@@ -496,7 +506,7 @@ class Joiner:
     def _bound(self, ep: PendingEpisode) -> None:
         """An episode longer than `max_held_steps` (by any of its parts: the topics are
         read at different paces) is never held whole: its values are dropped at once and
-        no more kept, and it is skipped when its session ends."""
+        no more kept, and it is skipped once its session ended and it was read out."""
         limit = self.max_held_steps
         # T + 1 actions and observations: a roll's action is kept with its ended episode
         if len(ep.steps) > limit or len(ep.actions) > limit + 1 or (

@@ -28,11 +28,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from rlmesh_stream.consumers.runtime.records import TP
 from rlmesh_stream.schemas.codec.leaves import LeafDecoder
 from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.errors import ContractError
 
-Where = tuple[tuple[str, int], int]  # a record's (topic, partition) and offset
+Where = tuple[TP, int]  # a record's (topic, partition) and offset
 
 
 @dataclass

@@ -51,11 +51,9 @@ class JoinerView(Protocol):
     filters: Filters
     pending: dict[Key, PendingEpisode]
     skip_examples: dict[str, str]
-    _first: dict[Unit, dict[TP, int]]
-
     def forget(self, unit: Unit) -> None: ...
 
-    def _note_first(self, unit: Unit, tp: TP, offset: int) -> None: ...
+    def move_first(self, unit: Unit, first: dict[TP, int]) -> None: ...
 
     def _skip(self, reason: str, ep: PendingEpisode) -> None: ...
 
@@ -236,11 +234,7 @@ def _drop(joiner: JoinerView, session_id: str, session: SessionState, drop: int)
             first[tp] = min(first.get(tp, offset), offset)
     for tp, offset in last.items():
         first.setdefault(tp, offset + 1)
-    for tp, offset in joiner._first.get(unit, {}).items():
-        first.setdefault(tp, offset)  # none of its records there since: still the floor
-    joiner.forget(unit)
-    for tp, offset in sorted(first.items()):
-        joiner._note_first(unit, tp, offset)
+    joiner.move_first(unit, first)
     _forget_early(session, groups, joiner.pending, session_id)
 
 
