@@ -21,7 +21,7 @@ dropped at once (a restart reads it again up to the bound). About 530 bytes a st
 CartPole's four floats (Python's heap, measured with tracemalloc): 0.53 GB per session at
 the default bound. A running vector-env session holding more lane steps than that
 releases its episodes whole so far and drops the group steps no open episode needs
-(vector.py `release_prefix`).
+(vector.py `release_prefix`), as a failed one does whenever its records are read.
 
 Single-lane events (the SDK bridge publishes every lane of a vector env as
 its own lane) place themselves (runtime-events.md §3, "Step numbers"): an
@@ -544,9 +544,10 @@ class Joiner:
                 out.extend(release_session(self, session_id, session, dict(mine)))
                 self._by_session[session_id] = {k: ep for k, ep in mine.items()
                                                 if k in self.pending}
-            elif groups is not None and groups.held() > max(self.max_held_steps,
-                                                            groups.next_try):
-                # a running session holding too much: its episodes whole so far go now
+            elif groups is not None and (session.failed or groups.held() > max(
+                    self.max_held_steps, groups.next_try)):
+                # a failed session (no totals will say when its records are all read) or a
+                # running one holding too much: its episodes whole so far go now
                 out.extend(release_prefix(self, session_id, session, dict(mine),
                                           self.max_held_steps))
                 self._by_session[session_id] = {k: ep for k, ep in mine.items()
@@ -708,7 +709,7 @@ def _session_row(s: SessionState) -> list[Any]:
     extra = {"decided": [[record, *d] for record, d in s.decided.items()],
              "early": [[r, lane, index] for r, (lane, index) in sorted(s.early.items())],
              "early_done": s.early_done, "dropped_steps": s.dropped_real,
-             "released_whole": s.released_whole}
+             "released_whole": s.released_whole, "misaligned": s.misaligned}
     extra = {k: v for k, v in extra.items() if v}
     if extra:
         row.append(extra)

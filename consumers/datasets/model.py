@@ -141,6 +141,10 @@ class SessionState:
     # a vector-env session released whole once it ended: a group read after (its last
     # NEXT_STEP rolls, no step counted in its totals) makes no episode pending again
     released_whole: bool = False
+    # a vector-env session whose groups read whole did not line up (a record lost or
+    # dead-lettered): for good, so its groups are dropped as they are read whole and its
+    # episodes not released yet are all skipped as `misaligned`
+    misaligned: bool = False
 
 
 @dataclass

@@ -90,9 +90,9 @@ def _session(v: list[Any]) -> SessionState:
     """A session's row: [ended, failed, caution, totals, exported], then (absent from a
     state written before, and while all are defaults) one dict of what only some sessions
     keep, each key only when set: a single-lane session's decided episodes ("decided":
-    [[record, roll step, terminal checksum, lane], ...]), and what a vector-env session's
-    early release keeps (vector.py): "early" ([[record, lane, episode index], ...]),
-    "early_done", "dropped_steps", "released_whole"."""
+    [[record, roll step, lane], ...]), and what a vector-env session's early release
+    keeps (vector.py): "early" ([[record, lane, episode index], ...]), "early_done",
+    "dropped_steps", "released_whole", "misaligned"."""
     s = SessionState(bool(v[0]), bool(v[1]), bool(v[2]), None,
                      (int(v[3][0]), int(v[3][1])) if v[3] else None, int(v[4]))
     if len(v) > 5:
@@ -104,6 +104,7 @@ def _session(v: list[Any]) -> SessionState:
         s.early_done = int(extra.get("early_done", 0))
         s.dropped_real = int(extra.get("dropped_steps", 0))
         s.released_whole = bool(extra.get("released_whole", False))
+        s.misaligned = bool(extra.get("misaligned", False))
     return s
 
 

@@ -7,7 +7,13 @@ with a reason, or built from its lane's observations, actions and steps).
 
 A running session holding more than `max_held_steps` lane steps releases early
 (`release_prefix`) the episodes whole in its groups read so far, and drops the groups no
-episode still open needs: its memory is bounded by its open episodes, not its length.
+episode still open needs: its memory is bounded by its open episodes, not its length. A
+failed session does so whenever its records are read: it sends no totals, so nothing says
+when they are all read, and its completed episodes would otherwise wait for the end of an
+offline run (a live run has none); its open ones still do. An episode goes early only once
+what follows its last group on its lane is read too (`_followed`), and a session whose
+groups read whole do not line up is misaligned for good: its groups are dropped as they
+are read whole, its episodes not released yet skipped when it is released.
 The session's state row keeps what a restart needs of the episodes released early (those
 its kept groups still name, each lane's last: a roll after it gives the next episode its
 reset observation), their count, and the lane steps of the groups dropped; its unit's
@@ -70,12 +76,13 @@ def release_session(joiner: JoinerView, session_id: str, session: SessionState,
     if not session.ended and any(ep.completed is None for ep in mine.values()):
         return []  # still running at the end of the history: a later run decides
     found = assemble(groups, _lane_order(mine, session))
+    problem = "misaligned" if session.misaligned else found.problem
     values = LaneValues(groups)
     whole: list[tuple[PendingEpisode, Any, np.ndarray]] = []
     for record, ep in sorted(mine.items()):
         del joiner.pending[(session_id, record)]
         joiner.forget(("e", session_id, record))
-        verdict = _verdict(joiner, ep, session, found.problem)
+        verdict = _verdict(joiner, ep, session, problem)
         if verdict is not None:
             joiner._skip(verdict, ep)
             continue
@@ -107,11 +114,13 @@ def _lane_order(mine: dict[str, PendingEpisode], session: SessionState) -> dict[
 
 def release_prefix(joiner: JoinerView, session_id: str, session: SessionState,
                    pending: dict[Key, PendingEpisode], limit: int) -> list[Episode]:
-    """A running session holding too many group steps (more lane steps than `limit`): the
-    episodes completed whole in its groups read so far (each group up to the first one
-    missing its action, step or observation) are released now, and the groups below the
-    first one an episode not released still needs are dropped. Groups that do not line up
-    release nothing here (the session's release decides, as without the bound)."""
+    """A running session holding too many group steps (more lane steps than `limit`), or a
+    failed one (no totals will come): the episodes completed whole in its groups read so
+    far (each group up to the first one missing its action, step or observation) are
+    released now, and the groups below the first one an episode not released still needs
+    are dropped. Groups that do not line up release nothing, and are dropped with every
+    group read whole after them (`SessionState.misaligned`): the session's episodes not
+    released yet are skipped as misaligned once it is released, as without the bound."""
     groups = session.groups
     assert groups is not None
     real_steps(groups)  # the groups to drop counted first
@@ -119,18 +128,23 @@ def release_prefix(joiner: JoinerView, session_id: str, session: SessionState,
     while end in groups.actions and end in groups.steps and end in groups.observations:
         end += 1
     out: list[Episode] = []
-    if end > groups.base:
+    if end > groups.base and not session.misaligned:
         view = groups.prefix(end)
         mine = {k[1]: ep for k, ep in pending.items()}
         found = assemble(view, _lane_order(mine, session))
+        # groups read whole that do not line up never will: every episode not released
+        # yet is skipped as misaligned in the end, so none of its groups is needed
+        session.misaligned = found.problem is not None
         if found.problem is None:
-            out = _release_whole(joiner, session_id, session, mine, view, found.episodes)
+            out = _release_whole(joiner, session_id, session, mine, view, found.episodes, end)
             following = {(lane, a): b for lane, order in _lane_order(
                 {r: ep for r, ep in mine.items() if (session_id, r) in joiner.pending},
                 session).items() for a, b in pairwise(order)}
             drop = _first_needed(session, view, end, following)
             if drop > groups.base:
                 _drop(joiner, session_id, session, drop)
+    if session.misaligned and end > groups.base:
+        _drop(joiner, session_id, session, end)
     # looked at again once it holds half the bound more, or half as much again: open
     # episodes holding many group steps are not walked again at every commit
     held = groups.held()
@@ -140,16 +154,18 @@ def release_prefix(joiner: JoinerView, session_id: str, session: SessionState,
 
 def _release_whole(joiner: JoinerView, session_id: str, session: SessionState,
                    mine: dict[str, PendingEpisode], view: GroupSession,
-                   found: dict[str, Any]) -> list[Episode]:
-    """The completed episodes whole in `view` (every step there, a reset observation):
-    released, or skipped for a reason the whole session's release would give them too."""
+                   found: dict[str, Any], end: int) -> list[Episode]:
+    """The completed episodes whole in `view` (groups below `end`: every step there, a
+    reset observation, and what follows its last group, `_followed`): released, or
+    skipped for a reason the whole session's release would give them too."""
     values = LaneValues(view)
     whole: list[tuple[PendingEpisode, Any, np.ndarray]] = []
     for record, ep in sorted(mine.items()):
         lane_ep = found.get(record)
         if (ep.completed is None or ep.started is None or ep.route is None or lane_ep is None
                 or lane_ep.reset is None
-                or len(lane_ep.groups) != int(ep.completed["step_count"])):
+                or len(lane_ep.groups) != int(ep.completed["step_count"])
+                or not _followed(view, lane_ep, end)):
             continue  # open, or not whole here: left to a later look or the session's end
         del joiner.pending[(session_id, record)]
         joiner.forget(("e", session_id, record))
@@ -163,6 +179,22 @@ def _release_whole(joiner: JoinerView, session_id: str, session: SessionState,
         if ks is not None:
             whole.append((ep, lane_ep, ks))
     return _built(joiner, session, values, whole)
+
+
+def _followed(view: GroupSession, lane_ep: Any, end: int) -> bool:
+    """What follows an episode's last group in `view` (groups below `end`) is read: the
+    next group, or a driver's reset of its lane. A group observation lost just before a
+    lane's NEXT_STEP roll leaves the roll's one in its place, naming the same episodes
+    (the ended one's id kept), so the names take it for the terminal one; the next group
+    names the lane's next episode where its action still names the ended one, and shows
+    the loss. A driver's reset names the lane's next episode in the observation after the
+    terminal one, so there the loss shows in the episode's own last group."""
+    if not len(lane_ep.groups):
+        return True
+    after = int(lane_ep.groups[-1]) + 1
+    lane = lane_ep.lane
+    return after < end or any(r.before == after and lane < len(r.records) and r.records[lane]
+                              for r in view.resets)
 
 
 def _needed(obs: GroupObservation, early: dict[str, Any]) -> bool:
@@ -368,7 +400,7 @@ def all_read(session: SessionState, pending: dict[Key, PendingEpisode], session_
     started and completed events."""
     groups = session.groups
     if groups is None or session.totals is None:
-        return False  # running, or failed (no totals): decided at the end of a run
+        return False  # running, or failed (no totals: `release_prefix` as it is read)
     total_steps, total_episodes = session.totals
     if not len(groups.actions) == len(groups.steps) == len(groups.observations):
         return False
