@@ -21,7 +21,7 @@ dropped at once (a restart reads it again up to the bound). About 530 bytes a st
 CartPole's four floats (Python's heap, measured with tracemalloc): 0.53 GB per session at
 the default bound. A running vector-env session holding more lane steps than that
 releases its episodes whole so far and drops the group steps no open episode needs
-(vector.py `release_prefix`), as a failed one does whenever its records are read.
+(vector.py `release_prefix`).
 
 Single-lane events (the SDK bridge publishes every lane of a vector env as
 its own lane) place themselves (runtime-events.md §3, "Step numbers"): an
@@ -389,7 +389,9 @@ class Joiner:
             # an episode every few group steps, the others name the same ones
             for record in set(records).difference(groups.known):
                 if record:
-                    self._episode(session_id, record, route)
+                    ep = self._episode(session_id, record, route)
+                    if ep is not None and ep.lane is None:
+                        ep.lane = records.index(record)
                     groups.known.add(record)
             groups.known_records = records
         return groups
@@ -544,10 +546,9 @@ class Joiner:
                 out.extend(release_session(self, session_id, session, dict(mine)))
                 self._by_session[session_id] = {k: ep for k, ep in mine.items()
                                                 if k in self.pending}
-            elif groups is not None and (session.failed or groups.held() > max(
-                    self.max_held_steps, groups.next_try)):
-                # a failed session (no totals will say when its records are all read) or a
-                # running one holding too much: its episodes whole so far go now
+            elif groups is not None and groups.held() > max(self.max_held_steps,
+                                                            groups.next_try):
+                # a running session holding too much: its episodes whole so far go now
                 out.extend(release_prefix(self, session_id, session, dict(mine),
                                           self.max_held_steps))
                 self._by_session[session_id] = {k: ep for k, ep in mine.items()

@@ -82,6 +82,9 @@ class PendingEpisode:
     obs_high: int = -1
     act_high: int = -1
     step_high: int = -1
+    # a vector-env session's episode: the lane whose group events first named it (its
+    # place among the lane's episodes when its `episode_started` is missing)
+    lane: int | None = None
 
     def read_out(self) -> bool:
         """Started and completed, and its T steps, T actions and terminal observation read

@@ -7,13 +7,12 @@ with a reason, or built from its lane's observations, actions and steps).
 
 A running session holding more than `max_held_steps` lane steps releases early
 (`release_prefix`) the episodes whole in its groups read so far, and drops the groups no
-episode still open needs: its memory is bounded by its open episodes, not its length. A
-failed session does so whenever its records are read: it sends no totals, so nothing says
-when they are all read, and its completed episodes would otherwise wait for the end of an
-offline run (a live run has none); its open ones still do. An episode goes early only once
-what follows its last group on its lane is read too (`_followed`), and a session whose
-groups read whole do not line up is misaligned for good: its groups are dropped as they
-are read whole, its episodes not released yet skipped when it is released.
+episode still open needs: its memory is bounded by its open episodes, not its length. An
+episode goes early only once what follows its last group on its lane is read too
+(`_followed`) and its lane's steps end it there (`_ended_there`): a record lost can leave
+the names in line. A session whose groups read whole do not line up is misaligned for
+good: its groups are dropped as they are read whole, its episodes not released yet
+skipped when it is released.
 The session's state row keeps what a restart needs of the episodes released early (those
 its kept groups still name, each lane's last: a roll after it gives the next episode its
 reset observation), their count, and the lane steps of the groups dropped; its unit's
@@ -47,6 +46,7 @@ from rlmesh_stream.consumers.datasets.model import (
     Steps,
     Unit,
 )
+from rlmesh_stream.schemas.contract import events as ev
 from rlmesh_stream.schemas.contract.errors import ContractError
 
 
@@ -99,11 +99,15 @@ def release_session(joiner: JoinerView, session_id: str, session: SessionState,
 
 
 def _lane_order(mine: dict[str, PendingEpisode], session: SessionState) -> dict[int, list[str]]:
-    """Each lane's episode records in start order: the pending ones started, and those
-    released early that the session still remembers (a roll after one of them gives the
-    next its reset observation)."""
+    """Each lane's episode records in start order: the pending ones started, those whose
+    start is missing where the groups named them (a NEXT_STEP roll after an episode is the
+    next one's reset observation: an episode left out would give the one after it its
+    roll), and those released early that the session still remembers."""
     known = [(int(ep.started["env_index"]), ep.started.get("episode_index") or 0, record)
              for record, ep in mine.items() if ep.started is not None]
+    known += [(ep.lane, index, record) for record, ep in mine.items()
+              if ep.started is None and ep.lane is not None
+              and (index := ev.episode_index_of(record)) is not None]
     known += [(lane, index, record) for record, (lane, index) in session.early.items()
               if record not in mine]
     lane_order: dict[int, list[str]] = {}
@@ -114,13 +118,13 @@ def _lane_order(mine: dict[str, PendingEpisode], session: SessionState) -> dict[
 
 def release_prefix(joiner: JoinerView, session_id: str, session: SessionState,
                    pending: dict[Key, PendingEpisode], limit: int) -> list[Episode]:
-    """A running session holding too many group steps (more lane steps than `limit`), or a
-    failed one (no totals will come): the episodes completed whole in its groups read so
-    far (each group up to the first one missing its action, step or observation) are
-    released now, and the groups below the first one an episode not released still needs
-    are dropped. Groups that do not line up release nothing, and are dropped with every
-    group read whole after them (`SessionState.misaligned`): the session's episodes not
-    released yet are skipped as misaligned once it is released, as without the bound."""
+    """A running session holding too many group steps (more lane steps than `limit`): the
+    episodes completed whole in its groups read so far (each group up to the first one
+    missing its action, step or observation) are released now, and the groups below the
+    first one an episode not released still needs are dropped. Groups that do not line up
+    release nothing, and are dropped with every group read whole after them
+    (`SessionState.misaligned`): the session's episodes not released yet are skipped as
+    misaligned once it is released, as without the bound."""
     groups = session.groups
     assert groups is not None
     real_steps(groups)  # the groups to drop counted first
@@ -156,8 +160,10 @@ def _release_whole(joiner: JoinerView, session_id: str, session: SessionState,
                    mine: dict[str, PendingEpisode], view: GroupSession,
                    found: dict[str, Any], end: int) -> list[Episode]:
     """The completed episodes whole in `view` (groups below `end`: every step there, a
-    reset observation, and what follows its last group, `_followed`): released, or
-    skipped for a reason the whole session's release would give them too."""
+    reset observation, what follows its last group, `_followed`, and steps ending it
+    there, `_ended_there`): released, or skipped for a reason the whole session's release
+    would give them too. The others wait: for a later look, or for the session's end,
+    where the counts of its events show a record lost."""
     values = LaneValues(view)
     whole: list[tuple[PendingEpisode, Any, np.ndarray]] = []
     for record, ep in sorted(mine.items()):
@@ -165,7 +171,7 @@ def _release_whole(joiner: JoinerView, session_id: str, session: SessionState,
         if (ep.completed is None or ep.started is None or ep.route is None or lane_ep is None
                 or lane_ep.reset is None
                 or len(lane_ep.groups) != int(ep.completed["step_count"])
-                or not _followed(view, lane_ep, end)):
+                or not _followed(view, lane_ep, end) or not _ended_there(view, lane_ep)):
             continue  # open, or not whole here: left to a later look or the session's end
         del joiner.pending[(session_id, record)]
         joiner.forget(("e", session_id, record))
@@ -195,6 +201,18 @@ def _followed(view: GroupSession, lane_ep: Any, end: int) -> bool:
     lane = lane_ep.lane
     return after < end or any(r.before == after and lane < len(r.records) and r.records[lane]
                               for r in view.resets)
+
+
+def _ended_there(view: GroupSession, lane_ep: Any) -> bool:
+    """The lane's steps end its episode at its last group and nowhere before. A step lost
+    while the primary lane has no episode (its (record, step) ("", 0) in every action and
+    step) shifts the later ones with nothing in the names to show it: the shifted flags
+    do (the end one group off)."""
+    lane = lane_ep.lane
+    steps = [view.steps[int(k)] for k in lane_ep.groups]
+    ends = [lane < min(len(s.terminated), len(s.truncated))
+            and bool(s.terminated[lane] or s.truncated[lane]) for s in steps]
+    return bool(ends) and ends[-1] and not any(ends[:-1])
 
 
 def _needed(obs: GroupObservation, early: dict[str, Any]) -> bool:
@@ -400,7 +418,7 @@ def all_read(session: SessionState, pending: dict[Key, PendingEpisode], session_
     started and completed events."""
     groups = session.groups
     if groups is None or session.totals is None:
-        return False  # running, or failed (no totals: `release_prefix` as it is read)
+        return False  # running, or failed (no totals): decided at the end of a run
     total_steps, total_episodes = session.totals
     if not len(groups.actions) == len(groups.steps) == len(groups.observations):
         return False

@@ -176,40 +176,6 @@ def test_every_session_kind_exports_every_episode_skipping_only_failed_sessions_
     assert cert["episodes_exported"] == len(_exportable(fleet, abandoned=False))
 
 
-def test_a_live_export_writes_failed_sessions_completed_episodes_without_waiting_for_the_end(
-    fleet, tmp_path,
-):
-    """A failed session sends no totals: a live export (never at its end) still writes
-    every completed episode of it, of every session kind, and holds only the open ones."""
-    import threading
-    import time
-
-    from rlmesh_stream.consumers.datasets.episodes import Filters
-    from rlmesh_stream.consumers.datasets.export import ExportOptions, make_export
-    from rlmesh_stream.consumers.runtime import RuntimeOptions
-
-    expected = _exportable(fleet, abandoned=False)
-    failed = {s.session_id for s in fleet.manifest.sessions if s.status == "failed"}
-    sink, runtime = make_export(fleet.config, ExportOptions(
-        tmp_path / "live", "parquet", "rlmesh/fleet-v0", Filters()), RuntimeOptions(
-        group_id=f"g-{uuid.uuid4().hex[:8]}", from_beginning=True, checkpoint_interval=0.1))
-    thread = threading.Thread(target=runtime.run)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 60
-        while len(sink.released) < len(expected) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    finally:
-        runtime.stop()
-        thread.join(30)
-        sink.close()
-
-    assert failed & {sid for sid, _ in expected}  # failed sessions completed episodes
-    assert {(e.session_id, e.record_id) for e in sink.released} == set(expected)
-    assert all(ep.completed is None and ep.session_id in failed
-               for ep in sink.joiner.pending.values())
-
-
 def test_long_vector_sessions_exported_live_under_the_memory_bound_equal_an_unbounded_export(
     stack, tmp_path,
 ):

@@ -250,88 +250,6 @@ def test_a_failed_sessions_open_episodes_are_still_skipped_as_abandoned():
     assert skipped["abandoned"] > 0
 
 
-def _decided_at_the_end(history: History, filters: Filters) -> dict[Any, Any]:
-    """Every episode as an offline run decides it: all records read, then one final
-    release (nothing released before the end)."""
-    joiner = Joiner(filters, max_held_steps=10**9)
-    for topic, offset in history.interleaved(random.Random(0)):
-        joiner.add(history.topics[topic][offset], (topic.value, 0, offset))
-    return _once(joiner.release(final=True))
-
-
-@pytest.mark.parametrize("next_step", [1.0, 0.0], ids=["next_step", "driver_resets"])
-@pytest.mark.parametrize("seed", range(4))
-def test_a_live_run_releases_a_failed_sessions_completed_episodes_without_waiting_for_its_end(
-        seed, next_step):
-    """A failed session sends no totals, so nothing says when its records are all read:
-    a live run (never final) still writes each completed episode once it is read whole,
-    with the values an offline run gives it, and holds only its open episodes' groups
-    (and under NEXT_STEP one ended by its last group step: its roll never came, below)."""
-    history = _history(seed, next_step=next_step, lanes=3 + seed % 2, episodes=40,
-                       failure_rate=1.0)
-    expected = _decided_at_the_end(history, Filters())
-    joiner = Joiner(Filters())  # the default bound: never passed here
-
-    out = _read(joiner, history, history.interleaved(random.Random(seed)))
-
-    waiting = _ended_by_the_last_group(history)
-    assert _once(out) == {k: v for k, v in expected.items() if not v[5] and k not in waiting}
-    assert {k for k, ep in joiner.pending.items() if ep.completed is not None} == waiting
-    held = max(len(s.groups.steps) for s in joiner.sessions.values() if s.groups is not None)
-    assert held < 2 * 40  # its open episodes' groups (40 steps at most), not its length
-
-
-def _ended_by_the_last_group(history: History) -> set[tuple[str, str]]:
-    """Each session's episodes ended by its last group step, where nothing follows on
-    their lane (no NEXT_STEP roll, no driver's reset)."""
-    last: dict[str, tuple[Any, Any]] = {}
-    reset_after: dict[str, set[int]] = {}
-    for topic, offset in history.published:
-        event = history.topics[topic][offset]
-        if topic is EventType.ACTION_RECEIVED:
-            last[event.session_id] = (event, None)
-            reset_after[event.session_id] = set()
-        elif topic is EventType.STEP_COMPLETED:
-            last[event.session_id] = (last[event.session_id][0], event)
-        elif topic is EventType.OBSERVATION_EMITTED and event.is_reset and (
-                event.session_id in reset_after):
-            reset_after[event.session_id].update(
-                lane for lane, record in enumerate(event.episode_record_ids) if record)
-    return {(sid, action.episode_record_ids[lane]) for sid, (action, step) in last.items()
-            if step is not None for lane in range(len(step.terminated))
-            if (step.terminated[lane] or step.truncated[lane])
-            and lane not in reset_after[sid]}
-
-
-def test_a_failed_next_step_sessions_episode_ended_by_its_last_group_waits_for_the_end():
-    """Its roll never came: whether the observation read as its terminal one is the roll's
-    (its terminal one lost) cannot be told until the end of the history, which counts the
-    observations."""
-    history = next(h for seed in range(20) if _ended_by_the_last_group(
-        h := _history(seed, next_step=1.0, lanes=4, sessions=1, episodes=40,
-                      failure_rate=1.0)))
-    waiting = _ended_by_the_last_group(history)
-    joiner = Joiner(Filters())
-
-    live = _read(joiner, history, history.published)
-    final = joiner.release(final=True)
-
-    assert not waiting & {(e.session_id, e.record_id) for e in live}
-    assert waiting <= {(e.session_id, e.record_id) for e in final}
-
-
-def test_a_failed_sessions_open_episodes_are_decided_only_at_the_end_of_a_run():
-    history = _history(2, next_step=1.0, lanes=3, episodes=40, failure_rate=1.0)
-    joiner = Joiner(Filters())
-    live = _read(joiner, history, history.interleaved(random.Random(2)))
-    open_before = len(joiner.pending)
-
-    final = joiner.release(final=True)
-
-    assert open_before > 0 and joiner.skipped["abandoned"] == open_before
-    assert final == [] and len(live) == len(_decided_at_the_end(history, Filters()))
-
-
 def _losing(history: History, event_type: EventType, which: int) -> History:
     """`history` without the `which`-th record of `event_type` (lost, or dead-lettered)."""
     lost = history.topics[event_type][which]
@@ -368,34 +286,84 @@ def test_a_running_session_that_lost_a_group_record_holds_no_more_than_its_bound
     assert max(held) < 2 * 40
 
 
+def _looked_at_after_every_record(history: History, reads: list[Read]) -> list[Episode]:
+    """Read with the bound's early release (vector.py `release_prefix`) tried after every
+    record: every moment a run could try it at (when it does depends on its pace; here
+    the next try is not put off, `next_try`)."""
+    joiner = Joiner(Filters(), max_held_steps=1)
+    out: list[Episode] = []
+    for topic, offset in reads:
+        joiner.add(history.topics[topic][offset], (topic.value, 0, offset))
+        for session in joiner.sessions.values():
+            if session.groups is not None:
+                session.groups.next_try = 0
+        out += joiner.release()
+    out += joiner.release(final=True)
+    assert joiner.skipped["misaligned"] > 0
+    return out
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_a_lost_terminal_observation_shifts_no_observation_into_an_episode(seed):
     """A lane's terminal observation lost: the roll's observation after it names the same
-    episodes (the ended one's id kept), so the names alone take it for the terminal one.
-    The primary lane's step (the steps its episode had taken) tells them apart: no
-    episode is released with its observations shifted by one. A failed session, its
-    observations read last, is looked at after each one read."""
-    whole = _history(seed, next_step=1.0, lanes=4, sessions=1, episodes=40,
-                     failure_rate=1.0)
+    episodes (the ended one's id kept), so the names take it for the terminal one; the
+    group after shows the loss (its action names the ended episode, its observation the
+    next), and an episode goes early only once that group is read too."""
+    whole = _history(seed, next_step=1.0, lanes=4, sessions=1, episodes=40)
     observations = whole.topics[EventType.OBSERVATION_EMITTED]
     names = [tuple(o.episode_record_ids) for o in observations]
     lost = next(i for i in range(2, len(observations) - 2)
                 if not any(o.is_reset for o in observations[i - 1:i + 3])
                 and names[i - 1] == names[i] == names[i + 1] != names[i + 2])
     history = _losing(whole, EventType.OBSERVATION_EMITTED, lost)
-    joiner = Joiner(Filters(include_abandoned=True))
-    last = sorted(history.published, key=lambda r: r[0] is EventType.OBSERVATION_EMITTED)
+    # the observations read last: the prefix grows one observation at a time
+    reads = sorted(history.published, key=lambda r: r[0] is EventType.OBSERVATION_EMITTED)
 
-    out: list[Episode] = []
-    for topic, offset in last:
-        joiner.add(history.topics[topic][offset], (topic.value, 0, offset))
-        out += joiner.release()
-    out += joiner.release(final=True)
+    released = _once(_looked_at_after_every_record(history, reads))
 
-    released = _once(out)
-    expected, _ = _unbounded(whole, Filters(include_abandoned=True))
+    expected, _ = _unbounded(whole, Filters())
     assert released == {k: expected[k] for k in released}
-    assert joiner.skipped["misaligned"] > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_step_lost_while_the_primary_lane_is_idle_shifts_no_step_into_an_episode(seed):
+    """Lane 0 with no episode left names none: the groups' primary (record, step) is
+    ("", 0) in every action and step, so a step lost there shifts the later ones with
+    nothing in the names to show it. An episode goes early only if its lane's steps end
+    it at its last group and nowhere before."""
+    whole = _history(seed, next_step=0.0, lanes=3, sessions=1, episodes=12, steps=40)
+    actions = whole.topics[EventType.ACTION_RECEIVED]
+    lost = next(k for k in range(1, len(actions) - 3)
+                if actions[k - 1].episode_record_ids[0] == ""
+                and any(actions[k].episode_record_ids))
+    history = _losing(whole, EventType.STEP_COMPLETED, lost)
+    # the steps read last: the prefix grows one step at a time
+    reads = sorted(history.published, key=lambda r: r[0] is EventType.STEP_COMPLETED)
+
+    released = _once(_looked_at_after_every_record(history, reads))
+
+    expected, _ = _unbounded(whole, Filters())
+    assert released == {k: expected[k] for k in released}
+
+
+@pytest.mark.parametrize("bound", [BOUND, 10**9], ids=["bounded", "unbounded"])
+@pytest.mark.parametrize("which", [2, 5, 8])
+def test_a_lost_episode_start_gives_no_episode_its_lanes_other_reset_observation(
+        which, bound):
+    """Under NEXT_STEP the roll after a lane's episode is the next one's reset observation:
+    the lane's order of episodes comes from the groups that name them too, so an episode
+    whose `episode_started` was lost (skipped, incomplete) still stands between its
+    neighbours, and the one after it is not given its roll."""
+    whole = _history(1, next_step=1.0, lanes=3, sessions=1, episodes=12)
+    history = _losing(whole, EventType.EPISODE_STARTED, which)
+    joiner = Joiner(Filters(), max_held_steps=bound)
+
+    released = _once(_read(joiner, history, history.published) + joiner.release(final=True))
+
+    expected, _ = _unbounded(whole, Filters())
+    assert released == {k: expected[k] for k in released}
+    assert len(released) == len(expected) - 1
+    assert joiner.skipped == Counter({"incomplete": 1})
 
 
 @pytest.mark.parametrize("cuts", [[0.5], [0.2, 0.5, 0.5], [0.3, 0.3, 0.3, 0.3]])
